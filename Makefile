@@ -1,0 +1,34 @@
+# Everything bootstraps .venv from nothing and is idempotent.
+# On a GPU node, override the torch requirement, e.g. `make demo TORCH_SPEC='torch>=2.3'`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e '.[engine,dev]'
+	touch $@
+
+demo: $(STAMP)
+	$(BIN)/stagelens lab --duration 20
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check . || true
+
+bench: $(STAMP)
+	$(BIN)/python bench/engine.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache

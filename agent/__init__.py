@@ -1,0 +1,1 @@
+"""The stagelens agent: sampler, frames, diagnosis, exporters, HTTP API, TUI and CLI."""
