@@ -59,6 +59,32 @@ class StepStats:
         return self.num_prefill_tokens + self.num_decode_tokens
 
 
+@dataclass
+class EngineTotals:
+    """Running totals since start, cheap enough to keep on every step."""
+    steps: int = 0
+    busy_s: float = 0.0
+    preemptions: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    kv_slots_reserved: int = 0     # summed over steps
+    kv_tokens_cached: int = 0      # summed over steps
+
+    @property
+    def kv_waste_ratio(self) -> float:
+        """Reserved KV slots holding no token, averaged over steps."""
+        return 1.0 - self.kv_tokens_cached / self.kv_slots_reserved if self.kv_slots_reserved else 0.0
+
+    def add(self, s: StepStats) -> None:
+        self.steps += 1
+        self.busy_s += s.end - s.start
+        self.preemptions += s.num_preempted
+        self.prefill_tokens += s.num_prefill_tokens
+        self.decode_tokens += s.num_decode_tokens
+        self.kv_slots_reserved += s.kv_slots_reserved
+        self.kv_tokens_cached += s.kv_tokens_cached
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -85,8 +111,7 @@ class LLMEngine:
         self._step_index = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self.num_steps = 0
-        self.num_preemptions = 0
+        self.totals = EngineTotals()
 
     # --- the public API (any thread) ------------------------------------------------------------
     def submit(self, prompt_token_ids: list[int], params: SamplingParams | None = None,
@@ -170,8 +195,7 @@ class LLMEngine:
         self._update(batch, sampled, stats, t5)
         stats.end = time.monotonic()
         stats.update_s = stats.end - t5
-        self.num_steps += 1
-        self.num_preemptions += len(batch.preempted)
+        self.totals.add(stats)
         return stats
 
     def schedule(self) -> ScheduledBatch:
@@ -221,4 +245,4 @@ class LLMEngine:
         self.stop()
 
 
-__all__ = ["LLMEngine", "EngineConfig", "SamplingParams", "Request", "Status", "StepStats"]
+__all__ = ["EngineTotals", "LLMEngine", "EngineConfig", "SamplingParams", "Request", "Status", "StepStats"]

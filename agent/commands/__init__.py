@@ -1,0 +1,1 @@
+"""One module a command; `agent.cli` registers them."""

@@ -1,0 +1,73 @@
+"""The engine and workload flags, shared by `lab`, `serve --engine lab` and `bench`.
+
+Named like vLLM's and the report's. Every default is None here, so a scenario can supply its own
+and whatever the user typed wins over both.
+"""
+
+from __future__ import annotations
+
+import click
+
+from agent.errors import UserError
+from engine_hooks.engine.config import ALLOCATORS, DTYPES, POLICIES, ConfigError, EngineConfig
+from engine_hooks.engine.presets import PRESETS
+from engine_hooks.engine.workload import LengthDist, WorkloadConfig
+
+ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                 "num_preload_models", "max_resident_models", "allocator", "policy", "max_model_len",
+                 "kv_cache_memory", "device", "dtype", "seed", "model_dir")
+WORKLOAD_FIELDS = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
+                   "models", "duration", "seed", "temperature")
+
+_OPTIONS = [
+    click.option("--model", type=click.Choice(list(PRESETS)), help="Model size preset [small]."),
+    click.option("--models", type=int, help="Models registered, and the workload spread over them [1]."),
+    click.option("--block-size", type=int, help="Tokens per KV block, a power of two [16]."),
+    click.option("--max-num-seqs", type=int, help="Most requests running at once: the batch size [16]."),
+    click.option("--max-num-batched-tokens", type=int, help="Token budget per step [512 chunked, else 2048]."),
+    click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=None,
+                 help="Split long prefills across steps and mix them with decodes [on]."),
+    click.option("--num-preload-models", type=int, help="Models loaded before serving starts [1]."),
+    click.option("--max-resident-models", type=int, help="Models kept resident at once [all]."),
+    click.option("--allocator", type=click.Choice(ALLOCATORS), help="KV allocator [paged]."),
+    click.option("--policy", type=click.Choice(POLICIES), help="Order of admission from the queue [fcfs]."),
+    click.option("--max-model-len", type=int, help="Longest sequence, prompt plus output [2048]."),
+    click.option("--kv-cache-memory", help="KV cache size in bytes; 256MiB, 1GB accepted [128MiB]."),
+    click.option("--device", help="cpu, cuda, cuda:N or auto [auto]."),
+    click.option("--dtype", type=click.Choice(DTYPES), help="Weights and KV dtype [auto: float32 on CPU]."),
+    click.option("--model-dir", type=click.Path(file_okay=False), help="Where weight files are kept."),
+    click.option("--rate", type=float, help="Open-loop arrivals, requests per second [2]."),
+    click.option("--concurrency", type=int, help="Closed loop with this many requests in flight."),
+    click.option("--prompt-len", help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [lognormal:160:0.6]."),
+    click.option("--output-len", help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [uniform:16:64]."),
+    click.option("--long-prompt-share", type=float, help="Share of requests with a long prompt [0]."),
+    click.option("--long-prompt-len", type=int, help="Tokens in a long prompt [1536]."),
+    click.option("--duration", type=float, help="Seconds of arrivals [30]."),
+    click.option("--seed", type=int, help="Seed of weights and workload [0]."),
+    click.option("--temperature", type=float, help="Sampling temperature, 0 for greedy [0]."),
+]
+
+
+def engine_options(func):
+    """Adds every engine and workload flag to a click command."""
+    for option in reversed(_OPTIONS):
+        func = option(func)
+    return func
+
+
+def build_configs(flags: dict, defaults: dict | None = None) -> tuple[EngineConfig, WorkloadConfig]:
+    """Engine and workload configs from (scenario) defaults overlaid with the flags the user gave."""
+    values = dict(defaults or {})
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        engine = EngineConfig(**{k: values[k] for k in ENGINE_FIELDS if k in values})
+        workload_values = {k: values[k] for k in WORKLOAD_FIELDS if k in values}
+        for key in ("prompt_len", "output_len"):
+            if isinstance(workload_values.get(key), str):
+                workload_values[key] = LengthDist.parse(workload_values[key], "--" + key.replace("_", "-"))
+        if workload_values.get("concurrency") is not None and flags.get("rate") is None:
+            workload_values["rate"] = None
+        workload = WorkloadConfig(**workload_values)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    return engine, workload

@@ -1,0 +1,41 @@
+"""Serving figures from finished requests: throughput, TTFT, TPOT, latency percentiles."""
+
+from __future__ import annotations
+
+from .request import Request
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile, q in [0, 100]; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summarize(requests: list[Request], elapsed: float) -> dict:
+    done = [r for r in requests if r.finished and r.finish_reason != "error"]
+    ttft = [r.first_event_time("first_token") - r.arrival_time for r in done]
+    latency = [r.first_event_time("finished") - r.arrival_time for r in done]
+    tpot = [(r.first_event_time("finished") - r.first_event_time("first_token")) / (len(r.output_token_ids) - 1)
+            for r in done if len(r.output_token_ids) > 1]
+    out_tokens = sum(len(r.output_token_ids) for r in done)
+    return {
+        "elapsed_s": elapsed,
+        "requests_submitted": len(requests),
+        "requests_finished": len(done),
+        "requests_failed": sum(1 for r in requests if r.finish_reason == "error"),
+        "output_tokens": out_tokens,
+        "throughput_tokens_per_s": out_tokens / elapsed if elapsed > 0 else 0.0,
+        "throughput_requests_per_s": len(done) / elapsed if elapsed > 0 else 0.0,
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "tpot_p50_s": percentile(tpot, 50),
+        "tpot_p99_s": percentile(tpot, 99),
+        "latency_p50_s": percentile(latency, 50),
+        "latency_p99_s": percentile(latency, 99),
+        "preemptions": sum(r.num_preemptions for r in requests),
+    }

@@ -1,0 +1,158 @@
+"""Seeded workloads: open-loop Poisson arrivals or a closed loop at a concurrency, with prompt and
+output length distributions, a share of long prompts, and requests spread over several models."""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .config import ConfigError
+from .engine import LLMEngine
+from .request import Request, SamplingParams
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """`N`, `uniform:A:B` or `lognormal:MEDIAN:SIGMA`."""
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str, flag: str = "length") -> LengthDist:
+        parts = str(text).split(":")
+        try:
+            if len(parts) == 1:
+                dist = cls("fixed", int(parts[0]))
+            elif parts[0] == "uniform" and len(parts) == 3:
+                dist = cls("uniform", int(parts[1]), int(parts[2]))
+            elif parts[0] == "lognormal" and len(parts) == 3:
+                dist = cls("lognormal", float(parts[1]), float(parts[2]))
+            else:
+                raise ValueError
+        except ValueError:
+            raise ConfigError(f"{flag}: cannot read {text!r} (use N, uniform:A:B or lognormal:MEDIAN:SIGMA)") from None
+        if dist.a < 1 or (dist.kind == "uniform" and dist.b < dist.a) or (dist.kind == "lognormal" and dist.b < 0):
+            raise ConfigError(f"{flag}: {text!r} must give lengths of at least 1")
+        return dist
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return rng.randint(int(self.a), int(self.b))
+        return max(1, round(math.exp(rng.gauss(math.log(self.a), self.b))))
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return str(int(self.a))
+        return f"{self.kind}:{self.a:g}:{self.b:g}"
+
+
+@dataclass
+class WorkloadConfig:
+    rate: float | None = 2.0          # requests/s, open loop (Poisson); None with `concurrency`
+    concurrency: int | None = None    # closed loop: this many requests in flight
+    prompt_len: LengthDist = field(default_factory=lambda: LengthDist("lognormal", 160, 0.6))
+    output_len: LengthDist = field(default_factory=lambda: LengthDist("uniform", 16, 64))
+    long_prompt_share: float = 0.0
+    long_prompt_len: int = 1536
+    models: int = 1                   # spread requests over model-0 .. model-(N-1)
+    duration: float = 30.0            # seconds of arrivals; in-flight requests then finish
+    seed: int = 0
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None:
+            if self.concurrency < 1:
+                raise ConfigError(f"--concurrency: must be at least 1, got {self.concurrency}")
+        elif self.rate is None or not self.rate > 0:
+            raise ConfigError(f"--rate: must be a positive number of requests per second, got {self.rate}")
+        if not 0.0 <= self.long_prompt_share <= 1.0:
+            raise ConfigError(f"--long-prompt-share: must lie in [0, 1], got {self.long_prompt_share}")
+        if self.duration <= 0:
+            raise ConfigError(f"--duration: must be positive, got {self.duration}")
+        if self.models < 1:
+            raise ConfigError(f"--models: must be at least 1, got {self.models}")
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    at: float                 # seconds after the start (open loop); ignored by the closed loop
+    prompt: list[int]
+    max_tokens: int
+    model: str
+
+
+class WorkloadPlan:
+    """The workload's requests, drawn lazily from one seeded stream so any run can be replayed."""
+
+    def __init__(self, cfg: WorkloadConfig, vocab_size: int, max_model_len: int) -> None:
+        self.cfg, self.vocab_size, self.max_model_len = cfg, vocab_size, max_model_len
+        self._rng = random.Random(cfg.seed)
+        self._clock = 0.0
+
+    def next(self) -> PlannedRequest:
+        cfg, rng = self.cfg, self._rng
+        if cfg.concurrency is None:
+            self._clock += rng.expovariate(cfg.rate)
+        long = rng.random() < cfg.long_prompt_share
+        out = min(cfg.output_len.sample(rng), self.max_model_len - 1)
+        prompt_len = cfg.long_prompt_len if long else cfg.prompt_len.sample(rng)
+        prompt_len = max(1, min(prompt_len, self.max_model_len - out))
+        prompt = [rng.randrange(self.vocab_size) for _ in range(prompt_len)]
+        return PlannedRequest(self._clock, prompt, out, f"model-{rng.randrange(cfg.models)}")
+
+
+@dataclass
+class WorkloadRun:
+    requests: list[Request]
+    started: float
+    ended: float
+
+    @property
+    def elapsed(self) -> float:
+        return self.ended - self.started
+
+
+def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop: threading.Event | None = None,
+                 drain_timeout: float = 300.0) -> WorkloadRun:
+    """Submit the workload to a started engine for `cfg.duration` seconds, then wait for what is in flight."""
+    plan = WorkloadPlan(cfg, engine.config.preset.vocab_size, engine.config.max_model_len)
+    stop = stop or threading.Event()
+    submitted: list[Request] = []
+    started = time.monotonic()
+    deadline = started + cfg.duration
+
+    def submit(p: PlannedRequest) -> Request:
+        req = engine.submit(p.prompt, SamplingParams(max_tokens=p.max_tokens, temperature=cfg.temperature),
+                            model=p.model)
+        submitted.append(req)
+        return req
+
+    if cfg.concurrency is None:
+        while not stop.is_set():
+            p = plan.next()
+            if started + p.at >= deadline:
+                break
+            if stop.wait(max(0.0, started + p.at - time.monotonic())):
+                break
+            submit(p)
+            if on_progress:
+                on_progress(submitted)
+    else:
+        in_flight = [submit(plan.next()) for _ in range(cfg.concurrency)]
+        while not stop.is_set() and time.monotonic() < deadline:
+            for i, req in enumerate(in_flight):
+                if req.finished and time.monotonic() < deadline:
+                    in_flight[i] = submit(plan.next())
+            if on_progress:
+                on_progress(submitted)
+            stop.wait(0.005)
+    drain_end = time.monotonic() + drain_timeout
+    for req in submitted:
+        req.wait(max(0.0, drain_end - time.monotonic()))
+    return WorkloadRun(submitted, started, time.monotonic())
