@@ -35,8 +35,9 @@ class ProgressLine:
         done = sum(1 for r in submitted if r.finished)
         tokens = sum(len(r.output_token_ids) for r in submitted)
         sched = self.engine.scheduler
+        rate = tokens / (now - self.started)
         line = (f"[{now - self.started:5.1f}s/{self.duration:g}s] submitted {len(submitted)} finished {done} "
-                f"running {len(sched.running)} waiting {len(sched.waiting)} | {tokens / (now - self.started):6.1f} tok/s")
+                f"running {len(sched.running)} waiting {len(sched.waiting)} | {rate:6.1f} tok/s")
         self.stream.write(("\r" + line) if self._tty else line + "\n")
         self.stream.flush()
 
@@ -55,7 +56,7 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
         engine.stop()
         if line:
             line.close()
-    figures = summarize(run.requests, run.elapsed)
+    figures = summarize(run.requests, run.elapsed, run.window_s, run.window_tokens)
     totals = engine.totals
     figures.update({
         "kv_waste_ratio": totals.kv_waste_ratio,

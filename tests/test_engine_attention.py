@@ -5,7 +5,14 @@ import random
 import pytest
 import torch
 
-from engine_hooks.engine.attention import block_runs, dense_attention, describe_sequence, paged_attention, write_kv
+from engine_hooks.engine.attention import (
+    block_runs,
+    dense_attention,
+    describe_batch,
+    describe_sequence,
+    paged_attention,
+    write_kv,
+)
 
 HEADS, KV_HEADS, HEAD_DIM = 4, 2, 16
 
@@ -39,11 +46,11 @@ def _run_case(block_size: int, shapes: list[tuple[int, int]], seed: int, device=
         new_k.append(k[cached:])
         new_v.append(v[cached:])
         slots += [table[p // block_size] * block_size + p % block_size for p in range(cached, cached + new)]
-        seqs.append(describe_sequence(start, new, cached + new, table, block_size, torch.device(device)))
+        seqs.append(describe_sequence(start, new, cached + new, table, block_size))
         start += new
     q = torch.cat(q_rows)
     write_kv(k_pool, v_pool, torch.tensor(slots, device=device), torch.cat(new_k), torch.cat(new_v))
-    out = paged_attention(q, k_pool, v_pool, seqs)
+    out = paged_attention(q, k_pool, v_pool, describe_batch(seqs, block_size, torch.device(device)))
     for i, (cached, _new) in enumerate(shapes):
         rows = slice(seqs[i].query_start, seqs[i].query_start + seqs[i].query_len)
         expected = dense_attention(q[rows].cpu(), full_k[i].cpu(), full_v[i].cpu(), cached)
@@ -58,7 +65,8 @@ def test_mixed_batch_of_prefill_chunks_and_decodes(block_size, seed):
               (rng.randint(1, 200), rng.randint(2, 150)),  # a later prefill chunk
               (rng.randint(1, 400), 1),             # decodes
               (rng.randint(1, 50), 1),
-              (block_size, 1)]                      # a decode that opens a new block
+              (block_size, 1),                      # a decode that opens a new block
+              (block_size - 1, 1)]                  # a decode that fills its last block
     _run_case(block_size, shapes, seed)
 
 

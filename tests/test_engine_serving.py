@@ -66,8 +66,8 @@ def test_greedy_outputs_identical_under_forced_preemption(model_dir):
     tight = _engine(model_dir, kv_cache_memory=8192 * 17)   # 17 blocks of 16 tokens for 6 requests
     expected = _generate(roomy, prompts, max_tokens=40)
     got = _generate(tight, prompts, max_tokens=40)
-    assert tight.num_preemptions > 0
-    assert roomy.num_preemptions == 0
+    assert tight.totals.preemptions > 0
+    assert roomy.totals.preemptions == 0
     for a, b in zip(expected, got, strict=True):
         assert a.output_token_ids == b.output_token_ids
     victims = [r for r in got if r.num_preemptions]

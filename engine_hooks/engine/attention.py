@@ -1,8 +1,10 @@
 """Paged attention: K/V live in block pools; each sequence reads its context through its block table.
 
-A sequence whose blocks are physically consecutive is read as a view of the pool (no copy); only
-a fragmented block table pays for a gather. Prefill chunks, whole prefills and decodes mix freely
-in one batch.
+Per step the batch is described once (`describe_batch`) and reused by every layer:
+- decodes are read together: one gather of all their blocks (padded to the longest), one SDPA in
+  which the query heads sharing a KV head act as that head's query rows (no GQA expansion);
+- prefills and prefill chunks are read one by one, as a view of the pool when their blocks are
+  physically consecutive, through a gather otherwise.
 """
 
 from __future__ import annotations
@@ -15,13 +17,34 @@ import torch.nn.functional as F
 
 @dataclass
 class SequenceKV:
-    """Where one sequence of the batch sits: its query rows and its context in the pool."""
+    """One sequence of the batch: its query rows and its context in the pool."""
     query_start: int
     query_len: int
-    context_len: int              # tokens in the cache once this step's K/V are written
+    context_len: int                   # tokens in the cache once this step's K/V are written
+    block_table: list[int]             # the blocks that hold its context
     block_runs: list[tuple[int, int]]  # (first physical block, count) per run of consecutive blocks
-    gather_index: torch.Tensor | None  # physical blocks, when there is more than one run
-    mask: torch.Tensor | None     # for a prefill chunk that starts after cached context
+
+
+@dataclass
+class DecodeBatch:
+    rows: torch.Tensor                 # query rows of the decodes
+    block_index: torch.Tensor          # [decodes * max_blocks] physical blocks, padded with block 0
+    max_blocks: int
+    key_mask: torch.Tensor | None      # [decodes, 1, 1, max_blocks * block_size]; None when nothing is padded
+
+
+@dataclass
+class PrefillRead:
+    seq: SequenceKV
+    gather_index: torch.Tensor | None  # None: the context is one run, read as a view
+    mask: torch.Tensor | None          # for a chunk that starts after cached context
+
+
+@dataclass
+class AttentionBatch:
+    seqs: list[SequenceKV]
+    decodes: DecodeBatch | None
+    prefills: list[PrefillRead]
 
 
 def block_runs(table: list[int]) -> list[tuple[int, int]]:
@@ -35,17 +58,38 @@ def block_runs(table: list[int]) -> list[tuple[int, int]]:
 
 
 def describe_sequence(query_start: int, query_len: int, context_len: int, table: list[int],
-                      block_size: int, device: torch.device) -> SequenceKV:
-    nblocks = -(-context_len // block_size)
-    runs = block_runs(table[:nblocks])
-    index = None if len(runs) == 1 else torch.tensor(table[:nblocks], dtype=torch.long, device=device)
+                      block_size: int) -> SequenceKV:
+    used = table[:-(-context_len // block_size)]
+    return SequenceKV(query_start, query_len, context_len, used, block_runs(used))
+
+
+def describe_batch(seqs: list[SequenceKV], block_size: int, device: torch.device) -> AttentionBatch:
+    decodes = [s for s in seqs if s.query_len == 1]
+    prefills = [_prefill_read(s, device) for s in seqs if s.query_len > 1]
+    return AttentionBatch(seqs, _decode_batch(decodes, block_size, device) if decodes else None, prefills)
+
+
+def _decode_batch(decodes: list[SequenceKV], block_size: int, device: torch.device) -> DecodeBatch:
+    max_blocks = max(len(s.block_table) for s in decodes)
+    index = [b for s in decodes for b in s.block_table + [0] * (max_blocks - len(s.block_table))]
+    lengths = [s.context_len for s in decodes]
     mask = None
-    cached = context_len - query_len
-    if query_len > 1 and cached > 0:
+    if any(n != max_blocks * block_size for n in lengths):
+        keys = torch.arange(max_blocks * block_size, device=device).unsqueeze(0)
+        mask = (keys < torch.tensor(lengths, device=device).unsqueeze(1)).view(len(decodes), 1, 1, -1)
+    rows = torch.tensor([s.query_start for s in decodes], device=device)
+    return DecodeBatch(rows, torch.tensor(index, device=device), max_blocks, mask)
+
+
+def _prefill_read(seq: SequenceKV, device: torch.device) -> PrefillRead:
+    index = None if len(seq.block_runs) == 1 else torch.tensor(seq.block_table, device=device)
+    mask = None
+    cached = seq.context_len - seq.query_len
+    if cached > 0:
         # query row i sits at position cached + i and may see keys 0 .. cached + i
-        rows = torch.arange(query_len, device=device).unsqueeze(1) + cached
-        mask = torch.arange(context_len, device=device).unsqueeze(0) <= rows
-    return SequenceKV(query_start, query_len, context_len, runs, index, mask)
+        rows = torch.arange(seq.query_len, device=device).unsqueeze(1) + cached
+        mask = torch.arange(seq.context_len, device=device).unsqueeze(0) <= rows
+    return PrefillRead(seq, index, mask)
 
 
 def write_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, slots: torch.Tensor,
@@ -56,27 +100,35 @@ def write_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, slots: torch.Tensor,
     v_pool.view(-1, kv_heads, head_dim).index_copy_(0, slots, v)
 
 
-def read_context(pool: torch.Tensor, seq: SequenceKV) -> torch.Tensor:
-    """The sequence's context as [context_len, kv_heads, head_dim]: a view when its blocks are one run."""
-    if seq.gather_index is None:
-        first, count = seq.block_runs[0]
+def _read_prefill_context(pool: torch.Tensor, read: PrefillRead) -> torch.Tensor:
+    """[kv_heads, context_len, head_dim]: a view of the pool when the blocks are one run."""
+    if read.gather_index is None:
+        first, count = read.seq.block_runs[0]
         ctx = pool[first:first + count]
     else:
-        ctx = pool.index_select(0, seq.gather_index)
-    return ctx.flatten(0, 1)[:seq.context_len]
+        ctx = pool.index_select(0, read.gather_index)
+    return ctx.flatten(0, 1)[:read.seq.context_len].transpose(0, 1)
 
 
-def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                    seqs: list[SequenceKV], out: torch.Tensor | None = None) -> torch.Tensor:
+def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, batch: AttentionBatch,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
     """q: [tokens, heads, head_dim] for the whole batch -> attention output of the same shape."""
     out = torch.empty_like(q) if out is None else out
-    for seq in seqs:
-        rows = slice(seq.query_start, seq.query_start + seq.query_len)
-        k = read_context(k_pool, seq).transpose(0, 1)
-        v = read_context(v_pool, seq).transpose(0, 1)
-        qs = q[rows].transpose(0, 1)
-        causal = seq.query_len > 1 and seq.mask is None
-        o = F.scaled_dot_product_attention(qs, k, v, attn_mask=seq.mask, is_causal=causal, enable_gqa=True)
+    tokens, heads, head_dim = q.shape
+    kv_heads = k_pool.shape[2]
+    if (d := batch.decodes) is not None:
+        n = d.rows.numel()
+        k = k_pool.index_select(0, d.block_index).view(n, -1, kv_heads, head_dim).transpose(1, 2)
+        v = v_pool.index_select(0, d.block_index).view(n, -1, kv_heads, head_dim).transpose(1, 2)
+        qd = q.index_select(0, d.rows).view(n, kv_heads, heads // kv_heads, head_dim)
+        o = F.scaled_dot_product_attention(qd, k, v, attn_mask=d.key_mask)
+        out.index_copy_(0, d.rows, o.reshape(n, heads, head_dim))
+    for read in batch.prefills:
+        rows = slice(read.seq.query_start, read.seq.query_start + read.seq.query_len)
+        k = _read_prefill_context(k_pool, read)
+        v = _read_prefill_context(v_pool, read)
+        o = F.scaled_dot_product_attention(q[rows].transpose(0, 1), k, v, attn_mask=read.mask,
+                                           is_causal=read.mask is None, enable_gqa=True)
         out[rows] = o.transpose(0, 1)
     return out
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import SequenceKV, paged_attention, write_kv
+from .attention import AttentionBatch, paged_attention, write_kv
 from .presets import ModelPreset
 
 
@@ -46,13 +46,13 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(p.hidden_size, (p.num_heads + 2 * p.num_kv_heads) * p.head_dim, bias=False)
         self.o_proj = nn.Linear(p.num_heads * p.head_dim, p.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, k_pool, v_pool, slots, seqs: list[SequenceKV]):
+    def forward(self, x, cos, sin, k_pool, v_pool, slots, batch: AttentionBatch):
         q, k, v = self.qkv_proj(x).split(
             [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
         q = apply_rotary(q.view(-1, self.heads, self.head_dim), cos, sin)
         k = apply_rotary(k.view(-1, self.kv_heads, self.head_dim), cos, sin)
         write_kv(k_pool, v_pool, slots, k, v.view(-1, self.kv_heads, self.head_dim))
-        o = paged_attention(q, k_pool, v_pool, seqs)
+        o = paged_attention(q, k_pool, v_pool, batch)
         return self.o_proj(o.flatten(1))
 
 
@@ -75,8 +75,8 @@ class DecoderLayer(nn.Module):
         self.post_attn_norm = RMSNorm(p.hidden_size, p.rms_eps)
         self.mlp = MLP(p)
 
-    def forward(self, x, cos, sin, k_pool, v_pool, slots, seqs):
-        x = x + self.attn(self.input_norm(x), cos, sin, k_pool, v_pool, slots, seqs)
+    def forward(self, x, cos, sin, k_pool, v_pool, slots, batch):
+        x = x + self.attn(self.input_norm(x), cos, sin, k_pool, v_pool, slots, batch)
         return x + self.mlp(self.post_attn_norm(x))
 
 
@@ -90,12 +90,12 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(p.hidden_size, p.vocab_size, bias=False)
 
     @torch.inference_mode()
-    def forward(self, input_ids, positions, rotary, kv_pools, slots, seqs: list[SequenceKV]):
+    def forward(self, input_ids, positions, rotary, kv_pools, slots, batch: AttentionBatch):
         """Hidden states [tokens, hidden] for a flattened batch; K/V of these tokens land in `kv_pools`."""
         cos, sin = rotary[0][positions], rotary[1][positions]
         x = self.embed(input_ids)
         for layer, (k_pool, v_pool) in zip(self.layers, kv_pools, strict=True):
-            x = layer(x, cos, sin, k_pool, v_pool, slots, seqs)
+            x = layer(x, cos, sin, k_pool, v_pool, slots, batch)
         return self.norm(x)
 
     @torch.inference_mode()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .allocator import BlockAllocator
-from .attention import SequenceKV, describe_sequence
+from .attention import AttentionBatch, SequenceKV, describe_batch, describe_sequence
 from .kv_cache import KVCache
 from .model import rotary_tables
 from .presets import ModelPreset
@@ -26,7 +26,7 @@ class ModelInputs:
     input_ids: torch.Tensor
     positions: torch.Tensor
     slots: torch.Tensor
-    seqs: list[SequenceKV]
+    attention: AttentionBatch
     sample_rows: list[int]           # rows whose next token is sampled (the prompt is complete)
     sample_requests: list[Request]
 
@@ -64,12 +64,13 @@ class ModelRunner:
             span = range(start, start + n)
             positions.extend(span)
             slots.extend(table[p // bs] * bs + p % bs for p in span)
-            seqs.append(describe_sequence(query_start, n, start + n, table, bs, self.device))
+            seqs.append(describe_sequence(query_start, n, start + n, table, bs))
             if start + n == req.num_tokens:
                 sample_rows.append(query_start + n - 1)
                 sample_requests.append(req)
         return ModelInputs(model, [r for r, _ in group], [n for _, n in group], self._to_device(ids),
-                           self._to_device(positions), self._to_device(slots), seqs, sample_rows, sample_requests)
+                           self._to_device(positions), self._to_device(slots), describe_batch(seqs, bs, self.device),
+                           sample_rows, sample_requests)
 
     def _to_device(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
@@ -77,7 +78,7 @@ class ModelRunner:
     def forward(self, inputs: ModelInputs) -> torch.Tensor:
         model = self.residency.get(inputs.model)
         hidden = model(inputs.input_ids, inputs.positions, self.rotary, self.kv_cache.pools, inputs.slots,
-                       inputs.seqs)
+                       inputs.attention)
         if not inputs.sample_rows:
             return hidden.new_empty((0, model.preset.vocab_size))
         return model.logits(hidden[inputs.sample_rows])

@@ -16,7 +16,9 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def summarize(requests: list[Request], elapsed: float) -> dict:
+def summarize(requests: list[Request], elapsed: float, window_s: float, window_tokens: int) -> dict:
+    """Figures of a run. Throughput counts the tokens made inside the measured window (arrivals on,
+    warm-up excluded), so the drain at the end does not dilute it."""
     done = [r for r in requests if r.finished and r.finish_reason != "error"]
     ttft = [r.first_event_time("first_token") - r.arrival_time for r in done]
     latency = [r.first_event_time("finished") - r.arrival_time for r in done]
@@ -29,8 +31,7 @@ def summarize(requests: list[Request], elapsed: float) -> dict:
         "requests_finished": len(done),
         "requests_failed": sum(1 for r in requests if r.finish_reason == "error"),
         "output_tokens": out_tokens,
-        "throughput_tokens_per_s": out_tokens / elapsed if elapsed > 0 else 0.0,
-        "throughput_requests_per_s": len(done) / elapsed if elapsed > 0 else 0.0,
+        "throughput_tokens_per_s": window_tokens / window_s if window_s > 0 else 0.0,
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p99_s": percentile(ttft, 99),
         "tpot_p50_s": percentile(tpot, 50),

@@ -62,6 +62,7 @@ class WorkloadConfig:
     long_prompt_len: int = 1536
     models: int = 1                   # spread requests over model-0 .. model-(N-1)
     duration: float = 30.0            # seconds of arrivals; in-flight requests then finish
+    warmup: float = 0.0               # seconds at the start left out of the throughput window
     seed: int = 0
     temperature: float = 0.0
 
@@ -75,6 +76,8 @@ class WorkloadConfig:
             raise ConfigError(f"--long-prompt-share: must lie in [0, 1], got {self.long_prompt_share}")
         if self.duration <= 0:
             raise ConfigError(f"--duration: must be positive, got {self.duration}")
+        if not 0 <= self.warmup < self.duration:
+            raise ConfigError(f"--warmup: must lie in [0, --duration), got {self.warmup}")
         if self.models < 1:
             raise ConfigError(f"--models: must be at least 1, got {self.models}")
 
@@ -112,10 +115,33 @@ class WorkloadRun:
     requests: list[Request]
     started: float
     ended: float
+    window_s: float = 0.0            # the measured window: after warm-up, until arrivals stop
+    window_tokens: int = 0           # output tokens produced inside it
 
     @property
     def elapsed(self) -> float:
         return self.ended - self.started
+
+
+def _tokens(requests: list[Request]) -> int:
+    return sum(len(r.output_token_ids) for r in list(requests))
+
+
+class _Sample(threading.Timer):
+    """Takes one reading `delay` seconds from now (at once for no delay)."""
+
+    def __init__(self, delay: float, read) -> None:
+        super().__init__(delay, self._take)
+        self.result = None
+        self._read = read
+        self.daemon = True
+        if delay > 0:
+            self.start()
+        else:
+            self.result = 0
+
+    def _take(self) -> None:
+        self.result = self._read()
 
 
 def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop: threading.Event | None = None,
@@ -126,6 +152,7 @@ def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop:
     submitted: list[Request] = []
     started = time.monotonic()
     deadline = started + cfg.duration
+    warm = _Sample(cfg.warmup, lambda: _tokens(submitted))
 
     def submit(p: PlannedRequest) -> Request:
         req = engine.submit(p.prompt, SamplingParams(max_tokens=p.max_tokens, temperature=cfg.temperature),
@@ -152,7 +179,11 @@ def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop:
             if on_progress:
                 on_progress(submitted)
             stop.wait(0.005)
+    stop.wait(max(0.0, deadline - time.monotonic()))
+    window_end = time.monotonic()
+    window_tokens = _tokens(submitted) - (warm.result if warm.result is not None else 0)
+    warm.cancel()
     drain_end = time.monotonic() + drain_timeout
     for req in submitted:
         req.wait(max(0.0, drain_end - time.monotonic()))
-    return WorkloadRun(submitted, started, time.monotonic())
+    return WorkloadRun(submitted, started, time.monotonic(), window_end - started - cfg.warmup, window_tokens)
