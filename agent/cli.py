@@ -19,9 +19,11 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
-    from agent.commands import lab
+    from agent.commands import lab, probe, topo
 
     cli.add_command(lab.lab)
+    cli.add_command(topo.topo)
+    cli.add_command(probe.probe)
 
 
 def main(argv: list[str] | None = None) -> None:

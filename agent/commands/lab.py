@@ -7,7 +7,6 @@ import json
 import click
 
 from agent.commands.engine_flags import build_configs, engine_options
-from agent.lab import run_lab
 
 
 @click.command()
@@ -15,6 +14,8 @@ from agent.lab import run_lab
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 def lab(as_json: bool, **flags) -> int:
     """Run the bundled engine on a workload: throughput, TTFT, TPOT, P50/P99 latency, preemptions."""
+    from agent.lab import run_lab  # imports torch: only when the lab really runs
+
     engine_cfg, workload_cfg = build_configs(flags)
     result = run_lab(engine_cfg, workload_cfg, progress=not as_json)
     if as_json:

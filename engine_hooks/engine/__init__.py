@@ -1,7 +1,20 @@
-"""The bundled paged-attention serving engine. Pure torch; it knows nothing of who observes it."""
+"""The bundled paged-attention serving engine. Pure torch; it knows nothing of who observes it.
 
-from .config import ConfigError, EngineConfig
-from .engine import LLMEngine, StepStats
-from .request import Request, SamplingParams, Status
+Names are imported lazily so that configuration and presets can be read without importing torch.
+"""
 
-__all__ = ["ConfigError", "EngineConfig", "LLMEngine", "Request", "SamplingParams", "Status", "StepStats"]
+from importlib import import_module
+
+_EXPORTS = {
+    "ConfigError": ".config", "EngineConfig": ".config",
+    "LLMEngine": ".engine", "StepStats": ".engine", "EngineTotals": ".engine",
+    "Request": ".request", "SamplingParams": ".request", "Status": ".request",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

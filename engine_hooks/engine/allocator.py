@@ -19,6 +19,7 @@ class AllocatorUsage:
     num_blocks: int
     used_blocks: int          # blocks owned by some request (reserved, for `contiguous`)
     largest_free_run: int     # longest run of consecutive free blocks
+    unusable_free_blocks: int = 0   # free, but in no extent large enough for a new request
 
     @property
     def free_blocks(self) -> int:
@@ -49,7 +50,11 @@ class BlockAllocator(ABC):
         """Return every block of the request."""
 
     @abstractmethod
-    def usage(self) -> AllocatorUsage: ...
+    def usage(self) -> AllocatorUsage:
+        """A full account of the pool (walks the free list: for sampling, not for every step)."""
+
+    @abstractmethod
+    def num_free_blocks(self) -> int: ...
 
     @abstractmethod
     def reserved_blocks(self, request_id: str) -> int:
@@ -82,6 +87,9 @@ class PagedAllocator(BlockAllocator):
 
     def reserved_blocks(self, request_id: str) -> int:
         return len(self._tables.get(request_id, ()))
+
+    def num_free_blocks(self) -> int:
+        return len(self._free)
 
     def usage(self) -> AllocatorUsage:
         return AllocatorUsage(self.num_blocks, self.num_blocks - len(self._free), _longest_run(self._free))
@@ -139,10 +147,13 @@ class ContiguousAllocator(BlockAllocator):
     def reserved_blocks(self, request_id: str) -> int:
         return self.blocks_per_request if request_id in self._reservation else 0
 
+    def num_free_blocks(self) -> int:
+        return sum(length for _, length in self._extents)
+
     def usage(self) -> AllocatorUsage:
-        free = sum(length for _, length in self._extents)
         largest = max((length for _, length in self._extents), default=0)
-        return AllocatorUsage(self.num_blocks, self.num_blocks - free, largest)
+        unusable = sum(length % self.blocks_per_request for _, length in self._extents)
+        return AllocatorUsage(self.num_blocks, self.num_blocks - self.num_free_blocks(), largest, unusable)
 
 
 def _longest_run(blocks) -> int:

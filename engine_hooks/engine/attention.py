@@ -1,8 +1,9 @@
 """Paged attention: K/V live in block pools; each sequence reads its context through its block table.
 
 Per step the batch is described once (`describe_batch`) and reused by every layer:
-- decodes are read together: one gather of all their blocks (padded to the longest), one SDPA in
-  which the query heads sharing a KV head act as that head's query rows (no GQA expansion);
+- decodes are read in a few groups of similar length: per group one gather of all their blocks
+  (padded to the group's longest), one SDPA in which the query heads sharing a KV head act as that
+  head's query rows (no GQA expansion);
 - prefills and prefill chunks are read one by one, as a view of the pool when their blocks are
   physically consecutive, through a gather otherwise.
 """
@@ -43,8 +44,12 @@ class PrefillRead:
 @dataclass
 class AttentionBatch:
     seqs: list[SequenceKV]
-    decodes: DecodeBatch | None
+    decodes: list[DecodeBatch]
     prefills: list[PrefillRead]
+
+
+# A decode group grows while its padding stays under this share of the blocks it reads.
+MAX_DECODE_PADDING = 0.125
 
 
 def block_runs(table: list[int]) -> list[tuple[int, int]]:
@@ -64,9 +69,27 @@ def describe_sequence(query_start: int, query_len: int, context_len: int, table:
 
 
 def describe_batch(seqs: list[SequenceKV], block_size: int, device: torch.device) -> AttentionBatch:
-    decodes = [s for s in seqs if s.query_len == 1]
+    decodes = sorted((s for s in seqs if s.query_len == 1), key=lambda s: -len(s.block_table))
     prefills = [_prefill_read(s, device) for s in seqs if s.query_len > 1]
-    return AttentionBatch(seqs, _decode_batch(decodes, block_size, device) if decodes else None, prefills)
+    return AttentionBatch(seqs, [_decode_batch(g, block_size, device) for g in _group_by_length(decodes)], prefills)
+
+
+def _group_by_length(decodes: list[SequenceKV]) -> list[list[SequenceKV]]:
+    """Split decodes, longest first, into groups whose padding stays under MAX_DECODE_PADDING."""
+    groups: list[list[SequenceKV]] = []
+    useful = 0
+    for s in decodes:
+        blocks = len(s.block_table)
+        if groups:
+            widest = len(groups[-1][0].block_table)
+            padded = widest * (len(groups[-1]) + 1)
+            if padded - (useful + blocks) <= MAX_DECODE_PADDING * padded:
+                groups[-1].append(s)
+                useful += blocks
+                continue
+        groups.append([s])
+        useful = blocks
+    return groups
 
 
 def _decode_batch(decodes: list[SequenceKV], block_size: int, device: torch.device) -> DecodeBatch:
@@ -116,7 +139,7 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     out = torch.empty_like(q) if out is None else out
     tokens, heads, head_dim = q.shape
     kv_heads = k_pool.shape[2]
-    if (d := batch.decodes) is not None:
+    for d in batch.decodes:
         n = d.rows.numel()
         k = k_pool.index_select(0, d.block_index).view(n, -1, kv_heads, head_dim).transpose(1, 2)
         v = v_pool.index_select(0, d.block_index).view(n, -1, kv_heads, head_dim).transpose(1, 2)

@@ -76,7 +76,7 @@ class Scheduler:
             n = min(req.num_tokens_to_compute, budget)
             while not self.allocator.allocate(req.request_id, req.num_computed_tokens + n):
                 victim = self.running[-1]
-                self._preempt(victim)
+                self.preempt(victim)
                 batch.preempted.append(victim)
                 if victim is req:
                     break
@@ -134,7 +134,7 @@ class Scheduler:
         req.status = Status.RUNNING
         req.mark("resumed" if req.num_preemptions else "scheduled")
 
-    def _preempt(self, req: Request) -> None:
+    def preempt(self, req: Request) -> None:
         """Preemption by recompute: drop the request's KV and requeue it at the front."""
         self.running.remove(req)
         self.allocator.free(req.request_id)

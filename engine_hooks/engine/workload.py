@@ -8,10 +8,13 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .config import ConfigError
-from .engine import LLMEngine
 from .request import Request, SamplingParams
+
+if TYPE_CHECKING:
+    from .engine import LLMEngine
 
 
 @dataclass(frozen=True)

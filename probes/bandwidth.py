@@ -1,0 +1,126 @@
+"""The node's achievable memory bandwidth: the physical reference that attention bandwidth is judged by.
+
+Measured once per node and device with a large tensor copy (bytes read + written per second,
+best of a few runs) and cached as JSON under the user cache dir, with the date it was measured.
+torch is imported here only, and only when a measurement is actually needed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SIZE_BYTES = 256 * 1024 * 1024
+CACHE_FILE = "bandwidth.json"
+
+
+@dataclass
+class BandwidthReference:
+    node: str
+    device: str
+    device_name: str
+    bytes_per_second: float
+    size_bytes: int
+    runs: int
+    measured_at: str  # RFC 3339, UTC
+    cached: bool = False  # True when read from the cache file rather than measured now
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "stagelens"
+
+
+def _device_name(device: str) -> str:
+    if not device.startswith("cuda"):
+        return "cpu"
+    import torch  # lazy: only a GPU device needs torch to be named
+
+    return str(torch.cuda.get_device_name(torch.device(device)))
+
+
+def measure_copy_bandwidth(device: str = "cpu", size_bytes: int = DEFAULT_SIZE_BYTES, runs: int = 3) -> float:
+    """Bytes moved (read + written) per second by the fastest of `runs` copies of a `size_bytes` tensor."""
+    import torch  # lazy: the agent runs without torch unless a reference has to be measured
+
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    n = max(size_bytes // 4, 1)
+    src = torch.ones(n, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up: page faults, allocator, kernel launch caches
+    if cuda:
+        torch.cuda.synchronize(dev)
+    best = float("inf")
+    for _ in range(max(runs, 1)):
+        start = time.perf_counter()
+        dst.copy_(src)
+        if cuda:
+            torch.cuda.synchronize(dev)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n * 4 / max(best, 1e-9)
+
+
+def _key(node: str, device: str, device_name: str) -> str:
+    return f"{node}/{device}/{device_name}"  # a swapped GPU model must not reuse the old figure
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # missing or damaged cache: measure again
+    return data if isinstance(data, dict) else {}
+
+
+def _store(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename, so a concurrent reader never sees half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".bandwidth-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def get_reference_bandwidth(
+    device: str = "cpu",
+    *,
+    size_bytes: int = DEFAULT_SIZE_BYTES,
+    runs: int = 3,
+    cache_path: str | os.PathLike[str] | None = None,
+    refresh: bool = False,
+) -> BandwidthReference:
+    """The cached reference for this node and device, measuring (and caching) it if there is none."""
+    path = Path(cache_path) if cache_path is not None else cache_dir() / CACHE_FILE
+    node = socket.gethostname()
+    name = _device_name(device)
+    key = _key(node, device, name)
+    entries = _load(path)
+    entry = entries.get(key)
+    if entry and not refresh:
+        try:
+            return BandwidthReference(**{**entry, "cached": True})
+        except TypeError:
+            pass  # written by another version: measure again
+    ref = BandwidthReference(
+        node=node,
+        device=device,
+        device_name=name,
+        bytes_per_second=measure_copy_bandwidth(device, size_bytes, runs),
+        size_bytes=size_bytes,
+        runs=runs,
+        measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    )
+    entries[key] = {k: v for k, v in ref.to_dict().items() if k != "cached"}
+    _store(path, entries)
+    return ref
