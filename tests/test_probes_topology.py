@@ -143,7 +143,7 @@ def test_text_rendering_looks_like_nvidia_smi_topo_m():
     assert lines[1].split() == ["GPU0", "X", "PIX", "NODE", "SYS", "0-15,32-47", "0"]
     assert lines[4].split() == ["GPU3", "SYS", "SYS", "SYS", "X", "16-31,48-63", "1"]
     assert "Legend:" in text
-    for code in ("X    = Self", "SYS ", "NODE", "PHB ", "PXB ", "PIX ", "NV#"):
+    for code in ("X     the GPU itself", "SYS ", "NODE", "PHB ", "PXB ", "PIX ", "NV#"):
         assert code in text
     below = render_topology_text(topo("pcie_below_max.json"))
     assert "Findings:" in below and "GPU1 PCIe link is x8" in below
