@@ -14,6 +14,7 @@ from engine_hooks.engine.presets import PRESETS
 from engine_hooks.engine.workload import LengthDist, WorkloadConfig
 
 ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                 "long_prefill_token_threshold",
                  "num_preload_models", "max_resident_models", "allocator", "policy", "max_model_len",
                  "kv_cache_memory", "device", "dtype", "seed", "model_dir")
 WORKLOAD_FIELDS = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
@@ -27,6 +28,8 @@ _OPTIONS = [
     click.option("--max-num-batched-tokens", type=int, help="Token budget per step [512 chunked, else 2048]."),
     click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=None,
                  help="Split long prefills across steps and mix them with decodes [on]."),
+    click.option("--long-prefill-token-threshold", type=int,
+                 help="With chunked prefill, most prefill tokens one request gets per step; 0 for no cap [0]."),
     click.option("--num-preload-models", type=int, help="Models loaded before serving starts [1]."),
     click.option("--max-resident-models", type=int, help="Models kept resident at once [all]."),
     click.option("--allocator", type=click.Choice(ALLOCATORS), help="KV allocator [paged]."),

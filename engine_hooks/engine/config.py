@@ -39,6 +39,7 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int | None = None  # None: 512 with chunked prefill, else max(2048, max_model_len)
     enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0   # with chunked prefill: most prefill tokens one request gets per step
     allocator: str = "paged"
     policy: str = "fcfs"
     max_model_len: int = 2048
@@ -80,6 +81,8 @@ class EngineConfig:
         if not 0 <= self.num_preload_models <= self.models:
             raise ConfigError(f"--num-preload-models: {self.num_preload_models} is not between 0 and --models "
                               f"({self.models})")
+        if self.long_prefill_token_threshold < 0:
+            raise ConfigError(f"--long-prefill-token-threshold: must be >= 0, got {self.long_prefill_token_threshold}")
         if self.max_resident_models is not None and self.max_resident_models < 1:
             raise ConfigError(f"--max-resident-models: must be at least 1, got {self.max_resident_models}")
         per_token = self.kv_bytes_per_token()

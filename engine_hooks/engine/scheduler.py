@@ -73,7 +73,7 @@ class Scheduler:
             if budget == 0:
                 batch.waiting_reasons[req.request_id] = TOKEN_BUDGET
                 continue
-            n = min(req.num_tokens_to_compute, budget)
+            n = min(self._chunk(req), budget)
             while not self.allocator.allocate(req.request_id, req.num_computed_tokens + n):
                 victim = self.running[-1]
                 self.preempt(victim)
@@ -101,7 +101,7 @@ class Scheduler:
                 self.residency.request_load(req.model)
                 batch.waiting_reasons[rid] = MODEL_LOADING
                 continue
-            n = req.num_tokens_to_compute
+            n = self._chunk(req)
             if self.config.enable_chunked_prefill:
                 n = min(n, budget)
             if n == 0 or n > budget:
@@ -115,6 +115,14 @@ class Scheduler:
             budget -= n
         for req in batch.failed:
             self.waiting.remove(req)
+
+    def _chunk(self, req: Request) -> int:
+        """Tokens the request would compute now, a long prefill capped when chunking allows it."""
+        n = req.num_tokens_to_compute
+        cap = self.config.long_prefill_token_threshold
+        if self.config.enable_chunked_prefill and cap and n > cap:
+            return cap
+        return n
 
     def _in_policy_order(self) -> list[Request]:
         policy = self.config.policy

@@ -1,0 +1,304 @@
+"""The flight recorder: what the hooks saw, in bounded rings, and the engine snapshot built from it.
+
+The `on_*` methods run on the engine's threads inside the hook guard; `snapshot()` and the
+`recent_*` readers run on any thread. One lock covers the shared state; the engine holds it for
+microseconds per step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+from engine_hooks.access import AccessStats, access_stats
+from engine_hooks.engine.request import Request, Status
+from engine_hooks.engine.scheduler import MODEL_LOADING, TOKEN_BUDGET, ScheduledBatch
+from engine_hooks.ring import Ring
+from engine_hooks.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
+from engine_hooks.window import window_stats
+
+SNAPSHOT_FORMAT = "stagelens-engine/1"
+
+
+@dataclass
+class RecorderConfig:
+    window_s: float = 10.0            # the window of the derived figures in a snapshot
+    long_prefill_tokens: int = 512    # a prefill step larger than this blocks the requests behind it
+    steps_capacity: int = 4096
+    timelines_capacity: int = 2048
+    events_capacity: int = 1024
+    usage_interval_s: float = 0.25    # how often the allocator's full account is taken (engine thread)
+    free_memory_share: float = 0.10   # "preempted or refused with free memory": at least this share free
+
+
+class Recorder:
+    def __init__(self, engine, config: RecorderConfig | None = None) -> None:
+        self.engine = engine
+        self.config = config or RecorderConfig()
+        c = self.config
+        self.steps: Ring[dict] = Ring(c.steps_capacity)
+        self.timelines: Ring[RequestTimeline] = Ring(c.timelines_capacity)
+        self.events: Ring[dict] = Ring(c.events_capacity)
+        self.loads: Ring[dict] = Ring(256)
+        self.counters: Counter[str] = Counter()
+        self.wait_seconds: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+        self._active: dict[str, tuple[Request, RequestTimeline]] = {}
+        self._waits = WaitTracker()
+        self._loading: dict[str, float] = {}
+        self._last_load_end = 0.0
+        self._step_index = 0
+        self._step_start = 0.0
+        self._last_step_end: float | None = None
+        self._previous_step: tuple[int, float, str | None] | None = None   # index, end, long prefill
+        self._step_long_prefill: str | None = None
+        self._step_chunks: list[tuple[RequestTimeline, int]] = []
+        self._step_waiting_on_model = 0
+        self._step_access = AccessStats()
+        self._step_attention_s = 0.0
+        self._step_h2d = 0
+        self._usage = None
+        self._usage_at = 0.0
+        self._cuda_events: list = []
+        cache = engine.kv_cache
+        self._token_bytes = cache.bytes_per_token
+        self._block_size = cache.block_size
+
+    # --- step boundaries ----------------------------------------------------------------------------
+    def on_step_start(self) -> None:
+        self._step_index += 1
+        self._step_start = time.monotonic()
+        self._step_access = AccessStats()
+        self._step_attention_s = 0.0
+        self._step_h2d = 0
+        self._step_chunks = []
+        self._step_long_prefill = None
+
+    def on_step_end(self, stats) -> None:
+        self._resolve_cuda_events()
+        now = stats.end
+        loading = bool(self._loading) or self._last_load_end > stats.start
+        engine = self.engine
+        if now - self._usage_at >= self.config.usage_interval_s:
+            self._usage, self._usage_at = engine.allocator.usage(), now
+        a = self._step_access
+        record = {
+            "index": self._step_index, "start": stats.start, "end": now,
+            "idle_before_s": stats.start - self._last_step_end if self._last_step_end is not None else 0.0,
+            "schedule_s": stats.schedule_s, "prepare_s": stats.prepare_s, "forward_s": stats.forward_s,
+            "sample_s": stats.sample_s, "update_s": stats.update_s,
+            "token_budget": stats.token_budget, "tokens": stats.num_scheduled_tokens,
+            "prefill_tokens": stats.num_prefill_tokens, "decode_tokens": stats.num_decode_tokens,
+            "prefill_seqs": stats.num_prefill_seqs, "decode_seqs": stats.num_decode_seqs,
+            "waiting": stats.num_waiting, "running": stats.num_running, "preempted": stats.num_preempted,
+            "waiting_on_model": self._step_waiting_on_model, "long_prefill": self._step_long_prefill,
+            "loading": loading, "kv_slots_reserved": stats.kv_slots_reserved,
+            "kv_tokens_cached": stats.kv_tokens_cached, "attention_s": self._step_attention_s,
+            "kv_useful_bytes": a.useful_bytes, "kv_moved_bytes": a.moved_bytes, "kv_gathered_bytes": a.gathered_bytes,
+            "kv_block_runs": a.block_runs, "kv_sequences": a.sequences, "h2d_bytes": self._step_h2d,
+        }
+        with self._lock:
+            self.steps.append(record)
+            for timeline, tokens in self._step_chunks:
+                timeline.chunks.append(PrefillChunk(stats.start, now, tokens, self._step_index))
+            for rid in stats.finished:
+                self._finish(rid)
+            c = self.counters
+            c["steps_total"] += 1
+            c["busy_seconds_total"] += now - stats.start
+            c["idle_seconds_total"] += record["idle_before_s"]
+            c["tokens_scheduled_total"] += stats.num_scheduled_tokens
+            c["kv_useful_bytes_total"] += a.useful_bytes
+            c["kv_moved_bytes_total"] += a.moved_bytes
+            c["kv_gathered_bytes_total"] += a.gathered_bytes
+            c["attention_seconds_total"] += self._step_attention_s
+            c["h2d_bytes_total"] += self._step_h2d
+        self._last_step_end = now
+        self._previous_step = (self._step_index, now, self._step_long_prefill)
+
+    def _finish(self, rid: str) -> None:
+        entry = self._active.pop(rid, None)
+        if entry is None:
+            return
+        req, timeline = entry
+        self._fill_from_request(timeline, req)
+        self._waits.scheduled(rid)
+        self.timelines.append(timeline)
+        self.counters["requests_finished_total"] += 1
+
+    @staticmethod
+    def _fill_from_request(timeline: RequestTimeline, req: Request) -> None:
+        timeline.events = list(req.events)
+        timeline.output_tokens = len(req.output_token_ids)
+        timeline.preemptions = req.num_preemptions
+        timeline.finish_reason = req.finish_reason
+        timeline.first_token = req.first_event_time("first_token")
+        timeline.finished = req.first_event_time("finished")
+
+    # --- scheduling -------------------------------------------------------------------------------
+    def before_schedule(self) -> list[Request]:
+        return list(self.engine.scheduler.waiting)
+
+    def on_schedule(self, waiting_before: list[Request], batch: ScheduledBatch, now: float) -> None:
+        long_limit = self.config.long_prefill_tokens
+        with self._lock:
+            for req in waiting_before:
+                timeline = self._timeline(req)
+                charged = self._waits.charge(timeline, now, self._previous_step, preempted=req.num_preemptions > 0)
+                if charged is not None:
+                    self.wait_seconds[charged[0]] += charged[1]
+            longest = None
+            for req, n in batch.entries:
+                timeline = self._timeline(req)
+                self._waits.scheduled(req.request_id)
+                if n > 1 or req.num_computed_tokens < req.num_prompt_tokens:
+                    self._step_chunks.append((timeline, n))
+                    if n > long_limit and (longest is None or n > longest[1]):
+                        longest = (req.request_id, n)
+            self._step_long_prefill = longest[0] if longest else None
+            on_model = 0
+            for req in self.engine.scheduler.waiting:
+                reason = batch.waiting_reasons.get(req.request_id)
+                if reason is None:
+                    continue
+                on_model += reason == MODEL_LOADING
+                if reason == TOKEN_BUDGET and longest is not None and req.num_prompt_tokens <= long_limit:
+                    self._waits.decide(req.request_id, BEHIND_LONG_PREFILL, self._step_index, longest[0])
+                else:
+                    self._waits.decide(req.request_id, reason)
+            self._step_waiting_on_model = on_model
+
+    def _timeline(self, req: Request) -> RequestTimeline:
+        entry = self._active.get(req.request_id)
+        if entry is None:
+            timeline = RequestTimeline(req.request_id, req.model, req.num_prompt_tokens, arrival=req.arrival_time)
+            self._active[req.request_id] = (req, timeline)
+            return timeline
+        return entry[1]
+
+    def on_preempt(self, req: Request, free_blocks: int, now: float) -> None:
+        total = self.engine.allocator.num_blocks
+        free_share = free_blocks / total if total else 0.0
+        with self._lock:
+            self._waits.requeued(req.request_id, now)
+            self.counters["preemptions_total"] += 1
+            if free_share >= self.config.free_memory_share:
+                self.counters["preemptions_with_free_memory_total"] += 1
+            self.events.append({"t": now, "event": "preempted", "request_id": req.request_id,
+                                "reason": "no_free_blocks", "kv_free_blocks": free_blocks, "kv_free_ratio": free_share,
+                                "computed_tokens_lost": req.num_tokens, "step": self._step_index})
+
+    def on_allocation_failure(self, free_blocks: int) -> None:
+        total = self.engine.allocator.num_blocks
+        with self._lock:
+            self.counters["allocation_failures_total"] += 1
+            if total and free_blocks / total >= self.config.free_memory_share:
+                self.counters["allocation_failures_with_free_memory_total"] += 1
+
+    # --- the forward pass -----------------------------------------------------------------------------
+    def on_forward(self, inputs) -> None:
+        self._step_access.add(access_stats(inputs.attention, self._block_size, self._token_bytes))
+        if self.engine.device.type != "cpu":
+            self._step_h2d += inputs.host_to_device_bytes
+
+    def on_attention_time(self, seconds: float) -> None:
+        self._step_attention_s += seconds
+
+    def on_attention_events(self, start, end) -> None:
+        self._cuda_events.append((start, end))
+
+    def _resolve_cuda_events(self) -> None:
+        # The step synchronised the device, so every event of this step has completed.
+        if self._cuda_events:
+            self._step_attention_s += sum(s.elapsed_time(e) for s, e in self._cuda_events) / 1000
+            self._cuda_events.clear()
+
+    # --- the cold path ----------------------------------------------------------------------------------
+    def on_load_start(self, model: str, now: float) -> None:
+        serving = bool(self.engine.scheduler.running)
+        with self._lock:
+            self._loading[model] = (now, serving)
+            self.events.append({"t": now, "event": "load_started", "model": model, "serving": serving})
+
+    def on_load_end(self, model: str, nbytes: int, ok: bool, now: float) -> None:
+        with self._lock:
+            start, serving = self._loading.pop(model, (now, False))
+            self._last_load_end = now
+            record = {"model": model, "bytes": nbytes, "start": start, "end": now, "seconds": now - start, "ok": ok,
+                      "serving": serving}
+            self.loads.append(record)
+            self.counters["loads_total"] += 1
+            self.counters["load_bytes_total"] += nbytes
+            if self.engine.device.type != "cpu":
+                self.counters["h2d_bytes_total"] += nbytes
+            self.events.append({"t": now, "event": "load_finished", **record})
+
+    # --- readers (any thread) ----------------------------------------------------------------------------
+    def recent_timelines(self, since: float | None = None) -> list[RequestTimeline]:
+        with self._lock:
+            items = self.timelines.items()
+        return [t for t in items if since is None or (t.finished or 0) > since]
+
+    def recent_steps(self, since: float | None = None) -> list[dict]:
+        with self._lock:
+            items = self.steps.items()
+        return [s for s in items if since is None or s["end"] > since]
+
+    def recent_events(self, since: float | None = None) -> list[dict]:
+        with self._lock:
+            items = self.events.items()
+        return [e for e in items if since is None or e["t"] > since]
+
+    def snapshot(self, now: float | None = None) -> dict:
+        """The EngineSnapshot: plain, JSON-serialisable data."""
+        now = time.monotonic() if now is None else now
+        cfg, engine = self.config, self.engine
+        with self._lock:
+            steps = [s for s in self.steps.items() if s["end"] > now - cfg.window_s]
+            finished = [t for t in self.timelines.items() if (t.finished or 0) > now - cfg.window_s]
+            in_flight_waits = self._in_flight_waits(now)
+            loads = self.loads.items()
+            loading = {m: start for m, (start, _) in self._loading.items()}
+            counters = dict(self.counters)
+            wait_seconds = dict(self.wait_seconds)
+            dropped = {"steps": self.steps.dropped, "timelines": self.timelines.dropped,
+                       "events": self.events.dropped}
+            usage = asdict(self._usage) if self._usage is not None else None
+        ec = engine.config
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "clock": {"monotonic": now, "wall": time.time() - (time.monotonic() - now)},
+            "engine": {
+                "model": ec.model, "models": ec.models, "allocator": ec.allocator, "block_size": ec.block_size,
+                "max_num_seqs": ec.max_num_seqs, "max_num_batched_tokens": ec.max_num_batched_tokens,
+                "enable_chunked_prefill": ec.enable_chunked_prefill, "policy": ec.policy,
+                "max_model_len": ec.max_model_len, "num_preload_models": ec.num_preload_models,
+                "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
+                "kv_cache_bytes": engine.kv_cache.total_bytes, "kv_bytes_per_token": self._token_bytes,
+                "resident_models": engine.residency.resident_names(),
+            },
+            "usage": usage,
+            "window": window_stats(steps, finished, in_flight_waits, loads, loading, usage, self._block_size, now,
+                                   min(cfg.window_s, now - self.started), cfg.long_prefill_tokens),
+            "counters": counters,
+            "wait_seconds_by_reason": wait_seconds,
+            "hook_errors": dict(self.guard_errors()),
+            "dropped": dropped,
+        }
+
+    def _in_flight_waits(self, now: float) -> list[tuple[int, float]]:
+        """(prompt tokens, wait so far) of every request not yet finished."""
+        out = []
+        for req, timeline in self._active.values():
+            waited = timeline.scheduler_wait_s
+            if req.status is Status.WAITING:
+                waited += now - self._waits.pending_since(req.request_id, timeline.arrival)
+            out.append((timeline.prompt_tokens, waited))
+        return out
+
+    def guard_errors(self) -> Counter:
+        guard = getattr(self, "guard", None)
+        return guard.errors if guard is not None else Counter()

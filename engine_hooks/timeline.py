@@ -1,0 +1,120 @@
+"""Per-request timelines: every wait with its reason, every prefill chunk, preemption and resume.
+
+The wait accounting runs at each scheduling decision: the time a request spent waiting since the
+previous decision is charged to the reason that decision gave it. A request that arrived while a
+step was running waited for that step: behind a long prefill if the step carried one, else at the
+step boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# Reasons beyond the scheduler's own (no_free_blocks, token_budget, max_num_seqs, model_loading, preempted)
+BEHIND_LONG_PREFILL = "behind_long_prefill"
+STEP_BOUNDARY = "step_boundary"
+
+
+@dataclass
+class Wait:
+    start: float
+    end: float
+    reason: str
+    step: int | None = None          # the step that held the request, for head-of-line waits
+    held_by: str | None = None       # the long prefill's request
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class PrefillChunk:
+    start: float
+    end: float
+    tokens: int
+    step: int
+
+
+@dataclass
+class RequestTimeline:
+    request_id: str
+    model: str
+    prompt_tokens: int
+    output_tokens: int = 0
+    arrival: float = 0.0
+    finished: float | None = None
+    finish_reason: str | None = None
+    first_token: float | None = None
+    events: list[tuple[float, str]] = field(default_factory=list)
+    chunks: list[PrefillChunk] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    preemptions: int = 0
+
+    @property
+    def scheduler_wait_s(self) -> float:
+        """Arrival to first scheduled, plus every wait after a preemption."""
+        return sum(w.seconds for w in self.waits)
+
+    def wait_by_reason(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for w in self.waits:
+            out[w.reason] = out.get(w.reason, 0.0) + w.seconds
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["events"] = [{"t": t, "event": e} for t, e in self.events]
+        d["scheduler_wait_s"] = self.scheduler_wait_s
+        d["ttft_s"] = self.first_token - self.arrival if self.first_token is not None else None
+        d["latency_s"] = self.finished - self.arrival if self.finished is not None else None
+        return d
+
+
+class WaitTracker:
+    """Charges waiting time to reasons; one instance per instrumented engine, engine thread only."""
+
+    def __init__(self) -> None:
+        self._reason: dict[str, tuple[str, int | None, str | None]] = {}   # request -> reason from last decision
+        self._since: dict[str, float] = {}                                 # request -> charged up to
+
+    def charge(self, timeline: RequestTimeline, now: float, previous_step: tuple[int, float, str | None] | None,
+               preempted: bool) -> tuple[str, float] | None:
+        """Charge the wait since the last decision; returns (reason, seconds) charged.
+
+        `previous_step`: (index, end, long prefill request) of the step before this decision.
+        """
+        rid = timeline.request_id
+        since = self._since.get(rid, timeline.arrival)
+        if now <= since:
+            return None
+        if rid in self._reason:
+            reason, step, held_by = self._reason[rid]
+        elif previous_step is not None and previous_step[2] is not None and since < previous_step[1]:
+            reason, step, held_by = BEHIND_LONG_PREFILL, previous_step[0], previous_step[2]
+        else:
+            reason, step, held_by = STEP_BOUNDARY, None, None
+        if preempted:
+            reason = "preempted"
+        last = timeline.waits[-1] if timeline.waits else None
+        if last is not None and last.reason == reason and last.held_by == held_by and abs(last.end - since) < 1e-9:
+            last.end = now
+        else:
+            timeline.waits.append(Wait(since, now, reason, step, held_by))
+        self._since[rid] = now
+        return reason, now - since
+
+    def decide(self, rid: str, reason: str, step: int | None = None, held_by: str | None = None) -> None:
+        self._reason[rid] = (reason, step, held_by)
+
+    def requeued(self, rid: str, now: float) -> None:
+        """A preempted request starts waiting again now."""
+        self._reason.pop(rid, None)
+        self._since[rid] = now
+
+    def scheduled(self, rid: str) -> None:
+        self._reason.pop(rid, None)
+        self._since.pop(rid, None)
+
+    def pending_since(self, rid: str, default: float) -> float:
+        return self._since.get(rid, default)

@@ -1,0 +1,108 @@
+"""Figures over the recent window, derived from the recorder's step records and timelines.
+
+Every figure is None when the window holds no data for it: unknown is never reported as healthy.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from engine_hooks.engine.summary import percentile
+from engine_hooks.timeline import BEHIND_LONG_PREFILL, RequestTimeline
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def kv_figures(steps: list[dict], usage: dict | None, block_size: int) -> dict:
+    reserved = sum(s["kv_slots_reserved"] for s in steps)
+    cached = sum(s["kv_tokens_cached"] for s in steps)
+    # free memory no request can use (contiguous extents too short), in slots, counted for every step
+    unusable_slots = usage["unusable_free_blocks"] * block_size * len(steps) if usage else 0
+    useful = sum(s["kv_useful_bytes"] for s in steps)
+    moved = sum(s["kv_moved_bytes"] for s in steps)
+    attention_s = sum(s["attention_s"] for s in steps)
+    per_step_bw = [s["kv_moved_bytes"] / s["attention_s"] for s in steps
+                   if s["attention_s"] > 0 and s["kv_moved_bytes"]]
+    swing = None
+    if len(per_step_bw) >= 3:
+        swing = statistics.pstdev(per_step_bw) / statistics.fmean(per_step_bw)
+    sequences = sum(s["kv_sequences"] for s in steps)
+    return {
+        "fragmentation_ratio": _ratio(reserved - cached + unusable_slots, reserved + unusable_slots),
+        "slots_reserved_mean": _ratio(reserved, len(steps)),
+        "tokens_cached_mean": _ratio(cached, len(steps)),
+        "access_efficiency": _ratio(useful, moved),
+        "read_bandwidth_bytes_per_s": _ratio(moved, attention_s),
+        "bandwidth_swing_cv": swing,
+        "gathered_share": _ratio(sum(s["kv_gathered_bytes"] for s in steps), moved),
+        "block_runs_per_sequence": _ratio(sum(s["kv_block_runs"] for s in steps), sequences),
+        "attention_share_of_step": _ratio(attention_s, sum(s["end"] - s["start"] for s in steps)),
+    }
+
+
+def scheduler_figures(steps: list[dict], finished: list[RequestTimeline], in_flight: list[tuple[int, float]],
+                      span: float, long_prefill_tokens: int) -> dict:
+    waits = [t.scheduler_wait_s for t in finished] + [w for _, w in in_flight]
+    waiting_steps = [s for s in steps if s["waiting"] > 0]
+    short = [t for t in finished if t.prompt_tokens <= long_prefill_tokens]
+    short_wait = sum(t.scheduler_wait_s for t in short)
+    behind = sum(t.wait_by_reason().get(BEHIND_LONG_PREFILL, 0.0) for t in short)
+    by_reason: dict[str, float] = {}
+    for t in finished:
+        for reason, seconds in t.wait_by_reason().items():
+            by_reason[reason] = by_reason.get(reason, 0.0) + seconds
+    busy = sum(s["end"] - s["start"] for s in steps)
+    last = steps[-1] if steps else None
+    return {
+        "steps": len(steps),
+        "busy_ratio": _ratio(busy, span) if steps or span else None,
+        "busy_ratio_while_waiting": _ratio(sum(s["end"] - s["start"] for s in waiting_steps),
+                                           sum(s["end"] - s["start"] + s["idle_before_s"] for s in waiting_steps)),
+        "waiting_share": _ratio(len(waiting_steps), len(steps)),
+        "budget_use_while_waiting": _mean([s["tokens"] / s["token_budget"] for s in waiting_steps]),
+        "wait_p50_s": percentile(waits, 50),
+        "wait_p99_s": percentile(waits, 99),
+        "requests_finished": len(finished),
+        "head_of_line_share": _ratio(behind, short_wait),
+        "wait_seconds_by_reason": by_reason,
+        "waiting": last["waiting"] if last else 0,
+        "running": last["running"] if last else 0,
+        "tokens_per_s": _ratio(sum(s["tokens"] for s in steps), span),
+        "decode_tokens_per_s": _ratio(sum(s["decode_tokens"] for s in steps), span),
+        "step_time_mean_s": _mean([s["end"] - s["start"] for s in steps]),
+    }
+
+
+def cold_path_figures(steps: list[dict], loads: list[dict], loading: dict[str, float], now: float,
+                      window_start: float, span: float) -> dict:
+    decode_only = [s for s in steps if s["decode_tokens"] and not s["prefill_tokens"]]
+    during = _mean([s["end"] - s["start"] for s in decode_only if s["loading"]])
+    without = _mean([s["end"] - s["start"] for s in decode_only if not s["loading"]])
+    recent = [ld for ld in loads if ld["end"] > window_start]
+    return {
+        "loads_in_progress": [{"model": m, "since": start, "seconds": now - start} for m, start in loading.items()],
+        "loads_in_window": len(recent),
+        "load_seconds_in_window": sum(ld["seconds"] for ld in recent),
+        "load_bytes_in_window": sum(ld["bytes"] for ld in recent),
+        "step_time_during_load_s": during,
+        "step_time_without_load_s": without,
+        "step_time_inflation": _ratio(during, without) if during is not None else None,
+        "waiting_on_model": steps[-1]["waiting_on_model"] if steps else 0,
+        "h2d_bytes_per_s": _ratio(sum(s["h2d_bytes"] for s in steps), span),
+    }
+
+
+def window_stats(steps, finished, in_flight, loads, loading, usage, block_size, now, span,
+                 long_prefill_tokens) -> dict:
+    return {
+        "span_s": span,
+        "kv": kv_figures(steps, usage, block_size),
+        "scheduler": scheduler_figures(steps, finished, in_flight, span, long_prefill_tokens),
+        "cold_path": cold_path_figures(steps, loads, loading, now, now - span, span),
+    }
