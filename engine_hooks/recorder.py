@@ -31,6 +31,8 @@ class RecorderConfig:
     events_capacity: int = 1024
     usage_interval_s: float = 0.25    # how often the allocator's full account is taken (engine thread)
     free_memory_share: float = 0.10   # "preempted or refused with free memory": at least this share free
+    calibrate: bool = True            # measure dense attention's read bandwidth, the reference for paged
+    lengths_sample: int = 256         # recent sequence lengths kept for block-size advice
 
 
 class Recorder:
@@ -66,6 +68,7 @@ class Recorder:
         cache = engine.kv_cache
         self._token_bytes = cache.bytes_per_token
         self._block_size = cache.block_size
+        self.attention_reference_bytes_per_s: float | None = None
 
     # --- step boundaries ----------------------------------------------------------------------------
     def on_step_start(self) -> None:
@@ -279,24 +282,30 @@ class Recorder:
                 "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
                 "kv_cache_bytes": engine.kv_cache.total_bytes, "kv_bytes_per_token": self._token_bytes,
                 "resident_models": engine.residency.resident_names(),
+                "loading_models": engine.residency.loading_names(),
+                "attention_reference_bytes_per_s": self.attention_reference_bytes_per_s,
             },
             "usage": usage,
             "window": window_stats(steps, finished, in_flight_waits, loads, loading, usage, self._block_size, now,
-                                   min(cfg.window_s, now - self.started), cfg.long_prefill_tokens),
+                                   min(cfg.window_s, now - self.started), cfg.long_prefill_tokens,
+                                   cfg.lengths_sample),
             "counters": counters,
             "wait_seconds_by_reason": wait_seconds,
             "hook_errors": dict(self.guard_errors()),
             "dropped": dropped,
         }
 
-    def _in_flight_waits(self, now: float) -> list[tuple[int, float]]:
-        """(prompt tokens, wait so far) of every request not yet finished."""
+    def _in_flight_waits(self, now: float) -> list[tuple[float, float]]:
+        """(wait so far, of which decided by the scheduler) of every request not yet finished."""
         out = []
         for req, timeline in self._active.values():
-            waited = timeline.scheduler_wait_s
+            waited, decided = timeline.scheduler_wait_s, timeline.decided_wait_s
             if req.status is Status.WAITING:
-                waited += now - self._waits.pending_since(req.request_id, timeline.arrival)
-            out.append((timeline.prompt_tokens, waited))
+                pending = now - self._waits.pending_since(req.request_id, timeline.arrival)
+                waited += pending
+                if self._waits.pending_reason(req.request_id) is not None:
+                    decided += pending
+            out.append((waited, decided))
         return out
 
     def guard_errors(self) -> Counter:

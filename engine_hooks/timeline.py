@@ -56,6 +56,12 @@ class RequestTimeline:
         """Arrival to first scheduled, plus every wait after a preemption."""
         return sum(w.seconds for w in self.waits)
 
+    @property
+    def decided_wait_s(self) -> float:
+        """The part of the wait the scheduler chose: all but waiting for the running step to end, which
+        iteration-level scheduling makes every request pay."""
+        return sum(w.seconds for w in self.waits if w.reason != STEP_BOUNDARY)
+
     def wait_by_reason(self) -> dict[str, float]:
         out: dict[str, float] = {}
         for w in self.waits:
@@ -66,6 +72,7 @@ class RequestTimeline:
         d = asdict(self)
         d["events"] = [{"t": t, "event": e} for t, e in self.events]
         d["scheduler_wait_s"] = self.scheduler_wait_s
+        d["decided_wait_s"] = self.decided_wait_s
         d["ttft_s"] = self.first_token - self.arrival if self.first_token is not None else None
         d["latency_s"] = self.finished - self.arrival if self.finished is not None else None
         return d
@@ -118,3 +125,7 @@ class WaitTracker:
 
     def pending_since(self, rid: str, default: float) -> float:
         return self._since.get(rid, default)
+
+    def pending_reason(self, rid: str) -> str | None:
+        entry = self._reason.get(rid)
+        return entry[0] if entry else None

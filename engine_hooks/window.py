@@ -27,8 +27,9 @@ def kv_figures(steps: list[dict], usage: dict | None, block_size: int) -> dict:
     useful = sum(s["kv_useful_bytes"] for s in steps)
     moved = sum(s["kv_moved_bytes"] for s in steps)
     attention_s = sum(s["attention_s"] for s in steps)
+    # the swing is judged on decode steps alone: a prefill's attention is compute-bound by nature
     per_step_bw = [s["kv_moved_bytes"] / s["attention_s"] for s in steps
-                   if s["attention_s"] > 0 and s["kv_moved_bytes"]]
+                   if s["attention_s"] > 0 and s["kv_moved_bytes"] and not s["prefill_tokens"]]
     swing = None
     if len(per_step_bw) >= 3:
         swing = statistics.pstdev(per_step_bw) / statistics.fmean(per_step_bw)
@@ -46,9 +47,10 @@ def kv_figures(steps: list[dict], usage: dict | None, block_size: int) -> dict:
     }
 
 
-def scheduler_figures(steps: list[dict], finished: list[RequestTimeline], in_flight: list[tuple[int, float]],
+def scheduler_figures(steps: list[dict], finished: list[RequestTimeline], in_flight: list[tuple[float, float]],
                       span: float, long_prefill_tokens: int) -> dict:
-    waits = [t.scheduler_wait_s for t in finished] + [w for _, w in in_flight]
+    waits = [t.scheduler_wait_s for t in finished] + [w for w, _ in in_flight]
+    decided = [t.decided_wait_s for t in finished] + [d for _, d in in_flight]
     waiting_steps = [s for s in steps if s["waiting"] > 0]
     short = [t for t in finished if t.prompt_tokens <= long_prefill_tokens]
     short_wait = sum(t.scheduler_wait_s for t in short)
@@ -68,6 +70,8 @@ def scheduler_figures(steps: list[dict], finished: list[RequestTimeline], in_fli
         "budget_use_while_waiting": _mean([s["tokens"] / s["token_budget"] for s in waiting_steps]),
         "wait_p50_s": percentile(waits, 50),
         "wait_p99_s": percentile(waits, 99),
+        "decided_wait_p50_s": percentile(decided, 50),
+        "decided_wait_p99_s": percentile(decided, 99),
         "requests_finished": len(finished),
         "head_of_line_share": _ratio(behind, short_wait),
         "wait_seconds_by_reason": by_reason,
@@ -99,10 +103,12 @@ def cold_path_figures(steps: list[dict], loads: list[dict], loading: dict[str, f
 
 
 def window_stats(steps, finished, in_flight, loads, loading, usage, block_size, now, span,
-                 long_prefill_tokens) -> dict:
+                 long_prefill_tokens, lengths_sample: int = 256) -> dict:
+    kv = kv_figures(steps, usage, block_size)
+    kv["sequence_lengths"] = [t.prompt_tokens + t.output_tokens for t in finished[-lengths_sample:]]
     return {
         "span_s": span,
-        "kv": kv_figures(steps, usage, block_size),
+        "kv": kv,
         "scheduler": scheduler_figures(steps, finished, in_flight, span, long_prefill_tokens),
         "cold_path": cold_path_figures(steps, loads, loading, now, now - span, span),
     }
