@@ -1,14 +1,22 @@
-"""The lab: the bundled engine on a workload, end to end, with the serving figures it produced."""
+"""The lab: the bundled engine on a workload with hooks, sampler and diagnosis, end to end."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from agent.diagnosis import DiagnosisConfig, diagnose
+from agent.diagnosis.evaluate import stage_states
+from agent.diagnosis.model import Diagnosis
+from agent.frame import Frame
+from agent.sampler import Sampler
+from engine_hooks import instrument, uninstrument
 from engine_hooks.engine import EngineConfig, LLMEngine
-from engine_hooks.engine.summary import summarize
-from engine_hooks.engine.workload import WorkloadConfig, WorkloadRun, run_workload
+from engine_hooks.engine.summary import percentile, summarize
+from engine_hooks.engine.workload import WorkloadConfig, run_workload
+from probes.sample import NodeProbe, open_backend
 
 
 @dataclass
@@ -16,6 +24,16 @@ class LabResult:
     engine: EngineConfig
     workload: WorkloadConfig
     figures: dict
+    frames: list[Frame] = field(default_factory=list)
+    diagnosis: Diagnosis | None = None
+    started_unix: float = 0.0
+
+    def first_firing_s(self, stage: str, config: DiagnosisConfig | None = None) -> float | None:
+        """Seconds from the start of the workload to the first sample where `stage` was reported firing."""
+        for t, states in stage_states(self.frames, config):
+            if states[stage] == "firing":
+                return t - self.started_unix
+        return None
 
 
 class ProgressLine:
@@ -46,23 +64,53 @@ class ProgressLine:
             self.stream.write("\n")
 
 
-def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False) -> LabResult:
+def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False,
+            interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
+            listeners: tuple = ()) -> LabResult:
+    """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose."""
     engine = LLMEngine(engine_cfg)
+    recorder = instrument(engine)
+    probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
+    sampler = Sampler(node_probe=probe, recorder=recorder, interval=interval)
+    sampler.listeners.extend(listeners)
     engine.start()
     line = ProgressLine(engine, workload_cfg.duration) if progress else None
+    started = time.time()
+    sampler.start()
     try:
-        run: WorkloadRun = run_workload(engine, workload_cfg, on_progress=line)
+        run = run_workload(engine, workload_cfg, on_progress=line)
     finally:
+        sampler.stop()
+        sampler.tick()          # one last frame with the drained state
         engine.stop()
+        uninstrument(engine)
+        probe.close()
         if line:
             line.close()
+    frames = sampler.frames()
     figures = summarize(run.requests, run.elapsed, run.window_s, run.window_tokens)
+    figures.update(_engine_figures(engine, recorder, run.elapsed))
+    # The verdict is on the loaded engine, as the report's steady-state method: the drain is left out.
+    loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
+    return LabResult(engine_cfg, workload_cfg, figures, frames, diagnose(loaded, diagnosis_config), started)
+
+
+def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:
     totals = engine.totals
-    figures.update({
+    run = recorder.run_figures()
+    timelines = recorder.recent_timelines()
+    return {
         "kv_waste_ratio": totals.kv_waste_ratio,
-        "engine_busy_ratio": totals.busy_s / run.elapsed if run.elapsed else 0.0,
+        "kv_fragmentation_ratio": run["kv"]["fragmentation_ratio"],
+        "kv_access_efficiency": run["kv"]["access_efficiency"],
+        "engine_busy_ratio": totals.busy_s / elapsed if elapsed else 0.0,
+        "compute_utilisation_while_waiting": run["scheduler"]["busy_ratio_while_waiting"],
+        "scheduler_wait_p99_s": percentile([t.decided_wait_s for t in timelines], 99),
+        "head_of_line_share": run["scheduler"]["head_of_line_share"],
+        "step_time_inflation": run["cold_path"]["step_time_inflation"],
+        "model_loads": len(recorder.loads.items()),
         "steps": totals.steps,
-        "kv_cache_blocks": engine_cfg.num_blocks(),
+        "kv_cache_blocks": engine.config.num_blocks(),
         "kv_cache_bytes": engine.kv_cache.total_bytes,
-    })
-    return LabResult(engine_cfg, workload_cfg, figures)
+        "hook_errors": sum(recorder.guard.errors.values()),
+    }

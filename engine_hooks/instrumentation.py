@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from engine_hooks.calibrate import dense_attention_bandwidth
+from engine_hooks.calibrate import ideal_layout_curve
 from engine_hooks.engine import model as model_module
 from engine_hooks.guard import HookGuard
 from engine_hooks.patching import Patcher
@@ -32,8 +32,8 @@ def instrument(engine, config: RecorderConfig | None = None) -> Recorder:
     guard = recorder.guard = HookGuard()
     if recorder.config.calibrate:
         p = engine.config.preset
-        recorder.attention_reference_bytes_per_s = dense_attention_bandwidth(
-            p.num_kv_heads, p.num_heads, p.head_dim, engine.dtype, engine.device)
+        recorder.attention_reference = ideal_layout_curve(
+            p.num_kv_heads, p.num_heads, p.head_dim, engine.config.block_size, engine.dtype, engine.device)
     patcher = Patcher()
     _wrap_step(patcher, engine, recorder, guard)
     _wrap_scheduler(patcher, engine, recorder, guard)

@@ -68,7 +68,8 @@ class Recorder:
         cache = engine.kv_cache
         self._token_bytes = cache.bytes_per_token
         self._block_size = cache.block_size
-        self.attention_reference_bytes_per_s: float | None = None
+        self.attention_reference: dict | None = None   # engine_hooks.calibrate.ideal_layout_curve
+        self._layers = engine.config.preset.num_layers
 
     # --- step boundaries ----------------------------------------------------------------------------
     def on_step_start(self) -> None:
@@ -283,10 +284,11 @@ class Recorder:
                 "kv_cache_bytes": engine.kv_cache.total_bytes, "kv_bytes_per_token": self._token_bytes,
                 "resident_models": engine.residency.resident_names(),
                 "loading_models": engine.residency.loading_names(),
-                "attention_reference_bytes_per_s": self.attention_reference_bytes_per_s,
+                "attention_reference": self.attention_reference,
             },
             "usage": usage,
-            "window": window_stats(steps, finished, in_flight_waits, loads, loading, usage, self._block_size, now,
+            "window": window_stats(steps, finished, in_flight_waits, loads, loading, usage, self._block_size,
+                                   self._layers, self.attention_reference, now,
                                    min(cfg.window_s, now - self.started), cfg.long_prefill_tokens,
                                    cfg.lengths_sample),
             "counters": counters,
@@ -294,6 +296,17 @@ class Recorder:
             "hook_errors": dict(self.guard_errors()),
             "dropped": dropped,
         }
+
+    def run_figures(self) -> dict:
+        """The window figures over everything still in the rings: a whole lab run's account."""
+        now = time.monotonic()
+        with self._lock:
+            steps, finished, loads = self.steps.items(), self.timelines.items(), self.loads.items()
+            usage = asdict(self._usage) if self._usage is not None else None
+        span = (steps[-1]["end"] - steps[0]["start"]) if steps else 0.0
+        return window_stats(steps, finished, [], loads, {}, usage, self._block_size, self._layers,
+                            self.attention_reference, now, span, self.config.long_prefill_tokens,
+                            self.config.lengths_sample)
 
     def _in_flight_waits(self, now: float) -> list[tuple[float, float]]:
         """(wait so far, of which decided by the scheduler) of every request not yet finished."""

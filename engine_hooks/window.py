@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 
 from engine_hooks.engine.summary import percentile
+from engine_hooks.reference import reference_at
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, RequestTimeline
 
 
@@ -19,31 +20,37 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def kv_figures(steps: list[dict], usage: dict | None, block_size: int) -> dict:
+def kv_figures(steps: list[dict], usage: dict | None, block_size: int, layers: int, reference: dict | None) -> dict:
     reserved = sum(s["kv_slots_reserved"] for s in steps)
     cached = sum(s["kv_tokens_cached"] for s in steps)
     # free memory no request can use (contiguous extents too short), in slots, counted for every step
     unusable_slots = usage["unusable_free_blocks"] * block_size * len(steps) if usage else 0
     useful = sum(s["kv_useful_bytes"] for s in steps)
     moved = sum(s["kv_moved_bytes"] for s in steps)
-    attention_s = sum(s["attention_s"] for s in steps)
-    # the swing is judged on decode steps alone: a prefill's attention is compute-bound by nature
-    per_step_bw = [s["kv_moved_bytes"] / s["attention_s"] for s in steps
-                   if s["attention_s"] > 0 and s["kv_moved_bytes"] and not s["prefill_tokens"]]
-    swing = None
-    if len(per_step_bw) >= 3:
-        swing = statistics.pstdev(per_step_bw) / statistics.fmean(per_step_bw)
+    # Bandwidth is judged on decode steps: a prefill's attention is compute-bound by nature. Each step
+    # is compared with the ideal layout read by as many decodes, as many bytes per call (one call a layer).
+    decode = [s for s in steps if s["attention_s"] > 0 and s["kv_moved_bytes"] and not s["prefill_tokens"]]
+    decode_moved = sum(s["kv_moved_bytes"] for s in decode)
+    decode_s = sum(s["attention_s"] for s in decode)
+    ratios = []
+    for s in decode:
+        ref = reference_at(reference, s["decode_seqs"], s["kv_useful_bytes"] / layers)
+        if ref:
+            ratios.append(s["kv_useful_bytes"] / s["attention_s"] / ref)   # useful bytes delivered per second
+    swing = statistics.pstdev(ratios) / statistics.fmean(ratios) if len(ratios) >= 3 else None
     sequences = sum(s["kv_sequences"] for s in steps)
     return {
         "fragmentation_ratio": _ratio(reserved - cached + unusable_slots, reserved + unusable_slots),
         "slots_reserved_mean": _ratio(reserved, len(steps)),
         "tokens_cached_mean": _ratio(cached, len(steps)),
         "access_efficiency": _ratio(useful, moved),
-        "read_bandwidth_bytes_per_s": _ratio(moved, attention_s),
+        "read_bandwidth_bytes_per_s": _ratio(decode_moved, decode_s),
+        "effective_bandwidth_ratio": _mean(ratios),
         "bandwidth_swing_cv": swing,
         "gathered_share": _ratio(sum(s["kv_gathered_bytes"] for s in steps), moved),
         "block_runs_per_sequence": _ratio(sum(s["kv_block_runs"] for s in steps), sequences),
-        "attention_share_of_step": _ratio(attention_s, sum(s["end"] - s["start"] for s in steps)),
+        "attention_share_of_step": _ratio(sum(s["attention_s"] for s in steps),
+                                          sum(s["end"] - s["start"] for s in steps)),
     }
 
 
@@ -102,9 +109,9 @@ def cold_path_figures(steps: list[dict], loads: list[dict], loading: dict[str, f
     }
 
 
-def window_stats(steps, finished, in_flight, loads, loading, usage, block_size, now, span,
+def window_stats(steps, finished, in_flight, loads, loading, usage, block_size, layers, reference, now, span,
                  long_prefill_tokens, lengths_sample: int = 256) -> dict:
-    kv = kv_figures(steps, usage, block_size)
+    kv = kv_figures(steps, usage, block_size, layers, reference)
     kv["sequence_lengths"] = [t.prompt_tokens + t.output_tokens for t in finished[-lengths_sample:]]
     return {
         "span_s": span,

@@ -1,4 +1,8 @@
-"""`stagelens lab`: run the bundled engine on a workload and report the serving figures."""
+"""`stagelens lab`: the bundled engine on a workload, hooks, sampler and diagnosis, end to end.
+
+With `--scenario` it reproduces one stage of the report; `--fixed` then applies the diagnosis's own
+recommendations and prints the before/after table.
+"""
 
 from __future__ import annotations
 
@@ -6,60 +10,107 @@ import json
 
 import click
 
-from agent.commands.engine_flags import build_configs, engine_options
+from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
+from agent.commands.engine_flags import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs, engine_options
+from agent.errors import UserError
+from agent.scenarios import SCENARIOS
 
 
 @click.command()
+@click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Reproduce one stage of the report.")
+@click.option("--fixed", is_flag=True, help="Then apply the diagnosis's recommendations and run again.")
 @engine_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-def lab(as_json: bool, **flags) -> int:
-    """Run the bundled engine on a workload: throughput, TTFT, TPOT, P50/P99 latency, preemptions."""
+@diagnosis_options
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds.")
+@click.option("--record", "record_path", type=click.Path(dir_okay=False),
+              help="Also write the frames and request timelines to this bundle (JSON lines).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.pass_context
+def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thresholds, interval: float,
+        record_path: str | None, as_json: bool, **flags) -> int:
+    """Run the bundled engine: throughput, TTFT, TPOT, P50/P99 latency, preemptions, and the diagnosis."""
     from agent.lab import run_lab  # imports torch: only when the lab really runs
+    from agent.record import BundleWriter
 
-    engine_cfg, workload_cfg = build_configs(flags)
-    result = run_lab(engine_cfg, workload_cfg, progress=not as_json)
+    if interval <= 0:
+        raise UserError(f"--interval: must be positive, got {interval}")
+    spec = SCENARIOS.get(scenario) if scenario else None
+    defaults = dict(spec.defaults) if spec else {}
+    dconfig = diagnosis_config(config_path, thresholds)
+    engine_cfg, workload_cfg = build_configs(flags, defaults)
+    snapshot = (ctx.obj or {}).get("nvml_snapshot")
+    writer = BundleWriter.open(record_path, source=f"lab {scenario or ''}".strip()) if record_path else None
+    try:
+        listeners = (writer.on_frame,) if writer else ()
+        before = run_lab(engine_cfg, workload_cfg, progress=not as_json, interval=interval,
+                         diagnosis_config=dconfig, nvml_snapshot=snapshot, listeners=listeners)
+        after, applied = None, {}
+        if fixed:
+            applied = fix_flags(before.diagnosis)
+            fixed_cfg, fixed_workload = build_configs({**flags, **applied}, defaults)
+            after = run_lab(fixed_cfg, fixed_workload, progress=not as_json, interval=interval,
+                            diagnosis_config=dconfig, nvml_snapshot=snapshot)
+    finally:
+        if writer:
+            writer.close()
     if as_json:
-        click.echo(json.dumps({"config": _config_dict(engine_cfg, workload_cfg), **result.figures}, indent=2))
+        click.echo(json.dumps(_json(scenario, before, after, applied, engine_cfg, workload_cfg), indent=2))
     else:
-        click.echo(render_figures(engine_cfg, workload_cfg, result.figures))
+        click.echo(_text(spec, before, after, applied))
     return 0
 
 
-def _config_dict(engine_cfg, workload_cfg) -> dict:
-    return {
-        "model": engine_cfg.model, "models": engine_cfg.models, "allocator": engine_cfg.allocator,
-        "block_size": engine_cfg.block_size, "max_num_seqs": engine_cfg.max_num_seqs,
-        "max_num_batched_tokens": engine_cfg.max_num_batched_tokens,
-        "enable_chunked_prefill": engine_cfg.enable_chunked_prefill, "policy": engine_cfg.policy,
-        "max_model_len": engine_cfg.max_model_len, "kv_cache_memory": engine_cfg.kv_cache_memory,
-        "num_preload_models": engine_cfg.num_preload_models, "rate": workload_cfg.rate,
-        "concurrency": workload_cfg.concurrency, "prompt_len": str(workload_cfg.prompt_len),
-        "output_len": str(workload_cfg.output_len), "long_prompt_share": workload_cfg.long_prompt_share,
-        "duration": workload_cfg.duration, "seed": workload_cfg.seed,
-    }
+def fix_flags(diagnosis) -> dict:
+    """The engine settings the diagnosis recommends, root stage first (its advice wins a conflict)."""
+    order = sorted(diagnosis.stages, key=lambda s: s.stage != diagnosis.root_stage)
+    applied: dict = {}
+    for stage in reversed(order):
+        if stage.state in ("warn", "firing"):
+            for rec in reversed(stage.recommendations):
+                applied.update(rec.flags)
+    return {k: v for k, v in applied.items() if k in ENGINE_FIELDS or k in WORKLOAD_FIELDS}
 
 
-def _ms(value) -> str:
-    return "-" if value is None else f"{value * 1000:.0f} ms"
+def _as_flags(applied: dict) -> str:
+    parts = []
+    for key, value in applied.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif value is False:
+            parts.append("--no-" + flag[2:])
+        else:
+            parts.append(f"{flag} {value}")
+    return " ".join(parts) or "(nothing to apply)"
 
 
-def render_figures(engine_cfg, workload_cfg, f: dict) -> str:
-    load = (f"closed loop x{workload_cfg.concurrency}" if workload_cfg.concurrency
-            else f"{workload_cfg.rate:g} req/s Poisson")
-    rows = [
-        ("engine", f"{engine_cfg.model}, {engine_cfg.allocator} KV (block {engine_cfg.block_size}), "
-                   f"batch {engine_cfg.max_num_seqs}, budget {engine_cfg.max_num_batched_tokens}, "
-                   f"chunked prefill {'on' if engine_cfg.enable_chunked_prefill else 'off'}, {engine_cfg.policy}"),
-        ("workload", f"{load}, prompt {workload_cfg.prompt_len}, output {workload_cfg.output_len}, "
-                     f"{workload_cfg.duration:g} s"),
-        ("requests", f"{f['requests_finished']} finished of {f['requests_submitted']}"),
-        ("throughput", f"{f['throughput_tokens_per_s']:.1f} tokens/s"),
-        ("TTFT p50 / p99", f"{_ms(f['ttft_p50_s'])} / {_ms(f['ttft_p99_s'])}"),
-        ("TPOT p50 / p99", f"{_ms(f['tpot_p50_s'])} / {_ms(f['tpot_p99_s'])}"),
-        ("latency p50 / p99", f"{_ms(f['latency_p50_s'])} / {_ms(f['latency_p99_s'])}"),
-        ("preemptions", str(f["preemptions"])),
-        ("KV waste", f"{f['kv_waste_ratio']:.1%} of reserved slots hold no token"),
-        ("engine busy", f"{f['engine_busy_ratio']:.0%}"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
+    from agent.commands.lab_config import config_dict
+
+    out = {"scenario": scenario, "config": config_dict(engine_cfg, workload_cfg), **before.figures,
+           "diagnosis": before.diagnosis.to_dict()}
+    if after is not None:
+        out["fixed"] = {"applied": applied, "applied_flags": _as_flags(applied),
+                        "config": config_dict(after.engine, after.workload), **after.figures,
+                        "diagnosis": after.diagnosis.to_dict()}
+    return out
+
+
+def _text(spec, before, after, applied) -> str:
+    from agent.commands.lab_config import render_figures
+    from agent.render import render_before_after, render_diagnosis
+
+    parts = []
+    if spec:
+        parts.append(f"scenario {spec.name}: {spec.summary}\n")
+    parts.append(render_figures(before.engine, before.workload, before.figures))
+    parts.append("\n" + render_diagnosis(before.diagnosis, verbose=False))
+    if after is not None:
+        parts.append(f"\napplied: {_as_flags(applied)}\n")
+        parts.append(render_before_after(before.figures, after.figures, _verdict(before.diagnosis),
+                                         _verdict(after.diagnosis)))
+    return "\n".join(parts)
+
+
+def _verdict(diagnosis) -> str:
+    return diagnosis.verdict + (f" ({diagnosis.root_stage})" if diagnosis.root_stage else "")

@@ -49,7 +49,7 @@ class AttentionBatch:
 
 
 # A decode group grows while its padding stays under this share of the blocks it reads.
-MAX_DECODE_PADDING = 0.125
+MAX_DECODE_PADDING = 0.2
 
 
 def block_runs(table: list[int]) -> list[tuple[int, int]]:

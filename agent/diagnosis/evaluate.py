@@ -1,0 +1,155 @@
+"""Diagnosis as a pure function of a window of frames.
+
+Each frame gives every signal a state; a stage's raw level in a frame is its worst known signal.
+Hysteresis turns raw levels into the reported state: a worse state must hold for `rise` samples in
+a row, a better one for `clear`, so states never flap. When several stages are at the verdict's
+level, the root is the one whose state began first, the chain's order breaking ties.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from agent.diagnosis.config import DiagnosisConfig, Threshold
+from agent.diagnosis.explain import explain
+from agent.diagnosis.model import RUNBOOKS, Diagnosis, Evidence, StageDiagnosis, severity
+from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, STAGES, UNKNOWN, NotJudged, Signal
+from agent.frame import Frame
+
+
+def signal_state(signal: Signal, threshold: Threshold, value) -> str:
+    if value is UNKNOWN:
+        return "unknown"
+    if value is NOT_APPLICABLE:
+        return "ok"
+    if isinstance(value, NotJudged):
+        return "info"
+    worse = (lambda v, t: v > t) if signal.direction == "above" else (lambda v, t: v < t)
+    if threshold.firing is not None and worse(value, threshold.firing):
+        return "firing"
+    if threshold.warn is not None and worse(value, threshold.warn):
+        return "warn"
+    return "ok"
+
+
+class StageTracker:
+    """The hysteresis of one stage over successive frames."""
+
+    def __init__(self, rise: int, clear: int) -> None:
+        self.rise, self.clear = rise, clear
+        self.state = "unknown"
+        self.since: float | None = None
+        self._known: list[str] = []          # raw levels since the data was last missing
+
+    def update(self, raw: str, t: float) -> None:
+        if raw == "unknown":
+            self._known.clear()
+            self._set("unknown", t)
+            return
+        self._known.append(raw)
+        held_up = min(self._known[-self.rise:], key=severity) if len(self._known) >= self.rise else "ok"
+        if severity(held_up) > severity(self.state):
+            self._set(held_up, t)
+        elif len(self._known) >= self.clear:
+            held_down = max(self._known[-self.clear:], key=severity)
+            if severity(held_down) < severity(self.state):
+                self._set(held_down, t)
+
+    def _set(self, state: str, t: float) -> None:
+        if state != self.state or self.since is None:
+            self.state, self.since = state, t
+
+
+def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> tuple[dict, dict]:
+    """(signal id -> (value, state), stage -> raw level) for one frame."""
+    values = {}
+    for signal in SIGNALS:
+        try:
+            value = signal.read(frame, window)
+        except (KeyError, TypeError, ZeroDivisionError):
+            value = UNKNOWN    # a frame from an older or partial source: the signal is unknown, not wrong
+        values[signal.id] = (value, signal_state(signal, config.threshold(signal.id), value))
+    raw = {}
+    for stage in STAGES:
+        known = [state for s in SIGNALS if s.stage == stage for state in [values[s.id][1]]
+                 if state not in ("unknown", "info")]
+        raw[stage] = max(known, key=severity) if known else "unknown"
+    return values, raw
+
+
+def _track(frames: list[Frame], config: DiagnosisConfig, on_frame=None) -> tuple[dict, dict]:
+    trackers = {stage: StageTracker(config.rise, config.clear) for stage in STAGES}
+    values: dict = {}
+    start = 0
+    for i, frame in enumerate(frames):
+        while frames[start].time_unix < frame.time_unix - config.window_s:
+            start += 1
+        values, raw = frame_levels(frame, frames[start:i + 1], config)
+        for stage in STAGES:
+            trackers[stage].update(raw[stage], frame.time_unix)
+        if on_frame:
+            on_frame(frame, {stage: t.state for stage, t in trackers.items()})
+    return trackers, values
+
+
+def stage_states(frames: list[Frame], config: DiagnosisConfig | None = None) -> list[tuple[float, dict]]:
+    """The reported state of every stage after each frame: [(time_unix, {stage: state})]."""
+    out: list[tuple[float, dict]] = []
+    _track(frames, config or DiagnosisConfig(), lambda f, states: out.append((f.time_unix, states)))
+    return out
+
+
+def diagnose(frames: list[Frame], config: DiagnosisConfig | None = None) -> Diagnosis:
+    config = config or DiagnosisConfig()
+    trackers, values = _track(frames, config)
+    last = frames[-1] if frames else None
+    stages = [_stage_result(stage, trackers[stage], values, last, config) for stage in STAGES]
+    _mark_consequences(stages, last)
+    verdict = max((s.state for s in stages), key=severity)
+    return Diagnosis(verdict, _root(stages), stages, last.time_unix if last else None)
+
+
+# Scheduler waits whose reason lies in another stage: the queue is that stage's consequence.
+_WAIT_CAUSES = {"no_free_blocks": "kv_cache", "preempted": "kv_cache", "model_loading": "cold_path"}
+
+
+def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> None:
+    by_name = {s.stage: s for s in stages}
+    scheduler = by_name["scheduler"]
+    if scheduler.state not in ("warn", "firing") or frame is None or frame.window is None:
+        return
+    reasons = {k: v for k, v in frame.window["scheduler"].get("wait_seconds_by_reason", {}).items()
+               if k != "step_boundary"}
+    if not reasons:
+        return
+    cause = _WAIT_CAUSES.get(max(reasons, key=reasons.get))
+    if cause and by_name[cause].state in ("warn", "firing"):
+        scheduler.consequence_of = cause
+
+
+def _root(stages: list[StageDiagnosis]) -> str | None:
+    """The most severe stage that is not another's consequence; then the earliest; then the chain's order."""
+    troubled = [s for s in stages if s.state in ("warn", "firing")]
+    causes = [s for s in troubled if s.consequence_of is None] or troubled
+    if not causes:
+        return None
+    return min(causes, key=lambda s: (-severity(s.state), s.since_unix or 0.0, STAGES.index(s.stage))).stage
+
+
+def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame | None,
+                  config: DiagnosisConfig) -> StageDiagnosis:
+    evidence = []
+    span = frame.engine["window"]["span_s"] if frame and frame.engine else config.window_s
+    for signal in (s for s in SIGNALS if s.stage == stage):
+        value, state = values.get(signal.id, (UNKNOWN, "unknown"))
+        threshold = config.threshold(signal.id)
+        number = value.value if isinstance(value, NotJudged) else value if isinstance(value, int | float) else None
+        evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing, signal.unit,
+                                 f"{span:.0f}s", state, applicable=value is not NOT_APPLICABLE))
+    evidence.sort(key=lambda e: -severity(e.state) if e.state in ("ok", "warn", "firing") else 1)
+    explanation, recommendations = explain(stage, tracker.state, evidence, frame)
+    since = None
+    if tracker.since is not None:
+        since = dt.datetime.fromtimestamp(tracker.since, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return StageDiagnosis(stage, tracker.state, since, tracker.since, explanation, evidence, recommendations,
+                          RUNBOOKS[stage])

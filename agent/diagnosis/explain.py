@@ -1,0 +1,229 @@
+"""One sentence with the numbers, and recommendations that name flags and values, for each stage."""
+
+from __future__ import annotations
+
+import math
+
+from agent.diagnosis.model import Evidence, Recommendation
+from agent.frame import Frame
+
+BLOCK_SIZES = (8, 16, 32, 64, 128)
+TARGET_BLOCK_WASTE = 0.10
+
+
+def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | None) -> tuple[str, list[Recommendation]]:
+    if state == "unknown":
+        return _unknown_sentence(stage, frame), []
+    bad = [e for e in evidence if e.state in ("warn", "firing")]
+    ctx = _Context(frame)
+    if not bad:
+        return f"{_STAGE_NAMES[stage]} healthy: " + ", ".join(_fmt_row(e) for e in evidence if e.value is not None
+                                                             and e.applicable)[:200] or "no data", []
+    sentences = [_SENTENCES[stage](e, ctx) for e in bad[:2]]
+    return "; ".join(sentences), _RECOMMEND[stage](bad, ctx)
+
+
+_STAGE_NAMES = {"kv_cache": "KV cache", "scheduler": "scheduler", "cold_path": "cold path"}
+
+
+def _unknown_sentence(stage: str, frame: Frame | None) -> str:
+    if frame is None:
+        return "no samples yet"
+    if frame.engine is None:
+        return f"{_STAGE_NAMES[stage]}: no engine is observed and no GPU signal is available"
+    return f"{_STAGE_NAMES[stage]}: no data for any of its signals"
+
+
+class _Context:
+    """The engine's settings and window figures an explanation refers to."""
+
+    def __init__(self, frame: Frame | None) -> None:
+        engine = (frame.engine or {}) if frame else {}
+        self.cfg = engine.get("engine", {})
+        window = engine.get("window") or {}
+        self.kv = window.get("kv", {})
+        self.sched = window.get("scheduler", {})
+        self.cold = window.get("cold_path", {})
+        lengths = self.kv.get("sequence_lengths") or []
+        self.lengths = lengths
+        self.mean_length = sum(lengths) / len(lengths) if lengths else None
+        self.device = self.cfg.get("device", "cpu")
+
+
+def _cmp(e: Evidence) -> str:
+    limit = e.firing if e.state == "firing" and e.firing is not None else e.warn
+    return f"{'>' if e.signal not in _LOWER_IS_WORSE else '<'} {_fmt_value(limit, e.unit)}"
+
+
+_LOWER_IS_WORSE = {"kv_access_efficiency", "effective_bandwidth_ratio", "compute_utilisation", "token_budget_use"}
+
+
+def _fmt_value(value, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "seconds":
+        return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
+    return f"{value:.2f}"
+
+
+def _fmt_row(e: Evidence) -> str:
+    return f"{e.label} {_fmt_value(e.value, e.unit)}"
+
+
+def _head(e: Evidence) -> str:
+    return f"{e.label} {_fmt_value(e.value, e.unit)} {_cmp(e)}"
+
+
+# --- KV cache -------------------------------------------------------------------------------------
+def _kv_sentence(e: Evidence, ctx: _Context) -> str:
+    cfg = ctx.cfg
+    if e.signal == "kv_fragmentation_ratio":
+        if cfg.get("allocator") == "contiguous":
+            used = f"requests use {ctx.mean_length:.0f} on average" if ctx.mean_length else "requests use far fewer"
+            return (f"{_head(e)}: the contiguous allocator reserves {cfg.get('max_model_len')} slots per request "
+                    f"and {used}")
+        return f"{_head(e)}: blocks of {cfg.get('block_size')} tokens leave their last slots empty"
+    if e.signal == "kv_access_efficiency":
+        return (f"{_head(e)}: attention moves whole blocks of {cfg.get('block_size')} tokens and pads decode groups, "
+                f"so {1 - (e.value or 0):.0%} of the KV bytes it reads hold no useful token")
+    if e.signal == "effective_bandwidth_ratio":
+        achieved = ctx.kv.get("read_bandwidth_bytes_per_s") or 0
+        return (f"{_head(e)}: paged attention reads KV at {achieved / 1e9:.2f} GB/s, {e.value:.0%} of what dense "
+                f"attention reaches on this device reading as many bytes")
+    if e.signal == "bandwidth_swing_cv":
+        return f"{_head(e)}: achieved KV bandwidth swings from step to step although memory looks free"
+    if e.signal == "preemption_with_free_memory":
+        return f"{_head(e)}: requests were preempted or refused while at least 10% of KV memory was free"
+    return _head(e)
+
+
+def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
+    cfg = ctx.cfg
+    out = []
+    if cfg.get("allocator") == "contiguous":
+        out.append(Recommendation("--allocator paged: reserve KV block by block instead of max_model_len per request "
+                                  "(PagedAttention took fragmentation from 30% to 12% in the report)",
+                                  {"allocator": "paged"}))
+    else:
+        best = choose_block_size(ctx.lengths, cfg.get("block_size"))
+        if best is not None and best != cfg.get("block_size"):
+            waste_now = block_waste(ctx.lengths, cfg["block_size"])
+            out.append(Recommendation(
+                f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean {ctx.mean_length:.0f} tokens) "
+                f"it leaves {block_waste(ctx.lengths, best):.0%} of KV slots empty, against {waste_now:.0%} at "
+                f"{cfg['block_size']}", {"block_size": best}))
+    if any(e.signal == "preemption_with_free_memory" for e in bad) and cfg.get("max_num_seqs"):
+        lower = max(1, cfg["max_num_seqs"] * 3 // 4)
+        out.append(Recommendation(f"--max-num-seqs {lower}: admit fewer requests at once so running ones are not "
+                                  f"preempted (or give the cache more memory with --kv-cache-memory)",
+                                  {"max_num_seqs": lower}))
+    max_len = cfg.get("max_model_len") or 0
+    if max_len > 65536:
+        batch = max(1, int(min(8, 32 / (max_len / 4096) ** 0.6)))
+        out.append(Recommendation(f"contexts over 64K: FlashAttention-3 and --max-num-seqs {batch} "
+                                  f"(the report's min(8, 32 / (context_len / 4096) ** 0.6))", {"max_num_seqs": batch}))
+    return out
+
+
+def block_waste(lengths: list[int], block_size: int) -> float:
+    """Share of allocated slots left empty if each sequence took whole blocks of `block_size`."""
+    allocated = sum(math.ceil(n / block_size) * block_size for n in lengths)
+    return (allocated - sum(lengths)) / allocated if allocated else 0.0
+
+
+def choose_block_size(lengths: list[int], current: int | None) -> int | None:
+    """A quick sweep on observed lengths: the largest block (best locality) that wastes at most 10% of slots."""
+    if len(lengths) < 8:
+        return None
+    fitting = [b for b in BLOCK_SIZES if block_waste(lengths, b) <= TARGET_BLOCK_WASTE]
+    return max(fitting) if fitting else min(BLOCK_SIZES)
+
+
+# --- scheduler ------------------------------------------------------------------------------------
+def _main_wait_reason(ctx: _Context) -> tuple[str, float] | None:
+    reasons = {k: v for k, v in (ctx.sched.get("wait_seconds_by_reason") or {}).items() if k != "step_boundary"}
+    total = sum(reasons.values())
+    if not total:
+        return None
+    reason = max(reasons, key=reasons.get)
+    return reason, reasons[reason] / total
+
+
+def _sched_sentence(e: Evidence, ctx: _Context) -> str:
+    cfg = ctx.cfg
+    if e.signal == "scheduler_wait_p99":
+        main = _main_wait_reason(ctx)
+        why = f", mostly {main[0]} ({main[1]:.0%} of the wait)" if main else ""
+        return f"{_head(e)}{why}"
+    if e.signal == "head_of_line_blocking":
+        mode = ("without chunked prefill" if not cfg.get("enable_chunked_prefill")
+                else f"with a {cfg.get('max_num_batched_tokens')}-token budget")
+        return f"{_head(e)}: short requests spend {e.value:.0%} of their wait behind long prefills ({mode})"
+    if e.signal == "compute_utilisation":
+        return f"{_head(e)}: compute sits idle while requests are queued"
+    if e.signal == "token_budget_use":
+        return (f"{_head(e)}: steps fill {e.value:.0%} of the {cfg.get('max_num_batched_tokens')}-token budget "
+                f"while requests wait")
+    return _head(e)
+
+
+def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
+    cfg = ctx.cfg
+    out = []
+    signals = {e.signal for e in bad}
+    main = _main_wait_reason(ctx)
+    if main and main[0] == "no_free_blocks":
+        out.append(Recommendation("requests wait for KV memory: this is a consequence of the KV cache stage; "
+                                  "fix that first"))
+    if main and main[0] == "model_loading":
+        out.append(Recommendation("requests wait for model loads: this is a consequence of the cold path stage"))
+    if "head_of_line_blocking" in signals or not cfg.get("enable_chunked_prefill") or (
+            main and main[0] in ("behind_long_prefill", "token_budget")):
+        budget = 8192 if str(ctx.device).startswith("cuda") else 512
+        cap = budget // 4
+        out.append(Recommendation(
+            f"--enable-chunked-prefill --max-num-batched-tokens {budget} --long-prefill-token-threshold {cap}: "
+            f"split long prefills so short requests share every step (the report: utilisation 65% -> 82%)",
+            {"enable_chunked_prefill": True, "max_num_batched_tokens": budget, "long_prefill_token_threshold": cap}))
+    if "head_of_line_blocking" in signals and cfg.get("policy") != "short-first":
+        out.append(Recommendation("--policy short-first: admit short contexts first (the report: P99 swing -35%)",
+                                  {"policy": "short-first"}))
+    if main and main[0] == "max_num_seqs" and cfg.get("max_num_seqs"):
+        more = cfg["max_num_seqs"] * 2
+        out.append(Recommendation(f"--max-num-seqs {more}: the batch is full while the budget is not",
+                                  {"max_num_seqs": more}))
+    out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: batch 8, chunked "
+                              "prefill on (balanced: batch 12; aggressive: batch 16 with FP8, offline only)"))
+    return out
+
+
+# --- cold path --------------------------------------------------------------------------------------
+def _cold_sentence(e: Evidence, ctx: _Context) -> str:
+    cold = ctx.cold
+    if e.signal == "step_time_inflation":
+        during, without = cold.get("step_time_during_load_s"), cold.get("step_time_without_load_s")
+        if during and without:
+            return (f"{_head(e)}: decode steps take {during * 1000:.0f} ms while a model loads against "
+                    f"{without * 1000:.0f} ms without")
+    if e.signal == "requests_waiting_on_model":
+        return (f"{_head(e)}: {cold.get('loads_in_window', 0)} model loads "
+                f"({(cold.get('load_bytes_in_window') or 0) / 1e6:.0f} MB) in the window kept requests waiting")
+    if e.signal == "pcie_backpressure":
+        return f"{_head(e)}: a PCIe link runs at {e.value:.0%} of its bandwidth"
+    if e.signal == "threads_blocked_on_data":
+        return f"{_head(e)}: engine threads block on I/O"
+    return _head(e)
+
+
+def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
+    models = ctx.cfg.get("models") or 1
+    return [
+        Recommendation(f"--num-preload-models {models}: load every served model before traffic and keep it "
+                       f"resident (the report: cold-start latency -43% with 2 preloaded)",
+                       {"num_preload_models": models, "max_resident_models": models}),
+        Recommendation("on Kubernetes, keep hot instances on their nodes: pod anti-affinity by tenant class"),
+    ]
+
+
+_SENTENCES = {"kv_cache": _kv_sentence, "scheduler": _sched_sentence, "cold_path": _cold_sentence}
+_RECOMMEND = {"kv_cache": _kv_recommend, "scheduler": _sched_recommend, "cold_path": _cold_recommend}

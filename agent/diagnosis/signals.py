@@ -1,0 +1,193 @@
+"""The signals of each stage (STAGES.md), with default thresholds, and how to read each from frames.
+
+A reader returns a number, `UNKNOWN` when the data is missing (no GPU, no engine, a collector that
+failed) or `NOT_APPLICABLE` when the situation it judges is absent (no model load to inflate steps,
+no request waiting to make low utilisation a problem), which counts as healthy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.frame import Frame
+
+KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
+STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
+
+
+class _Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+UNKNOWN = _Marker("UNKNOWN")
+NOT_APPLICABLE = _Marker("NOT_APPLICABLE")
+
+
+@dataclass(frozen=True)
+class NotJudged:
+    """A measured value shown as evidence but not judged against thresholds here, and why."""
+    value: float
+    why: str
+
+
+CPU_BANDWIDTH = ("on a CPU, attention is bound by compute and per-call overhead, not memory bandwidth: "
+                 "shown, not judged")
+
+
+def _memory_bound_only(key: str):
+    """A bandwidth signal, judged only where attention is memory-bound (a GPU)."""
+    def read(frame: Frame, _window):
+        value = _kv(frame, key)
+        if isinstance(value, float) and not frame.engine["engine"]["device"].startswith("cuda"):
+            return NotJudged(value, CPU_BANDWIDTH)
+        return value
+    return read
+
+
+@dataclass(frozen=True)
+class Signal:
+    id: str
+    stage: str
+    label: str
+    direction: str               # "above": higher is worse; "below": lower is worse
+    warn: float | None
+    firing: float | None
+    unit: str
+    read: Callable[[Frame, list[Frame]], object]   # (this frame, the frames of the window up to it)
+
+
+def _kv(frame: Frame, key: str):
+    w = frame.window
+    if w is None:
+        return UNKNOWN
+    value = w["kv"].get(key)
+    return NOT_APPLICABLE if value is None else value
+
+
+def _sched(frame: Frame, key: str):
+    w = frame.window
+    if w is None:
+        return UNKNOWN
+    value = w["scheduler"].get(key)
+    return NOT_APPLICABLE if value is None else value
+
+
+def _requests_waited(frame: Frame) -> bool:
+    w = frame.window
+    return bool(w and (w["scheduler"].get("waiting_share") or 0) > 0)
+
+
+def memory_bandwidth_utilisation(frame: Frame, _window) -> object:
+    values = [g["utilization_memory_ratio"] for g in frame.gpus() if g.get("utilization_memory_ratio") is not None]
+    return max(values) if values else UNKNOWN
+
+
+def _share_of_frames(window: list[Frame], happened: Callable[[Frame, Frame | None], bool | None]) -> object:
+    """Share of the window's frames in which something happened; UNKNOWN without engine data."""
+    seen = []
+    previous = None
+    for f in window:
+        flag = happened(f, previous)
+        if flag is not None:
+            seen.append(flag)
+        previous = f
+    return sum(seen) / len(seen) if seen else UNKNOWN
+
+
+def _free_memory_refusals(frame: Frame, previous: Frame | None) -> bool | None:
+    if frame.engine is None:
+        return None
+    if previous is None or previous.engine is None:
+        return False
+    c, p = frame.engine["counters"], previous.engine["counters"]
+    keys = ("preemptions_with_free_memory_total", "allocation_failures_with_free_memory_total")
+    return sum(c.get(k, 0) - p.get(k, 0) for k in keys) > 0
+
+
+def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:
+    return _share_of_frames(window, _free_memory_refusals)
+
+
+def compute_utilisation(frame: Frame, _window) -> object:
+    if frame.engine is None:
+        return UNKNOWN
+    if not _requests_waited(frame):
+        return NOT_APPLICABLE
+    gpus = [g["utilization_gpu_ratio"] for g in frame.gpus() if g.get("utilization_gpu_ratio") is not None]
+    if gpus and frame.engine["engine"]["device"].startswith("cuda"):
+        return sum(gpus) / len(gpus)
+    return _sched(frame, "busy_ratio_while_waiting")
+
+
+def token_budget_use(frame: Frame, _window) -> object:
+    if frame.engine is None:
+        return UNKNOWN
+    return _sched(frame, "budget_use_while_waiting") if _requests_waited(frame) else NOT_APPLICABLE
+
+
+def pcie_backpressure(frame: Frame, _window) -> object:
+    values = []
+    for g in frame.gpus():
+        pcie = g.get("pcie") or {}
+        values += [pcie[k] for k in ("tx_util_ratio", "rx_util_ratio") if pcie.get(k) is not None]
+    return max(values) if values else UNKNOWN
+
+
+def step_time_inflation(frame: Frame, _window) -> object:
+    w = frame.window
+    if w is None:
+        return UNKNOWN
+    value = w["cold_path"].get("step_time_inflation")
+    return NOT_APPLICABLE if value is None else value
+
+
+def requests_waiting_on_model(frame: Frame, window: list[Frame]) -> object:
+    def waiting(f: Frame, _previous) -> bool | None:
+        return None if f.window is None else f.window["cold_path"].get("waiting_on_model", 0) > 0
+    return _share_of_frames(window, waiting)
+
+
+def threads_blocked_on_data(frame: Frame, _window) -> object:
+    host = (frame.node_sample or {}).get("host")
+    if not host:
+        return UNKNOWN
+    process = host.get("process") or {}
+    values = [v for v in (host.get("cpu_iowait_ratio"), process.get("uninterruptible_ratio")) if v is not None]
+    return max(values) if values else UNKNOWN
+
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal("kv_fragmentation_ratio", KV_CACHE, "KV fragmentation", "above", 0.20, 0.30, "ratio",
+           lambda f, _w: _kv(f, "fragmentation_ratio")),
+    Signal("kv_access_efficiency", KV_CACHE, "KV access efficiency", "below", 0.75, 0.60, "ratio",
+           lambda f, _w: _kv(f, "access_efficiency")),
+    Signal("effective_bandwidth_ratio", KV_CACHE, "effective KV read bandwidth", "below", 0.75, 0.60, "ratio",
+           _memory_bound_only("effective_bandwidth_ratio")),
+    Signal("bandwidth_swing_cv", KV_CACHE, "KV bandwidth swing", "above", 0.25, 0.40, "ratio",
+           _memory_bound_only("bandwidth_swing_cv")),
+    Signal("memory_bandwidth_utilisation", KV_CACHE, "device memory busy", "above", 0.85, 0.95, "ratio",
+           memory_bandwidth_utilisation),
+    Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
+           "share of samples", preemption_with_free_memory),
+    Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
+           lambda f, _w: _sched(f, "decided_wait_p99_s")),
+    Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
+           compute_utilisation),
+    Signal("head_of_line_blocking", SCHEDULER, "head-of-line blocking", "above", 0.30, 0.50, "ratio",
+           lambda f, _w: _sched(f, "head_of_line_share")),
+    Signal("token_budget_use", SCHEDULER, "token budget use while requests wait", "below", 0.50, None, "ratio",
+           token_budget_use),
+    Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure),
+    Signal("step_time_inflation", COLD_PATH, "step-time inflation during model loads", "above", 1.20, 1.50, "ratio",
+           step_time_inflation),
+    Signal("requests_waiting_on_model", COLD_PATH, "requests waiting on a model load", "above", 0.0, 0.5,
+           "share of samples", requests_waiting_on_model),
+    Signal("threads_blocked_on_data", COLD_PATH, "threads blocked on data", "above", 0.10, 0.25, "ratio",
+           threads_blocked_on_data),
+)
+SIGNALS_BY_ID = {s.id: s for s in SIGNALS}

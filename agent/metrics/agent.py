@@ -1,0 +1,47 @@
+"""The agent's own health: collectors of the frame, the frame's time, the driver, hook errors, ring drops."""
+
+from __future__ import annotations
+
+from agent.metrics.families import Scrape
+
+DRIVER_STATES = ("ok", "no_driver", "error")
+# The hooks engine_hooks.instrumentation guards: exported at 0 from the start, so the first error is an increase.
+HOOKS = ("step_start", "step_end", "schedule", "preempt", "allocate", "forward", "load", "attention")
+
+
+def collect(out: Scrape, frame, _diagnosis) -> None:
+    if frame is None:
+        return
+    out.gauge("stagelens_frame_timestamp_seconds", "When the frame this scrape reads was sampled (Unix time).",
+              frame.time_unix)
+    for c in frame.collectors:
+        out.flag("stagelens_collector_success", "1 when the collector succeeded in the latest frame.", c["success"],
+                 collector=c["name"])
+        out.gauge("stagelens_collector_duration_seconds", "How long the collector took in the latest frame.",
+                  c.get("duration_seconds"), collector=c["name"])
+    driver = (frame.node_sample or {}).get("driver")
+    if driver:
+        for state in DRIVER_STATES:
+            out.flag("stagelens_driver_state", "1 for the NVML driver's current state (ok, no_driver, error).",
+                     driver.get("state") == state, state=state)
+        out.gauge("stagelens_driver_info", "1, labelled with the driver and CUDA versions and the NVML source.", 1,
+                  driver_version=driver.get("driver_version") or "",
+                  cuda_driver_version=driver.get("cuda_driver_version") or "", source=driver.get("source") or "")
+    engine = frame.engine
+    out.flag("stagelens_engine_attached", "1 when the frame holds an engine snapshot.", engine is not None)
+    if engine is None:
+        return
+    config = engine["engine"]
+    out.gauge("stagelens_engine_info", "1, labelled with the engine's configuration.", 1,
+              model=config.get("model"), allocator=config.get("allocator"), policy=config.get("policy"),
+              device=config.get("device"), dtype=config.get("dtype"),
+              chunked_prefill=str(bool(config.get("enable_chunked_prefill"))).lower())
+    out.gauge("stagelens_engine_window_seconds", "Span of the window the engine's derived figures cover.",
+              engine["window"].get("span_s"))
+    errors = engine.get("hook_errors", {})
+    for hook in sorted(set(HOOKS) | set(errors)):
+        out.counter("stagelens_hook_errors_total", "Hook failures (the engine went on; the figures may be short).",
+                    errors.get(hook, 0), hook=hook)
+    for ring, count in sorted(engine.get("dropped", {}).items()):
+        out.counter("stagelens_recorder_dropped_total", "Records the recorder's bounded rings overwrote unread.",
+                    count, ring=ring)

@@ -1,0 +1,62 @@
+"""Plain-text renderings shared by the commands: a diagnosis and a before/after table."""
+
+from __future__ import annotations
+
+from agent.diagnosis.model import Diagnosis
+
+_MARK = {"firing": "FIRING", "warn": "warn", "ok": "ok", "unknown": "unknown", "info": "info"}
+
+
+def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
+    head = f"verdict: {_MARK[d.verdict]}"
+    if d.root_stage:
+        head += f" — root stage: {d.root_stage}"
+    lines = [head]
+    for s in d.stages:
+        lines.append(f"\n[{_MARK[s.state]}] {s.stage}" + (f" since {s.since}" if s.since and s.state != "ok" else "")
+                     + (f" (a consequence of {s.consequence_of})" if s.consequence_of else ""))
+        lines.append(f"  {s.explanation}")
+        if verbose:
+            for e in s.evidence:
+                value = "n/a" if e.value is None else f"{e.value:.4g}"
+                limits = f"warn {_limit(e.warn)} / firing {_limit(e.firing)}"
+                lines.append(f"    {_MARK[e.state]:<7} {e.signal:<30} {value:>10} {e.unit:<17} {limits}")
+        for r in s.recommendations if s.state in ("warn", "firing") else []:
+            lines.append(f"  -> {r.text}")
+        if s.state in ("warn", "firing"):
+            lines.append(f"  runbook: {s.runbook}  (stagelens runbook {s.runbook.split('/')[-1].removesuffix('.md')})")
+    return "\n".join(lines)
+
+
+def _limit(value) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+ROWS = (
+    ("throughput", "throughput_tokens_per_s", "{:.1f} tok/s", "higher"),
+    ("P99 latency", "latency_p99_s", "{:.2f} s", "lower"),
+    ("P50 TTFT", "ttft_p50_s", "{:.2f} s", "lower"),
+    ("compute utilisation", "engine_busy_ratio", "{:.0%}", None),
+    ("KV fragmentation", "kv_fragmentation_ratio", "{:.2f}", "lower"),
+    ("scheduler wait p99", "scheduler_wait_p99_s", "{:.3f} s", "lower"),
+    ("head-of-line share", "head_of_line_share", "{:.2f}", "lower"),
+    ("step-time inflation", "step_time_inflation", "{:.2f}x", "lower"),
+    ("preemptions", "preemptions", "{:d}", "lower"),
+    ("model loads", "model_loads", "{:d}", "lower"),
+)
+
+
+def _fmt(fmt: str, value) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def render_before_after(before: dict, after: dict, verdict_before: str, verdict_after: str) -> str:
+    lines = [f"{'':<22}{'before':>16}{'after (fixed)':>16}{'change':>10}"]
+    for label, key, fmt, better in ROWS:
+        b, a = before.get(key), after.get(key)
+        change = ""
+        if better and isinstance(b, int | float) and isinstance(a, int | float) and b:
+            change = f"{(a - b) / abs(b):+.0%}"
+        lines.append(f"{label:<22}{_fmt(fmt, b):>16}{_fmt(fmt, a):>16}{change:>10}")
+    lines.append(f"{'verdict':<22}{verdict_before:>16}{verdict_after:>16}")
+    return "\n".join(lines)
