@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/stagelens lab --duration 20
+	$(BIN)/stagelens lab --scenario hol-blocking --fixed --duration 20
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -25,10 +25,12 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check . || true
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py --quick
+	$(BIN)/python bench/hooks_overhead.py --quick
+	$(BIN)/python bench/probes.py --quick
+	$(BIN)/python bench/detect.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -19,15 +19,36 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
-    from agent.commands import lab, probe, topo
+    from agent.commands import diagnose, lab, probe, record, runbook, topo, tui
 
-    cli.add_command(lab.lab)
-    cli.add_command(topo.topo)
-    cli.add_command(probe.probe)
+    for command in (lab.lab, diagnose.diagnose, record.record, runbook.runbook, topo.topo, probe.probe, tui.tui):
+        cli.add_command(command)
+
+
+GLOBAL_OPTIONS = ("--nvml-snapshot",)
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """Global options work anywhere on the line: move them in front of the command."""
+    front, rest = [], []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in GLOBAL_OPTIONS and i + 1 < len(argv):
+            front += argv[i:i + 2]
+            i += 2
+            continue
+        if arg.split("=", 1)[0] in GLOBAL_OPTIONS:
+            front.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return front + rest
 
 
 def main(argv: list[str] | None = None) -> None:
     _register()
+    argv = hoist_global_options(sys.argv[1:] if argv is None else list(argv))
     try:
         code = cli.main(args=argv, prog_name="stagelens", standalone_mode=False)
     except click.exceptions.Abort:

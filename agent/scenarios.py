@@ -30,13 +30,13 @@ SCENARIOS = {s.name: s for s in (
              "latency_p99_s"),
     Scenario("hol-blocking", "scheduler",
              "no chunked prefill and some 1800-token prompts: short requests queue behind long prefills",
-             dict(_COMMON, enable_chunked_prefill=False, max_num_batched_tokens=2048, long_prompt_share=0.15,
+             dict(_COMMON, enable_chunked_prefill=False, max_num_batched_tokens=2048, long_prompt_share=0.2,
                   long_prompt_len=1800, prompt_len="lognormal:64:0.5", rate=1.5),
              "ttft_p50_s"),
     Scenario("cold-load", "cold_path",
-             "three models, one preloaded and room for one resident: idle models are evicted and loaded again "
+             "four models, one preloaded and room for one resident: idle models are evicted and loaded again "
              "on the serving path",
-             dict(_COMMON, models=3, num_preload_models=1, max_resident_models=1, rate=0.8,
+             dict(_COMMON, models=4, num_preload_models=1, max_resident_models=1, rate=2.0,
                   prompt_len="lognormal:64:0.5", output_len="uniform:8:24"),
              "latency_p99_s"),
     Scenario("chain", "kv_cache",

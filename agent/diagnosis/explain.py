@@ -207,7 +207,8 @@ def _cold_sentence(e: Evidence, ctx: _Context) -> str:
                     f"{without * 1000:.0f} ms without")
     if e.signal == "requests_waiting_on_model":
         return (f"{_head(e)}: {cold.get('loads_in_window', 0)} model loads "
-                f"({(cold.get('load_bytes_in_window') or 0) / 1e6:.0f} MB) in the window kept requests waiting")
+                f"({(cold.get('load_bytes_in_window') or 0) / 1e6:.0f} MB) in the window kept on average "
+                f"{e.value:.2f} requests waiting")
     if e.signal == "pcie_backpressure":
         return f"{_head(e)}: a PCIe link runs at {e.value:.0%} of its bandwidth"
     if e.signal == "threads_blocked_on_data":

@@ -32,14 +32,12 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     out.gauge("stagelens_kv_access_efficiency_ratio",
               "Useful KV bytes read by attention / KV bytes actually moved, over the window.",
               kv.get("access_efficiency"))
-    out.gauge("stagelens_kv_read_bandwidth_bytes_per_second", "Achieved attention KV read bandwidth over the window.",
+    out.gauge("stagelens_kv_read_bandwidth_bytes_per_second",
+              "KV bytes moved per second of attention, over the window's decode steps.",
               kv.get("read_bandwidth_bytes_per_s"))
-    reference = config.get("attention_reference_bytes_per_s")
-    out.gauge("stagelens_kv_reference_bandwidth_bytes_per_second",
-              "Dense attention read bandwidth measured on this device: the reference for the achieved one.", reference)
-    achieved = kv.get("read_bandwidth_bytes_per_s")
-    out.gauge("stagelens_kv_effective_bandwidth_ratio", "Achieved KV read bandwidth / the reference bandwidth.",
-              achieved / reference if achieved is not None and reference else None)
+    out.gauge("stagelens_kv_effective_bandwidth_ratio",
+              "Useful KV bytes per second / what an ideal contiguous layout achieves for the same batch on this "
+              "device, over the window's decode steps.", kv.get("effective_bandwidth_ratio"))
     out.gauge("stagelens_kv_bandwidth_swing_ratio",
               "Coefficient of variation of decode-step KV read bandwidth over the window.",
               kv.get("bandwidth_swing_cv"))

@@ -49,7 +49,11 @@ def load_model(path: Path, preset: ModelPreset, device: torch.device, dtype: tor
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         data = f.read()     # storage -> host memory, the first leg of the cold path
     state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    # host memory -> device memory, the second leg: always a real copy into the model's own storage,
+    # even when the "device" is this CPU (as a transfer to a GPU would be)
+    resident = {name: t.to(device=device, dtype=dtype, copy=True) for name, t in state.items()}
+    del state
     with torch.device("meta"):
         model = Transformer(preset)
-    model.load_state_dict(state, assign=True)
-    return model.to(device=device, dtype=dtype).eval(), len(data)
+    model.load_state_dict(resident, assign=True)
+    return model.eval(), len(data)

@@ -100,12 +100,17 @@ class WorkloadPlan:
         self.cfg, self.vocab_size, self.max_model_len = cfg, vocab_size, max_model_len
         self._rng = random.Random(cfg.seed)
         self._clock = 0.0
+        self._long_credit = self._rng.random()   # long prompts come evenly spaced, at an exact share
+
 
     def next(self) -> PlannedRequest:
         cfg, rng = self.cfg, self._rng
         if cfg.concurrency is None:
             self._clock += rng.expovariate(cfg.rate)
-        long = rng.random() < cfg.long_prompt_share
+        self._long_credit += cfg.long_prompt_share
+        long = self._long_credit >= 1.0
+        if long:
+            self._long_credit -= 1.0
         out = min(cfg.output_len.sample(rng), self.max_model_len - 1)
         prompt_len = cfg.long_prompt_len if long else cfg.prompt_len.sample(rng)
         prompt_len = max(1, min(prompt_len, self.max_model_len - out))
