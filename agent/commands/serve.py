@@ -1,0 +1,82 @@
+"""`stagelens serve`: the agent and its HTTP API, optionally hosting the lab engine."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
+from agent.commands.engine_flags import engine_options
+from agent.errors import UserError
+from agent.scenarios import SCENARIOS
+
+EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UserError(f"--listen: expected HOST:PORT (e.g. 127.0.0.1:9481), got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@click.command()
+@click.option("--listen", default="127.0.0.1:9481", show_default=True, help="HOST:PORT to bind (loopback by default).")
+@click.option("--engine", "engine_kind", type=click.Choice(["none", "lab"]), default="none", show_default=True,
+              help="Host the bundled lab engine (and /v1/completions).")
+@click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="With --engine lab: run a scenario's workload.")
+@engine_options
+@diagnosis_options
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds.")
+@click.option("--token", envvar="STAGELENS_TOKEN", help="Bearer token for the endpoints that change state.")
+@click.option("--otel-exporter", type=click.Choice(EXPORTERS),
+              help="Trace exporter [OTEL_TRACES_EXPORTER; otlp-http when an OTLP endpoint is set, else none].")
+@click.option("--otel-endpoint", help="OTLP endpoint [OTEL_EXPORTER_OTLP_ENDPOINT].")
+@click.option("--otel-jsonl", type=click.Path(dir_okay=False), help="With --otel-exporter jsonl: the file.")
+@click.option("--vllm-metric-names", is_flag=True, help="Also export vLLM-named metrics (vLLM's meaning).")
+@click.pass_context
+def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | None, config_path, thresholds,
+          interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
+          otel_jsonl: str | None, vllm_metric_names: bool, **flags) -> int:
+    """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs)."""
+    import prometheus_client
+    import uvicorn
+
+    from agent.runtime import AgentRuntime, LabSettings
+    from agent.server.app import create_app
+
+    prometheus_client.disable_created_metrics()   # `_created` series only double every counter
+    host, port = parse_listen(listen)
+    if interval <= 0:
+        raise UserError(f"--interval: must be positive, got {interval}")
+    if scenario and engine_kind != "lab":
+        raise UserError("--scenario needs --engine lab")
+    lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario) if engine_kind == "lab" else None
+    if lab:
+        from agent.commands.engine_flags import build_configs
+
+        build_configs(lab.flags, SCENARIOS[scenario].defaults if scenario else {})   # bad flags fail now, not later
+    runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval, (ctx.obj or {}).get("nvml_snapshot"),
+                           lab=lab, vllm_names=vllm_metric_names)
+    runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
+    runtime.start()
+    click.echo(f"stagelens serving on http://{host}:{port} (engine: {engine_kind}"
+               f"{', scenario ' + scenario if scenario else ''}; docs at /docs)", err=True)
+    try:
+        uvicorn.run(create_app(runtime, token), host=host, port=port, log_level="warning")
+    finally:
+        runtime.stop()
+    return 0
+
+
+def _tracer(exporter: str | None, endpoint: str | None, jsonl: str | None, registry):
+    from agent.tracing import TraceExporter
+
+    configured = exporter or os.environ.get("OTEL_TRACES_EXPORTER")
+    if configured is None:
+        has_endpoint = endpoint or any(os.environ.get(k) for k in ("OTEL_EXPORTER_OTLP_ENDPOINT",
+                                                                   "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+        exporter = "otlp-http" if has_endpoint else "none"
+    settings = {"exporter": exporter, "endpoint": endpoint, "jsonl_path": jsonl}
+    return TraceExporter.from_env({k: v for k, v in settings.items() if v is not None}, registry=registry)

@@ -1,0 +1,131 @@
+"""The running agent: sampler, diagnosis, metrics and traces around one (optional) lab engine.
+
+Every surface reads the same frames: the HTTP API, `/metrics`, the traces, the TUI's remote source.
+Listener order matters: traces first (they mint the trace ids), then metrics (exemplars use them),
+then the diagnosis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from agent.diagnosis import DiagnosisConfig, diagnose
+from agent.diagnosis.model import Diagnosis
+from agent.errors import UserError
+from agent.frame import Frame
+from agent.metrics.exporter import MetricsExporter
+from agent.sampler import Sampler
+
+log = logging.getLogger(__name__)
+TRACE_MEMORY = 4096      # request id -> trace id / traceparent, for exemplars and HTTP clients' parents
+
+
+@dataclass
+class LabSettings:
+    flags: dict            # engine and workload flags as the user gave them
+    scenario: str | None   # a scenario whose workload runs in the background, if any
+
+
+class AgentRuntime:
+    def __init__(self, diagnosis_config: DiagnosisConfig | None = None, interval: float = 1.0,
+                 nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None,
+                 vllm_names: bool = False) -> None:
+        from probes.sample import NodeProbe, open_backend
+
+        self.diagnosis_config = diagnosis_config or DiagnosisConfig()
+        self.nvml_snapshot = nvml_snapshot
+        try:
+            self.backend = open_backend(nvml_snapshot)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        self.probe = NodeProbe(self.backend, pid=os.getpid())
+        self.sampler = Sampler(node_probe=self.probe, interval=interval)
+        self.tracer = tracer
+        self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
+        self.lab = None
+        self._lock = threading.Lock()
+        self._diagnosis: Diagnosis | None = None
+        self._trace_ids: OrderedDict[str, str] = OrderedDict()
+        self._traceparents: OrderedDict[str, str] = OrderedDict()
+        self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._update_diagnosis]
+        if lab is not None:
+            from agent.lab_host import LabHost
+
+            self.lab = LabHost(lab, self.sampler)
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.lab:
+            self.lab.start()
+        self.sampler.start()
+
+    def stop(self) -> None:
+        self.sampler.stop()
+        if self.lab:
+            self.lab.stop()
+        if self.tracer:
+            self.tracer.shutdown()
+        self.probe.close()
+
+    # --- what every surface reads ----------------------------------------------------------------------
+    def latest_frame(self) -> Frame | None:
+        frames = self.sampler.frames()
+        return frames[-1] if frames else None
+
+    def latest_diagnosis(self) -> Diagnosis | None:
+        return self._diagnosis
+
+    def frames(self, since: float | None) -> list[Frame]:
+        return self.sampler.frames(since)
+
+    def slowest_requests(self, n: int) -> list[dict]:
+        recorder = self.lab.recorder if self.lab else None
+        if recorder is None:
+            return []
+        timelines = [t for t in recorder.recent_timelines() if t.finished is not None]
+        timelines.sort(key=lambda t: t.finished - t.arrival, reverse=True)
+        return [t.to_dict() for t in timelines[:n]]
+
+    def ready(self) -> tuple[bool, str]:
+        if self.latest_frame() is None:
+            return False, "no sample taken yet"
+        if self.lab and not self.lab.running:
+            return False, "the lab engine is not running"
+        return True, "ready"
+
+    # --- per request -------------------------------------------------------------------------------------
+    def remember_traceparent(self, request_id: str, traceparent: str | None) -> None:
+        if traceparent:
+            with self._lock:
+                _bounded_put(self._traceparents, request_id, traceparent)
+
+    def trace_id_for(self, timeline) -> str | None:
+        with self._lock:
+            return self._trace_ids.get(timeline.request_id)
+
+    # --- sampler listeners -----------------------------------------------------------------------------
+    def _export_traces(self, frame: Frame, timelines: list) -> None:
+        if self.tracer is None:
+            return
+        for t in timelines:
+            with self._lock:
+                parent = self._traceparents.pop(t.request_id, None)
+            trace_id = self.tracer.export_timeline(t, traceparent=parent)
+            if trace_id:
+                with self._lock:
+                    _bounded_put(self._trace_ids, t.request_id, trace_id)
+
+    def _update_diagnosis(self, frame: Frame, _timelines: list) -> None:
+        frames = self.sampler.frames()
+        horizon = frame.time_unix - max(60.0, 3 * self.diagnosis_config.window_s)
+        self._diagnosis = diagnose([f for f in frames if f.time_unix >= horizon], self.diagnosis_config)
+
+
+def _bounded_put(store: OrderedDict, key: str, value: str) -> None:
+    store[key] = value
+    while len(store) > TRACE_MEMORY:
+        store.popitem(last=False)

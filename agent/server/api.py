@@ -1,0 +1,55 @@
+"""Read-only routes: diagnosis, topology, frames, slowest requests, health."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+
+router = APIRouter()
+
+
+@router.get("/healthz", tags=["health"])
+def healthz() -> dict:
+    """The process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", tags=["health"])
+def readyz(request: Request):
+    """Ready once a sample has been taken (and the lab engine, if hosted, runs)."""
+    ok, why = request.app.state.runtime.ready()
+    return JSONResponse({"status": "ready" if ok else "not ready", "detail": why}, status_code=200 if ok else 503)
+
+
+@router.get("/api/v1/diagnosis", tags=["diagnosis"])
+def diagnosis(request: Request) -> dict:
+    """The current verdict: the `diagnose --json` document."""
+    d = request.app.state.runtime.latest_diagnosis()
+    if d is None:
+        raise HTTPException(503, "no sample taken yet: retry in a second")
+    return d.to_dict()
+
+
+@router.get("/api/v1/topology", tags=["node"])
+def topology(request: Request) -> dict:
+    """The `topo --json` document of this node."""
+    from probes.errors import NoDriverError
+    from probes.topology import topology_json
+
+    try:
+        return topology_json(request.app.state.runtime.backend)
+    except NoDriverError as exc:
+        raise HTTPException(503, f"no NVIDIA driver: {exc}") from None
+
+
+@router.get("/api/v1/frames", tags=["frames"])
+def frames(request: Request, since: float | None = Query(default=None, ge=0,
+                                                         description="only frames taken after this Unix time")) -> list:
+    """Frames kept in the agent's history, oldest first."""
+    return [f.to_dict() for f in request.app.state.runtime.frames(since)]
+
+
+@router.get("/api/v1/requests/slowest", tags=["requests"])
+def slowest(request: Request, n: int = Query(default=10, ge=1, le=1000)) -> list:
+    """The slowest recent requests with their timelines (waits with reasons, prefill chunks, preemptions)."""
+    return request.app.state.runtime.slowest_requests(n)

@@ -1,0 +1,25 @@
+"""The FastAPI application around an `AgentRuntime`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request, Response
+
+from agent.server import api, completions, control
+
+
+def create_app(runtime, token: str | None = None) -> FastAPI:
+    app = FastAPI(title="stagelens", version="0.1.0", redirect_slashes=False,
+                  description="Which LLM-serving bottleneck stage is firing: KV cache, scheduler or cold path.")
+    app.state.runtime = runtime
+    app.state.token = token
+
+    @app.get("/metrics", tags=["metrics"], response_class=Response)
+    def metrics(request: Request) -> Response:
+        """Prometheus exposition; OpenMetrics (with trace-id exemplars) when the scraper asks for it."""
+        body, content_type = runtime.metrics.render(request.headers.get("accept"))
+        return Response(body, media_type=content_type)
+
+    app.include_router(api.router)
+    app.include_router(control.router)
+    app.include_router(completions.router)
+    return app
