@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $@
 
 demo: $(STAMP)
-	$(BIN)/stagelens lab --scenario hol-blocking --fixed --duration 20
+	@if [ -t 0 ]; then $(BIN)/stagelens tui --scenario hol-blocking; else $(BIN)/stagelens lab --scenario hol-blocking --fixed --duration 20; fi
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -30,6 +30,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/engine.py --quick
 	$(BIN)/python bench/hooks_overhead.py --quick
 	$(BIN)/python bench/probes.py --quick
+	$(BIN)/python bench/exporters.py --quick
 	$(BIN)/python bench/detect.py --quick
 
 clean:

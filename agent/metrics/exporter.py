@@ -20,9 +20,23 @@ class MetricsExporter:
         self.collector = StagelensCollector(latest_frame, latest_diagnosis)
         self.registry.register(self.collector)
         self.waits = WaitMetrics(self.registry, trace_id_for, vllm_names)
+        self._latest_frame = latest_frame
+        self._cache: dict[str, tuple[object, bytes, str]] = {}   # accept header -> (frame, body, content type)
 
     def on_frame(self, frame, timelines: list) -> None:
         self.waits.on_frame(frame, timelines)
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        return render(self.registry, accept)
+        """The exposition as of the latest frame. Everything in it changes only when a frame arrives
+        (the trace counters excepted, which lag by at most one interval), so each frame is rendered once
+        per format and scrapes in between are served from that rendering."""
+        frame = self._latest_frame()
+        key = accept or ""
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] is frame and frame is not None:
+            return cached[1], cached[2]
+        body, content_type = render(self.registry, accept)
+        if len(self._cache) > 8:
+            self._cache.clear()
+        self._cache[key] = (frame, body, content_type)
+        return body, content_type

@@ -21,6 +21,9 @@ from .processor import CountingBatchProcessor
 from .spans import record_timeline
 
 log = logging.getLogger(__name__)
+# The OTLP exporters log every failed batch; ours are counted (stagelens_trace_spans_failed_total) and a
+# dead collector must not flood the agent's log, so only their critical messages pass.
+logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
 
 
 class TraceExporter:
