@@ -19,9 +19,10 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
-    from agent.commands import diagnose, lab, probe, record, runbook, topo, tui
+    from agent.commands import diagnose, lab, probe, record, runbook, serve, topo, tui
 
-    for command in (lab.lab, diagnose.diagnose, record.record, runbook.runbook, topo.topo, probe.probe, tui.tui):
+    for command in (lab.lab, diagnose.diagnose, serve.serve, tui.tui, record.record, runbook.runbook, topo.topo,
+                    probe.probe):
         cli.add_command(command)
 
 

@@ -1,0 +1,66 @@
+"""`stagelens tui`: the firing stage, its evidence and its runbook at a glance.
+
+Local by default (the agent in-process with the bundled lab engine, optionally a scenario),
+`--connect URL` for a running `stagelens serve`, `--replay FILE` for a recorded bundle.
+"""
+
+from __future__ import annotations
+
+import click
+
+from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
+from agent.commands.engine_flags import engine_options
+from agent.errors import UserError
+from agent.scenarios import SCENARIOS
+
+
+@click.command()
+@click.option("--connect", "url", help="Watch a running `stagelens serve` (its base URL).")
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False), help="Play back a recorded bundle.")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Refresh interval in seconds.")
+@click.option("--scenario", type=click.Choice(list(SCENARIOS)),
+              help="Local mode: run the lab engine on this scenario.")
+@click.option("--screenshot-dir", type=click.Path(file_okay=False), default=".", show_default=True,
+              help="Where ctrl+s saves SVG screenshots.")
+@engine_options
+@diagnosis_options
+@click.pass_context
+def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float, scenario: str | None,
+        screenshot_dir: str, config_path, thresholds, **flags) -> int:
+    """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local mode."""
+    if url and replay_path:
+        raise UserError("--connect and --replay are alternatives: give one")
+    if interval <= 0:
+        raise UserError(f"--interval: must be positive, got {interval}")
+    given = sorted(k for k, v in flags.items() if v is not None)
+    if (url or replay_path) and (given or scenario):
+        names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
+        raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, "
+                        f"not with --connect or --replay")
+    config = diagnosis_config(config_path, thresholds)
+    source = _source(ctx, url, replay_path, scenario, interval, flags)
+
+    from agent.tui.app import StagelensApp
+
+    app = StagelensApp(source, interval=interval, config=config, screenshot_dir=screenshot_dir)
+    app.run()
+    app.poller.finished.wait(timeout=15)   # the local engine stops on the worker thread
+    return 0
+
+
+def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict):
+    if url:
+        from agent.tui.remote_source import RemoteSource
+
+        return RemoteSource(url, timeout=max(1.0, min(5.0, interval * 2)))
+    if replay_path:
+        from agent.record import read_bundle
+        from agent.tui.replay_source import ReplaySource
+
+        bundle = read_bundle(replay_path)
+        if not bundle.frames:
+            raise UserError(f"{replay_path}: the bundle holds no frames")
+        return ReplaySource(bundle)
+    from agent.tui.local_source import LocalSource
+
+    return LocalSource(flags, scenario, (ctx.obj or {}).get("nvml_snapshot"), interval)

@@ -1,0 +1,69 @@
+"""The serving figures the TUI shows and compares before and after a fix, read from one frame's window
+and the requests that finished in it."""
+
+from __future__ import annotations
+
+from agent.frame import Frame
+from engine_hooks.engine.summary import percentile
+
+# (label, key, format, lower is better)
+COMPARED = (
+    ("requests finished", "finished", "count", False),
+    ("TTFT p50", "ttft_p50_s", "seconds", True),
+    ("latency p99", "latency_p99_s", "seconds", True),
+    ("scheduler wait p99", "wait_p99_s", "seconds", True),
+    ("head-of-line share", "hol_share", "ratio", True),
+    ("KV fragmentation", "kv_fragmentation", "ratio", True),
+    ("step-time inflation", "step_time_inflation", "ratio", True),
+    ("busy while waiting", "busy_while_waiting", "pct", False),
+    ("decode tokens/s", "decode_tokens_per_s", "rate", False),
+)
+
+
+def frame_figures(frame: Frame | None, timelines: list[dict] = ()) -> dict:
+    """Figures of `frame`'s window; TTFT and latency over `timelines` that finished inside it."""
+    if frame is None or not frame.window:
+        return {}
+    w = frame.window
+    kv, sched, cold = w.get("kv", {}), w.get("scheduler", {}), w.get("cold_path", {})
+    span = w.get("span_s") or 10.0
+    recent = [t for t in timelines if t.get("finished") is not None
+              and frame.time_monotonic - span <= t["finished"] <= frame.time_monotonic]
+    ttft = [t["ttft_s"] for t in recent if t.get("ttft_s") is not None]
+    latency = [t["latency_s"] for t in recent if t.get("latency_s") is not None]
+    return {
+        "waiting": sched.get("waiting"), "running": sched.get("running"),
+        "wait_p50_s": sched.get("decided_wait_p50_s"), "wait_p99_s": sched.get("decided_wait_p99_s"),
+        "busy_ratio": sched.get("busy_ratio"), "busy_while_waiting": sched.get("busy_ratio_while_waiting"),
+        "budget_use": sched.get("budget_use_while_waiting"), "hol_share": sched.get("head_of_line_share"),
+        "kv_fragmentation": kv.get("fragmentation_ratio"), "kv_access_efficiency": kv.get("access_efficiency"),
+        "bandwidth_ratio": kv.get("effective_bandwidth_ratio"),
+        "step_time_inflation": cold.get("step_time_inflation"),
+        "decode_tokens_per_s": sched.get("decode_tokens_per_s"),
+        "ttft_p50_s": percentile(ttft, 50) if ttft else None,
+        "latency_p99_s": percentile(latency, 99) if latency else None,
+        "finished": len(recent),
+    }
+
+
+def period_figures(frames: list[Frame], timelines: list[dict] = ()) -> dict:
+    """Figures of a period (before or after a fix): each window figure as last known in it, TTFT and
+    latency over every request that finished in it."""
+    if not frames:
+        return {}
+    out = frame_figures(frames[-1])
+    for frame in reversed(frames[:-1]):
+        missing = [k for k, v in out.items() if v is None]
+        if not missing:
+            break
+        older = frame_figures(frame)
+        for key in missing:
+            out[key] = older.get(key)
+    start, end = frames[0].time_monotonic, frames[-1].time_monotonic
+    done = [t for t in timelines if t.get("finished") is not None and start <= t["finished"] <= end]
+    ttft = [t["ttft_s"] for t in done if t.get("ttft_s") is not None]
+    latency = [t["latency_s"] for t in done if t.get("latency_s") is not None]
+    out["ttft_p50_s"] = percentile(ttft, 50) if ttft else None
+    out["latency_p99_s"] = percentile(latency, 99) if latency else None
+    out["finished"] = len(done)
+    return out

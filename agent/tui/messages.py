@@ -1,0 +1,15 @@
+"""Messages from the collection worker to the UI."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from agent.tui.source import Poll
+
+
+class Polled(Message):
+    """One poll of the source: new frames and timelines, or why there were none."""
+
+    def __init__(self, poll: Poll) -> None:
+        super().__init__()
+        self.poll = poll

@@ -1,0 +1,45 @@
+"""A running `stagelens serve`, polled over its HTTP API. A source that stops answering is reported
+in the poll (the TUI shows it STALE) and asked again at the next tick."""
+
+from __future__ import annotations
+
+from agent.errors import CollectError
+from agent.frame import Frame, FrameError
+from agent.remote import get_json
+from agent.tui.source import Poll, Source
+
+
+class RemoteSource(Source):
+    kind = "remote"
+
+    def __init__(self, url: str, timeout: float = 2.0, slowest: int = 10) -> None:
+        super().__init__()
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.slowest = slowest
+        self.since: float | None = None
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+    def poll(self) -> Poll:
+        if self.paused:
+            return Poll()
+        since = 0 if self.since is None else self.since
+        try:
+            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout)
+            if not isinstance(data, list):
+                raise CollectError(f"{self.url}/api/v1/frames: the answer is not a list of frames")
+            frames = [Frame.from_dict(d) for d in data]
+        except (CollectError, FrameError) as exc:
+            return Poll(error=str(exc))
+        try:
+            slowest = get_json(self.url, f"/api/v1/requests/slowest?n={self.slowest}", self.timeout)
+        except CollectError:
+            slowest = []
+        timelines = [t for t in slowest if isinstance(t, dict)] if isinstance(slowest, list) else []
+        reset = self.since is None
+        if frames:
+            self.since = frames[-1].time_unix
+        return Poll(frames, timelines, reset=reset)

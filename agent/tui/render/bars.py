@@ -1,0 +1,50 @@
+"""A horizontal bar of a value against its cap, coloured by the thresholds it crosses."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def level_color(ratio: float | None, warn: float | None, firing: float | None) -> str:
+    if ratio is None:
+        return "grey50"
+    if firing is not None and ratio > firing:
+        return "red"
+    if warn is not None and ratio > warn:
+        return "yellow"
+    return "green"
+
+
+def bar(ratio: float | None, width: int, warn: float | None = None, firing: float | None = None) -> Text:
+    """`▕████▌   ▏` of `ratio` (0..1) in `width` cells, the frame included; `?` cells when unknown."""
+    inner = max(1, width - 2)
+    text = Text("▕", style="grey50")
+    if ratio is None:
+        text.append("?" * inner, style="grey50")
+    else:
+        filled = max(0.0, min(1.0, ratio)) * inner
+        whole = int(filled)
+        part = EIGHTHS[int((filled - whole) * 8)] if whole < inner else ""
+        text.append("█" * whole + part.strip(), style=level_color(ratio, warn, firing))
+        text.append("·" * (inner - whole - (1 if part.strip() else 0)), style="grey30")
+    text.append("▏", style="grey50")
+    return text
+
+
+class Bar:
+    """`bar()` as a renderable that takes the width it is given (a table cell, a panel line)."""
+
+    def __init__(self, ratio: float | None, warn: float | None = None, firing: float | None = None,
+                 min_width: int = 6, max_width: int = 40) -> None:
+        self.ratio, self.warn, self.firing = ratio, warn, firing
+        self.min_width, self.max_width = min_width, max_width
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        return Measurement(self.min_width, min(self.max_width, options.max_width))
+
+    def __rich_console__(self, console, options):
+        yield bar(self.ratio, min(self.max_width, options.max_width), self.warn, self.firing)

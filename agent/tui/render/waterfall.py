@@ -1,0 +1,75 @@
+"""Requests drawn as waterfalls: queue, prefill, decode and preempted time on one shared time axis."""
+
+from __future__ import annotations
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+
+from agent.tui.fmt import seconds
+
+KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
+_PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column
+
+
+def legend() -> Text:
+    text = Text()
+    for name, (char, color) in KINDS.items():
+        text.append(char * 2, style=color)
+        text.append(f" {name}  ")
+    return text
+
+
+def phase_at(t: float, timeline: dict) -> str:
+    for w in timeline.get("waits") or []:
+        if w["start"] <= t < w["end"]:
+            return "preempted" if w["reason"] == "preempted" else "queue"
+    chunks = timeline.get("chunks") or []
+    if chunks:
+        if t < chunks[0]["start"]:
+            return "queue"
+        if t <= chunks[-1]["end"]:
+            return "prefill"
+        return "decode"
+    first = timeline.get("first_token")
+    return "decode" if first is not None and t >= first else "queue"
+
+
+def bar_cells(timeline: dict, cells: int, scale: float) -> list[str]:
+    """The phase of each cell of a bar `cells` long for a request of the longest shown latency `scale`."""
+    start = timeline["arrival"]
+    end = timeline.get("finished") or start
+    used = max(1, round((end - start) / scale * cells)) if scale > 0 else 1
+    out = []
+    for c in range(min(used, cells)):
+        samples = [start + (c + (k + 0.5) / 4) * (end - start) / used for k in range(4)]
+        phases = {phase_at(t, timeline) for t in samples}
+        out.append(next(p for p in _PRIORITY if p in phases))
+    return out
+
+
+class Waterfall:
+    def __init__(self, timelines: list[dict]) -> None:
+        self.timelines = timelines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if not self.timelines:
+            yield Text("no finished requests yet", style="grey50")
+            return
+        width = options.max_width
+        label_w = 22 if width >= 70 else 12
+        total_w = 8
+        cells = max(8, width - label_w - total_w - 2)
+        scale = max((t.get("latency_s") or 0.0) for t in self.timelines) or 1.0
+        for t in self.timelines:
+            rid = str(t.get("request_id", "?"))
+            tokens = f"{t.get('prompt_tokens', 0)}→{t.get('output_tokens', 0)}"
+            label = f"{rid[-8:]:<8} {tokens:>12}" if label_w == 22 else f"{tokens:>{label_w - 1}}"
+            line = Text(f"{label:<{label_w}}"[:label_w] + " ")
+            phases = bar_cells(t, cells, scale)
+            for phase in phases:
+                char, color = KINDS[phase]
+                line.append(char, style=color)
+            line.append(" " * (cells - len(phases)))
+            line.append(f" {seconds(t.get('latency_s')):>{total_w - 1}}")
+            yield line
+        yield legend()

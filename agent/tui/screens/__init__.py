@@ -1,0 +1,1 @@
+"""Screens over the dashboard: help, a runbook, the full topology."""

@@ -1,0 +1,50 @@
+"""A runbook from `runbooks/`, rendered as Markdown; a clear message when it is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Markdown, Static
+
+
+def load_runbook(name: str, directory: Path | None = None) -> tuple[str, str | None]:
+    """(path or name shown, Markdown text or None when there is no such runbook)."""
+    stem = Path(name).name.removesuffix(".md")
+    if directory is None:
+        from agent.commands.runbook import runbook_path
+        from agent.errors import UserError
+
+        try:
+            path = runbook_path(stem)
+        except UserError:
+            return f"runbooks/{stem}.md", None
+    else:
+        path = Path(directory) / f"{stem}.md"
+        if not path.is_file():
+            return str(path), None
+    try:
+        return str(path), path.read_text(encoding="utf-8")
+    except OSError:
+        return str(path), None
+
+
+class RunbookScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q,enter", "app.pop_screen", "back")]
+
+    def __init__(self, name: str, directory: Path | None = None) -> None:
+        super().__init__()
+        self.runbook = name
+        self.where, self.text = load_runbook(name, directory)
+
+    def compose(self) -> ComposeResult:
+        yield Static(f" runbook {self.runbook}  ·  {self.where}  ·  esc: back", id="runbook-title")
+        with VerticalScroll(id="runbook-body"):
+            if self.text is None:
+                yield Static(f"runbook not found: {self.where}\n\nThe runbooks live in runbooks/<AlertName>.md; "
+                             f"`stagelens runbook NAME` lists the known ones.", id="runbook-missing")
+            else:
+                yield Markdown(self.text, id="runbook-markdown")

@@ -1,0 +1,34 @@
+"""The topology screen: the `nvidia-smi topo -m` matrix, CPU/NUMA affinity, legend and link table."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Static
+
+from probes.topology import render_topology_text
+
+
+def topology_text(node_sample: dict | None) -> str:
+    topo = (node_sample or {}).get("topology")
+    if not topo or not topo.get("gpus"):
+        driver = (node_sample or {}).get("driver") or {}
+        why = driver.get("message") or "the node was not probed"
+        return f"No GPU topology: {why}\n"
+    return render_topology_text(topo)
+
+
+class TopologyScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q,t", "app.pop_screen", "back")]
+
+    def __init__(self, node_sample: dict | None) -> None:
+        super().__init__()
+        self.node_sample = node_sample
+
+    def compose(self) -> ComposeResult:
+        yield Static(" topology  ·  esc: back", id="topology-title")
+        with VerticalScroll(id="topology-body"):
+            yield Static(Text(topology_text(self.node_sample)), id="topology-text")

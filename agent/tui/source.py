@@ -1,0 +1,49 @@
+"""What every source gives the TUI: `poll()` returns the frames (and request timelines) that are new.
+
+A source is a plain class, called from the poller's worker thread, never from the UI thread
+(`control` methods such as `pause` or `seek` may be called from the UI thread: they only set flags).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.frame import Frame
+
+
+@dataclass
+class Poll:
+    frames: list[Frame] = field(default_factory=list)
+    timelines: list[dict] = field(default_factory=list)   # RequestTimeline.to_dict(), finished since the last poll
+    reset: bool = False                 # the frames replace the history (a replay seek, a reconnect)
+    error: str | None = None            # the source did not answer: the TUI shows it STALE
+    note: str | None = None             # what the source is doing ("starting the engine")
+    position: tuple[int, int] | None = None   # replay: (frames shown, frames in the bundle)
+
+
+class Source:
+    kind = "source"            # local | remote | replay
+    can_fix = False            # whether `apply_fix` restarts an engine with new settings
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+    def open(self) -> Poll | None:
+        """Called once on the worker thread before the first poll; may return a status."""
+        return None
+
+    def poll(self) -> Poll:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called on the worker thread when the TUI exits."""
+
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+
+    def apply_fix(self, flags: dict) -> None:
+        raise NotImplementedError(f"a {self.kind} source cannot apply a fix")

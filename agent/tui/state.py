@@ -1,0 +1,146 @@
+"""Everything the panels draw, folded from polls: the frame history, recent request timelines, the
+diagnosis, the log of stage transitions and, after a fix, the figures before and after it.
+
+Pure Python, no widgets: it runs on the UI thread, and tests drive it directly.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from agent.diagnosis import DiagnosisConfig, diagnose
+from agent.diagnosis.evaluate import StageTracker, frame_levels
+from agent.diagnosis.model import Diagnosis
+from agent.diagnosis.signals import STAGES
+from agent.frame import Frame
+from agent.tui.figures import frame_figures, period_figures
+from agent.tui.fmt import STAGE_NAMES, evidence_value
+
+DIAGNOSIS_FRAMES = 180     # the diagnosis looks back this far (its hysteresis needs only a few samples)
+
+
+@dataclass
+class LogEntry:
+    time_unix: float
+    stage: str | None             # None: an event of the TUI (a fix applied), not a stage transition
+    old: str
+    new: str
+    text: str
+
+
+@dataclass
+class FixRecord:
+    flags: dict
+    at_unix: float | None
+    before: dict
+    verdict_before: str
+    after: dict = field(default_factory=dict)
+
+
+class TuiState:
+    def __init__(self, config: DiagnosisConfig | None = None, history: int = 600, timelines: int = 400) -> None:
+        self.config = config or DiagnosisConfig()
+        self.frames: deque[Frame] = deque(maxlen=history)
+        self.timelines: OrderedDict[str, dict] = OrderedDict()
+        self.max_timelines = timelines
+        self.diagnosis: Diagnosis | None = None
+        self.log: deque[LogEntry] = deque(maxlen=200)
+        self.fix: FixRecord | None = None
+        self._trackers = {s: StageTracker(self.config.rise, self.config.clear) for s in STAGES}
+
+    # --- folding polls ----------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.frames.clear()
+        self.timelines.clear()
+        self.log.clear()
+        self.diagnosis = None
+        self._trackers = {s: StageTracker(self.config.rise, self.config.clear) for s in STAGES}
+
+    def add(self, frames: list[Frame], timelines: list[dict] = (), reset: bool = False) -> None:
+        if reset:
+            self.reset()
+        for t in timelines:
+            key = f"{t.get('request_id')}@{t.get('arrival')}"     # ids start again when an engine restarts
+            self.timelines.pop(key, None)
+            self.timelines[key] = t
+        while len(self.timelines) > self.max_timelines:
+            self.timelines.popitem(last=False)
+        for frame in frames:
+            self.frames.append(frame)
+            self._track(frame)
+        if frames:
+            window = list(self.frames)[-DIAGNOSIS_FRAMES:]
+            self.diagnosis = diagnose(window, self.config)
+            if self.fix is not None:
+                self.fix.after = period_figures(self._since(self.fix.at_unix), list(self.timelines.values()))
+
+    def _track(self, frame: Frame) -> None:
+        window = [f for f in self.frames if f.time_unix >= frame.time_unix - self.config.window_s]
+        values, raw = frame_levels(frame, window, self.config)
+        for stage, tracker in self._trackers.items():
+            old = tracker.state
+            tracker.update(raw[stage], frame.time_unix)
+            if tracker.state != old and not (old == "unknown" and tracker.state == "ok"):
+                self.log.append(LogEntry(frame.time_unix, stage, old, tracker.state, _why(stage, values)))
+
+    # --- the fix ----------------------------------------------------------------------------------------
+    def mark_fix(self, flags: dict, text: str) -> None:
+        last = self.last
+        verdict = self.verdict_text()
+        previous = self.fix.at_unix if self.fix is not None else None
+        before = period_figures(self._since(previous), list(self.timelines.values()))
+        self.fix = FixRecord(dict(flags), last.time_unix if last else None, before, verdict)
+        if last is not None:
+            self.log.append(LogEntry(last.time_unix, None, "", "fix", f"applied {text}"))
+
+    def _since(self, time_unix: float | None) -> list[Frame]:
+        """The frames after `time_unix` (all of them for None)."""
+        return [f for f in self.frames if time_unix is None or f.time_unix > time_unix]
+
+    # --- readers ------------------------------------------------------------------------------------------
+    @property
+    def last(self) -> Frame | None:
+        return self.frames[-1] if self.frames else None
+
+    def figures(self) -> dict:
+        return frame_figures(self.last, list(self.timelines.values()))
+
+    def verdict_text(self) -> str:
+        d = self.diagnosis
+        if d is None:
+            return "unknown"
+        return d.verdict + (f" ({STAGE_NAMES.get(d.root_stage, d.root_stage)})" if d.root_stage else "")
+
+    def series(self, section: str, key: str, n: int = 240) -> list[float | None]:
+        """One window figure over the last `n` frames, oldest first (None where a frame lacks it)."""
+        out = []
+        for f in list(self.frames)[-n:]:
+            w = f.window
+            value = (w.get(section) or {}).get(key) if w else None
+            out.append(value if isinstance(value, int | float) else None)
+        return out
+
+    def slowest(self, n: int = 8) -> list[dict]:
+        """The slowest requests among those that finished in the last frame's window."""
+        last = self.last
+        items = [t for t in self.timelines.values() if t.get("latency_s") is not None]
+        if last is not None and last.window:
+            span = last.window.get("span_s") or 10.0
+            recent = [t for t in items if (t.get("finished") or 0) >= last.time_monotonic - max(span, 30.0)]
+            items = recent or items
+        return sorted(items, key=lambda t: -t["latency_s"])[:n]
+
+
+def _why(stage: str, values: dict) -> str:
+    """The signals past a threshold in the frame of a transition, as `label value`."""
+    from agent.diagnosis.signals import SIGNALS
+
+    parts = []
+    for s in SIGNALS:
+        if s.stage != stage:
+            continue
+        value, state = values[s.id]
+        if state in ("warn", "firing") and isinstance(value, int | float):
+            parts.append(f"{s.label} {evidence_value(value, s.unit)}")
+    return ", ".join(parts)

@@ -1,0 +1,73 @@
+"""Panel 4: the cold path — model loads in progress and in the window, decode step time with and without
+a load (the inflation), requests waiting on a model, PCIe and host-to-device throughput against the caps."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from agent.tui.fmt import pct, rate_bytes, seconds, size
+from agent.tui.render.bars import Bar
+from agent.tui.state import TuiState
+from agent.tui.widgets.gpu_panel import PCIE_FIRING, PCIE_WARN, pcie_ratio
+from agent.tui.widgets.panel import Panel
+from agent.tui.widgets.signal_rows import headline, signal_plot
+
+
+def pcie_rows(state: TuiState) -> Table | Text:
+    gpus = state.last.gpus() if state.last else []
+    if not gpus:
+        return Text("PCIe: no GPU on this node — loads are judged by step-time inflation and waiting requests",
+                    style="grey50")
+    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    table.add_column("PCIe", no_wrap=True)
+    table.add_column("tx / rx", no_wrap=True, justify="right")
+    table.add_column("of cap", ratio=1, min_width=6)
+    table.add_column("", justify="right", no_wrap=True)
+    for g in gpus[:8]:
+        pcie = g.get("pcie") or {}
+        r = pcie_ratio(g)
+        table.add_row(f"GPU{g['index']}", f"{rate_bytes(pcie.get('tx_bytes_per_second'))} / "
+                      f"{rate_bytes(pcie.get('rx_bytes_per_second'))}",
+                      Bar(r, PCIE_WARN, PCIE_FIRING, max_width=30),
+                      f"{pct(r)} of {rate_bytes(pcie.get('bandwidth_bytes_per_second'))}")
+    return table
+
+
+class ColdPanel(Panel):
+    KEY = "4"
+    TITLE = "cold path"
+    STAGE = "cold_path"
+
+    def render_state(self, state: TuiState, app_info: dict):
+        last = state.last
+        if last is None:
+            return Text("no samples yet", style="grey50")
+        cold = (last.window or {}).get("cold_path") or {}
+        cfg = (last.engine or {}).get("engine") or {}
+        parts = []
+        if last.engine:
+            resident = ", ".join(cfg.get("resident_models") or []) or "none"
+            parts.append(Text(f"models {cfg.get('models', '?')} · preloaded {cfg.get('num_preload_models', '?')} · "
+                              f"resident: {resident}", style="grey70"))
+            loading = cold.get("loads_in_progress") or []
+            text = Text("loading now: ", style="bold")
+            if loading:
+                text.append(", ".join(f"{ld['model']} ({seconds(ld.get('seconds'))})" for ld in loading),
+                            style="bold yellow")
+            else:
+                text.append("nothing", style="grey70")
+            text.append(f"   in the window: {cold.get('loads_in_window', 0)} loads, "
+                        f"{size(cold.get('load_bytes_in_window'))}, {seconds(cold.get('load_seconds_in_window'))}")
+            parts.append(text)
+            parts.append(Text(f"decode step {seconds(cold.get('step_time_during_load_s'))} during a load vs "
+                              f"{seconds(cold.get('step_time_without_load_s'))} without · waiting on a model: "
+                              f"{cold.get('waiting_on_model', 0)} · "
+                              f"host→device {rate_bytes(cold.get('h2d_bytes_per_s'))}"))
+            parts.append(headline(state, "step_time_inflation"))
+            parts.append(signal_plot(state, "step_time_inflation", "cold_path", "step_time_inflation",
+                                     3 if app_info.get("tall") else 2))
+            parts.append(headline(state, "requests_waiting_on_model"))
+        parts.append(pcie_rows(state))
+        return Group(*parts)

@@ -1,0 +1,33 @@
+"""Panel 5: the event log — every stage transition with the signals behind it, and fixes applied."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from agent.tui.fmt import STAGE_NAMES, STATE_COLOR, STATE_MARK, clock
+from agent.tui.state import TuiState
+from agent.tui.widgets.panel import Panel
+
+
+class EventsPanel(Panel):
+    KEY = "5"
+    TITLE = "events"
+
+    def render_state(self, state: TuiState, app_info: dict):
+        if not state.log:
+            return Text("no stage has changed state yet", style="grey50")
+        table = Table(box=None, pad_edge=False, show_header=False, expand=True)
+        table.add_column(no_wrap=True)
+        table.add_column(no_wrap=True)
+        table.add_column(no_wrap=True)
+        table.add_column(ratio=1, overflow="ellipsis", no_wrap=True)
+        rows = 12 if app_info.get("tall") else 6
+        for entry in list(state.log)[::-1][:rows]:
+            if entry.stage is None:
+                table.add_row(clock(entry.time_unix), Text("fix", style="bold cyan"), "", entry.text)
+                continue
+            change = Text.assemble((STATE_MARK[entry.old], STATE_COLOR[entry.old]), " → ",
+                                   (STATE_MARK[entry.new], f"bold {STATE_COLOR[entry.new]}"))
+            table.add_row(clock(entry.time_unix), STAGE_NAMES[entry.stage], change, entry.text)
+        return table

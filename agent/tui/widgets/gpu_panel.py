@@ -1,0 +1,114 @@
+"""Panel 1: GPUs and topology — the per-GPU table with PCIe and NVLink bars against their caps, and
+the `nvidia-smi topo -m` matrix; a clear line when the node has no GPU."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from agent.tui.fmt import pct, rate_bytes
+from agent.tui.render.bars import Bar
+from agent.tui.state import TuiState
+from agent.tui.widgets.panel import Panel
+
+PCIE_WARN, PCIE_FIRING = 0.30, 0.50       # the PCIe backpressure thresholds (STAGES.md)
+_CELL_STYLE = {"X": "grey50", "SYS": "red", "NODE": "yellow", "PHB": "yellow"}
+
+
+def no_gpu_text(node_sample: dict | None) -> Text:
+    if not node_sample:
+        return Text("no GPU data: the node was not probed", style="grey50")
+    driver = node_sample.get("driver") or {}
+    why = driver.get("message") or driver.get("state") or "no device reported"
+    return Text(f"no GPU on this node ({why}); the engine's own signals still judge every stage",
+                style="yellow")
+
+
+def pcie_ratio(gpu: dict) -> float | None:
+    pcie = gpu.get("pcie") or {}
+    values = [pcie[k] for k in ("tx_util_ratio", "rx_util_ratio") if pcie.get(k) is not None]
+    return max(values) if values else None
+
+
+def nvlink_summary(gpu: dict) -> tuple[str, float | None]:
+    links = gpu.get("nvlinks") or []
+    if not links:
+        return "-", None
+    active = [lk for lk in links if lk.get("active")]
+    ratios = [lk[k] for lk in active for k in ("tx_util_ratio", "rx_util_ratio") if lk.get(k) is not None]
+    return f"{len(active)}/{len(links)}", (max(ratios) if ratios else None)
+
+
+def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> Table:
+    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
+    table.add_column("GPU", no_wrap=True)
+    table.add_column("util", justify="right", no_wrap=True)
+    table.add_column("mem", justify="right", no_wrap=True)
+    table.add_column("PCIe now/max", no_wrap=True)
+    table.add_column("PCIe use", ratio=1, min_width=6)
+    table.add_column("", justify="right", no_wrap=True)
+    table.add_column("NVLink", no_wrap=True)
+    table.add_column("NVLink use", ratio=1, min_width=6)
+    matrix = (topo or {}).get("matrix") or []
+    names = (topo or {}).get("gpus") or []
+    show_matrix = wide and matrix and len(names) == len(gpus)
+    if show_matrix:
+        for name in names:
+            table.add_column(name.replace("GPU", "G"), justify="center", no_wrap=True)
+    for n, g in enumerate(gpus):
+        pcie = g.get("pcie") or {}
+        link = (f"G{pcie.get('gen', '?')}x{pcie.get('width', '?')}/"
+                f"G{pcie.get('gen_max', '?')}x{pcie.get('width_max', '?')}")
+        link_style = "bold red" if pcie.get("below_max") else ""
+        used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+        mem = f"{used / 1e9:.0f}/{total / 1e9:.0f}G" if used is not None and total else "-"
+        nv_count, nv_ratio = nvlink_summary(g)
+        ratio = pcie_ratio(g)
+        row = [f"GPU{g.get('index', n)}", pct(g.get("utilization_gpu_ratio")), mem, Text(link, style=link_style),
+               Bar(ratio, PCIE_WARN, PCIE_FIRING, max_width=24), pct(ratio), nv_count,
+               Bar(nv_ratio, 0.85, 0.95, max_width=24) if nv_ratio is not None else Text("-")]
+        if show_matrix:
+            row += [Text(cell, style=_CELL_STYLE.get(cell, "green" if cell.startswith("NV") else ""))
+                    for cell in matrix[n]]
+        table.add_row(*row)
+    return table
+
+
+def matrix_table(topo: dict) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("")
+    for name in topo["gpus"]:
+        table.add_column(name, justify="center")
+    table.add_column("NUMA", justify="right")
+    for n, name in enumerate(topo["gpus"]):
+        numa = topo.get("numa_affinity", [None] * len(topo["gpus"]))[n]
+        table.add_row(name, *[Text(c, style=_CELL_STYLE.get(c, "green" if c.startswith("NV") else ""))
+                              for c in topo["matrix"][n]], "-" if numa is None else str(numa))
+    return table
+
+
+class GpuPanel(Panel):
+    KEY = "1"
+    TITLE = "GPU & topology"
+
+    def render_state(self, state: TuiState, app_info: dict):
+        last = state.last
+        node = last.node_sample if last else None
+        gpus = last.gpus() if last else []
+        if not gpus:
+            return no_gpu_text(node)
+        topo = (node or {}).get("topology")
+        width = self.inner_width
+        wide = width >= 70 + 6 * len(gpus)
+        parts = [gpu_table(gpus, topo, wide)]
+        if not wide and topo and topo.get("matrix"):
+            parts += [Text("topology (t: full screen)", style="grey70"), matrix_table(topo)]
+        tx = sum((g.get("pcie") or {}).get("tx_bytes_per_second") or 0 for g in gpus)
+        rx = sum((g.get("pcie") or {}).get("rx_bytes_per_second") or 0 for g in gpus)
+        below = [f"GPU{g['index']}" for g in gpus if (g.get("pcie") or {}).get("below_max")]
+        line = Text(f"PCIe total tx {rate_bytes(tx)} rx {rate_bytes(rx)}", style="grey70")
+        if below:
+            line.append(f"  links below their max gen/width: {', '.join(below)}", style="bold red")
+        parts.append(line)
+        return Group(*parts)

@@ -1,0 +1,32 @@
+"""The footer: the keys that matter in this mode, as many as the width allows."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+COMMON = [("q", "quit"), ("?", "help"), ("1-5", "panels"), ("⏎", "runbook"), ("t", "topology"),
+          ("r", "refresh"), ("+/-", "interval"), ("^s", "screenshot"), ("^p", "commands")]
+
+
+def hints(info: dict) -> list[tuple[str, str]]:
+    keys = list(COMMON)
+    if info.get("kind") == "replay":
+        keys[3:3] = [("space", "play/pause"), ("[ ]", "seek")]
+    else:
+        keys[3:3] = [("space", "pause")]
+    if info.get("can_fix"):
+        keys.insert(3, ("f", "apply fix"))
+    return keys
+
+
+class KeyBar(Static):
+    def refresh_from(self, info: dict) -> None:
+        width = self.size.width or 80
+        text = Text()
+        for key, label in hints(info):
+            piece = Text.assemble((f" {key} ", "bold reverse"), f" {label} ")
+            if text.cell_len + piece.cell_len > width:
+                break
+            text.append_text(piece)
+        self.update(text)

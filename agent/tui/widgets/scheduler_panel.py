@@ -1,0 +1,106 @@
+"""Panel 3: the scheduler — queue, running, wait p50/p99, busy ratio, budget use, head-of-line share,
+what the waits were for, the slowest recent requests as waterfalls, and before/after a fix."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from agent.tui.figures import COMPARED
+from agent.tui.fmt import STATE_COLOR, pct, ratio, seconds
+from agent.tui.render.waterfall import Waterfall
+from agent.tui.state import TuiState
+from agent.tui.widgets.panel import Panel
+from agent.tui.widgets.signal_rows import evidence_state
+
+
+def _fmt(kind: str, value) -> str:
+    if value is None:
+        return "-"
+    return {"seconds": seconds, "ratio": ratio, "pct": pct, "count": str}.get(kind, lambda v: f"{v:.1f}")(value)
+
+
+def figures_grid(state: TuiState) -> Table:
+    f = state.figures()
+    grid = Table.grid(padding=(0, 2), expand=False)
+    for _ in range(3):
+        grid.add_column(no_wrap=True)
+
+    def cell(label: str, value: str, signal: str | None = None) -> Text:
+        color = STATE_COLOR[evidence_state(state, signal)[0]] if signal else "white"
+        return Text.assemble((f"{label} ", "grey70"), (value, f"bold {color}"))
+
+    grid.add_row(cell("queue", str(f.get("waiting", "-"))), cell("running", str(f.get("running", "-"))),
+                 cell("wait p50", seconds(f.get("wait_p50_s"))))
+    grid.add_row(cell("wait p99", seconds(f.get("wait_p99_s")), "scheduler_wait_p99"),
+                 cell("busy", pct(f.get("busy_ratio"))),
+                 cell("busy while waiting", pct(f.get("busy_while_waiting")), "compute_utilisation"))
+    grid.add_row(cell("budget use", pct(f.get("budget_use")), "token_budget_use"),
+                 cell("HOL share", ratio(f.get("hol_share")), "head_of_line_blocking"),
+                 cell("decode", f"{f['decode_tokens_per_s']:.0f} tok/s" if f.get("decode_tokens_per_s") else "-"))
+    return grid
+
+
+def settings_line(state: TuiState) -> Text:
+    cfg = ((state.last.engine or {}).get("engine") or {}) if state.last else {}
+    chunked = "on" if cfg.get("enable_chunked_prefill") else "off"
+    return Text(f"chunked prefill {chunked} · budget {cfg.get('max_num_batched_tokens', '?')} tokens · "
+                f"batch {cfg.get('max_num_seqs', '?')} · policy {cfg.get('policy', '?')}", style="grey70")
+
+
+def reasons_line(state: TuiState) -> Text | None:
+    w = state.last.window if state.last else None
+    reasons = {k: v for k, v in ((w or {}).get("scheduler") or {}).get("wait_seconds_by_reason", {}).items() if v}
+    total = sum(reasons.values())
+    if not total:
+        return None
+    text = Text("waits: ", style="grey70")
+    for reason, secs in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]:
+        text.append(f"{reason} {secs / total:.0%}  ", style="bold" if reason != "step_boundary" else "")
+    return text
+
+
+def before_after(state: TuiState) -> Table:
+    fix = state.fix
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("the fix", style="bold cyan", header_style="bold cyan")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_column("change", justify="right")
+    for label, key, kind, lower_better in COMPARED:
+        b, a = fix.before.get(key), fix.after.get(key)
+        change = Text("")
+        if kind != "count" and isinstance(b, int | float) and isinstance(a, int | float) and b:
+            delta = (a - b) / abs(b)
+            better = delta < 0 if lower_better else delta > 0
+            change = Text(f"{delta:+.0%}", style="green" if better else "red" if delta else "")
+        table.add_row(label, _fmt(kind, b) if kind != "rate" else rate_tokens(b),
+                      _fmt(kind, a) if kind != "rate" else rate_tokens(a), change)
+    table.add_row("verdict", fix.verdict_before, state.verdict_text(), "")
+    return table
+
+
+def rate_tokens(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+class SchedulerPanel(Panel):
+    KEY = "3"
+    TITLE = "scheduler"
+    STAGE = "scheduler"
+
+    def render_state(self, state: TuiState, app_info: dict):
+        last = state.last
+        if last is None or not last.engine:
+            return Text("no engine is observed: the scheduler signals need the engine hooks", style="grey50")
+        parts = [settings_line(state), figures_grid(state)]
+        reasons = reasons_line(state)
+        if reasons is not None:
+            parts.append(reasons)
+        if state.fix is not None:
+            parts.append(before_after(state))
+        n = 8 if app_info.get("tall") else 4
+        parts += [Text("slowest recent requests (prompt→output tokens)", style="bold"), Waterfall(state.slowest(n))]
+        return Group(*parts)
+

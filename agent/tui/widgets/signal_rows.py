@@ -1,0 +1,43 @@
+"""A signal as a headline (label, value, state, thresholds) over its history plot."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from agent.diagnosis.signals import SIGNALS_BY_ID
+from agent.tui.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
+from agent.tui.render.plot import HistoryPlot
+from agent.tui.state import TuiState
+
+
+def evidence_state(state: TuiState, signal_id: str) -> tuple[str, float | None]:
+    d = state.diagnosis
+    if d is None:
+        return "unknown", None
+    signal = SIGNALS_BY_ID[signal_id]
+    e = next((e for e in d.stage(signal.stage).evidence if e.signal == signal_id), None)
+    return (e.state, e.value) if e else ("unknown", None)
+
+
+def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
+    signal = SIGNALS_BY_ID[signal_id]
+    st, value = evidence_state(state, signal_id)
+    threshold = state.config.threshold(signal_id)
+    text = Text()
+    text.append(f"{signal.label} ", style="bold")
+    text.append(evidence_value(value, signal.unit), style=f"bold {STATE_COLOR[st]}")
+    text.append(f" {STATE_MARK[st]}", style=STATE_COLOR[st])
+    worse = ">" if signal.direction == "above" else "<"
+    text.append(f"  warn {worse}{limit(threshold.warn, signal.unit)} "
+                f"firing {worse}{limit(threshold.firing, signal.unit)}", style="grey50")
+    if note:
+        text.append(f"  {note}", style="grey50")
+    return text
+
+
+def signal_plot(state: TuiState, signal_id: str, section: str, key: str, height: int, judged: bool = True,
+                top: float | None = None) -> HistoryPlot:
+    signal = SIGNALS_BY_ID[signal_id]
+    threshold = state.config.threshold(signal_id)
+    return HistoryPlot(state.series(section, key), threshold.warn if judged else None,
+                       threshold.firing if judged else None, signal.direction, height=height, top=top)
