@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from agent.commands.engine_flags import build_configs  # noqa: E402
 from agent.diagnosis.evaluate import stage_states  # noqa: E402
@@ -40,11 +41,7 @@ def main() -> None:
     figures["healthy.samples"] = len(states)
     figures["healthy.false_firing_samples"] = sum(1 for _, s in states for state in s.values() if state == "firing")
     figures["healthy.warn_samples"] = sum(1 for _, s in states for state in s.values() if state == "warn")
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for key, value in figures.items():
-        print(f"{key:<36} {value:.1f}" if isinstance(value, float) else f"{key:<36} {value}")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Prints figures and ratios from one run; A/B pairs are interleaved. Never pass/fa
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -19,6 +18,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from agent.lab import run_lab  # noqa: E402
 from engine_hooks.engine import EngineConfig  # noqa: E402
@@ -126,11 +127,7 @@ def main() -> None:
     contiguous_blocks = attention_figures(16, 1024, 16, repeats, scattered=False)
     figures["paged_vs_dense_attention_ratio_contiguous_blocks"] = contiguous_blocks["paged_vs_dense_attention_ratio"]
     figures.update(throughput_figures(8.0 if args.quick else 30.0, 1 if args.quick else 3, "small"))
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for key, value in figures.items():
-        print(f"{key:<52} {value:.3f}" if isinstance(value, float) else f"{key:<52} {value}")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

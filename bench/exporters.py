@@ -8,7 +8,6 @@ latency, and whether torch was imported.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -20,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 
@@ -139,11 +140,7 @@ def main() -> None:
     figures = {}
     figures.update(agent_alone(10.0 if args.quick else 60.0, 1000))
     figures.update(dead_collector(3 if args.quick else 10, 5.0 if args.quick else 10.0))
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for key, value in figures.items():
-        print(f"{key:<40} {value:.3f}" if isinstance(value, float) else f"{key:<40} {value}")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

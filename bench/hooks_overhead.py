@@ -7,7 +7,6 @@ own time per engine step.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -15,6 +14,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from engine_hooks import instrument, uninstrument  # noqa: E402
 from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
@@ -81,11 +82,7 @@ def main() -> None:
         "hook_us_per_step": guard_seconds / on_steps * 1e6,
         "steps_per_run": on_steps / pairs,
     }
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for key, value in figures.items():
-        print(f"{key:<32} {value:.4f}" if isinstance(value, float) else f"{key:<32} {value}")
+    emit(figures, args.json)
 
 
 if __name__ == "__main__":

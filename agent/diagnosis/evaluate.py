@@ -17,6 +17,16 @@ from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, STAGES, UNKNOWN, No
 from agent.frame import Frame
 
 
+def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:
+    """ok | warn | firing for a number against its thresholds; `direction` "above" means higher is worse."""
+    worse = (lambda v, t: v > t) if direction == "above" else (lambda v, t: v < t)
+    if firing is not None and worse(value, firing):
+        return "firing"
+    if warn is not None and worse(value, warn):
+        return "warn"
+    return "ok"
+
+
 def signal_state(signal: Signal, threshold: Threshold, value) -> str:
     if value is UNKNOWN:
         return "unknown"
@@ -24,12 +34,7 @@ def signal_state(signal: Signal, threshold: Threshold, value) -> str:
         return "ok"
     if isinstance(value, NotJudged):
         return "info"
-    worse = (lambda v, t: v > t) if signal.direction == "above" else (lambda v, t: v < t)
-    if threshold.firing is not None and worse(value, threshold.firing):
-        return "firing"
-    if threshold.warn is not None and worse(value, threshold.warn):
-        return "warn"
-    return "ok"
+    return threshold_level(value, threshold.warn, threshold.firing, signal.direction)
 
 
 class StageTracker:

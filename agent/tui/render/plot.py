@@ -6,9 +6,11 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.style import Style
 
+from agent.diagnosis.evaluate import threshold_level
 from agent.tui.render.bars import EIGHTHS
 
 _VBLOCKS = " ▁▂▃▄▅▆▇█"
+_COLOURS = {"ok": "green", "warn": "yellow", "firing": "red"}
 
 
 class HistoryPlot:
@@ -29,12 +31,7 @@ class HistoryPlot:
         self.top = top if top is not None else max([*candidates, 1e-9]) * 1.15
 
     def _state(self, v: float) -> str:
-        worse = (lambda a, b: a > b) if self.direction == "above" else (lambda a, b: a < b)
-        if self.firing is not None and worse(v, self.firing):
-            return "red"
-        if self.warn is not None and worse(v, self.warn):
-            return "yellow"
-        return "green"
+        return _COLOURS[threshold_level(v, self.warn, self.firing, self.direction)]
 
     def _line_row(self, level: float | None) -> int | None:
         if level is None or level > self.top:
