@@ -10,6 +10,7 @@ from agent.errors import CollectError, UserError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="stagelens", prog_name="stagelens")
 @click.option("--nvml-snapshot", type=click.Path(dir_okay=False), default=None, envvar="STAGELENS_NVML_SNAPSHOT",
               help="Replay this stagelens-nvml/1 snapshot instead of asking the NVIDIA driver.")
 @click.pass_context
@@ -19,10 +20,10 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
-    from agent.commands import diagnose, lab, probe, record, runbook, serve, topo, tui
+    from agent.commands import bench, diagnose, lab, probe, record, runbook, serve, topo, tui
 
     for command in (lab.lab, diagnose.diagnose, serve.serve, tui.tui, record.record, runbook.runbook, topo.topo,
-                    probe.probe):
+                    probe.probe, bench.bench):
         cli.add_command(command)
 
 

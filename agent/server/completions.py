@@ -57,18 +57,30 @@ async def completions(body: CompletionRequest, request: Request):
     model = req.model
     if body.stream:
         return StreamingResponse(_stream(req, model), media_type="text/event-stream")
-    finished = await asyncio.to_thread(req.wait, 600)
-    if not finished:
-        raise HTTPException(504, "the request did not finish within 600 s")
+    async for _ in _tokens(req):
+        pass
     return _body(request_id, model, decode(req.output_token_ids), req.finish_reason,
                  {"prompt_tokens": req.num_prompt_tokens, "completion_tokens": len(req.output_token_ids),
                   "total_tokens": req.num_tokens})
 
 
+async def _tokens(req, timeout: float = 600.0):
+    """The request's tokens as they come, polled: no thread is held per request, so streams scale."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while time.monotonic() < deadline:
+        tokens, finished = req.take_available()
+        for token in tokens:
+            yield token
+        if finished:
+            return
+        pause = 0.001 if tokens else min(pause * 2, 0.01)
+        await asyncio.sleep(pause)
+    raise HTTPException(504, f"the request did not finish within {timeout:.0f} s")
+
+
 async def _stream(req, model: str):
-    tokens = req.stream(timeout=600)
-    end = object()
-    while (token := await asyncio.to_thread(next, tokens, end)) is not end:
+    async for token in _tokens(req):
         yield _sse(_body(req.request_id, model, decode([token]), None))
     yield _sse(_body(req.request_id, model, "", req.finish_reason))
     yield "data: [DONE]\n\n"

@@ -98,6 +98,19 @@ class Request:
         while (item := self._stream.get(timeout=timeout)) is not _END:
             yield item
 
+    def take_available(self) -> tuple[list[int], bool]:
+        """Tokens produced since the last read, without waiting, and whether the request has finished.
+        For event loops, which must not block a thread per request."""
+        tokens: list[int] = []
+        while True:
+            try:
+                item = self._stream.get_nowait()
+            except queue.Empty:
+                return tokens, False
+            if item is _END:
+                return tokens, True
+            tokens.append(item)
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 

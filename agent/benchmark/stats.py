@@ -1,0 +1,34 @@
+"""Figures of the recorded window from per-request samples, the same for either target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine_hooks.engine.summary import percentile
+
+
+@dataclass(frozen=True)
+class Sample:
+    arrival: float          # seconds from the start of the point
+    ttft: float | None      # arrival to the first token (client side: to the first streamed chunk)
+    latency: float | None   # arrival to the last token; None when it did not finish
+    ok: bool = True
+
+
+def in_window(samples: list[Sample], warmup: float, duration: float) -> list[Sample]:
+    """Requests that arrived after the warm-up and before arrivals stopped."""
+    return [s for s in samples if warmup <= s.arrival < duration]
+
+
+def window_figures(samples: list[Sample]) -> dict:
+    done = [s for s in samples if s.ok and s.latency is not None]
+    ttft = [s.ttft for s in done if s.ttft is not None]
+    latency = [s.latency for s in done]
+    return {
+        "requests": len(done),
+        "requests_failed": len(samples) - len(done),
+        "latency_p50_s": percentile(latency, 50),
+        "latency_p99_s": percentile(latency, 99),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+    }

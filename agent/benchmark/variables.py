@@ -1,0 +1,94 @@
+"""The settings a sweep can vary, one at a time, each given on the command line as a comma list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.errors import UserError
+from engine_hooks.engine.config import ALLOCATORS, POLICIES
+
+_SWITCH = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str            # the EngineConfig / WorkloadConfig field
+    kind: str            # int | float | switch | choice
+    load: bool           # raising it is raising load (or capacity): the throughput-gain rule of the knee applies
+    engine: bool         # an engine setting (only on the bundled engine); else a workload setting
+    choices: tuple = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parse_one(self, text: str):
+        text = text.strip()
+        try:
+            if self.kind == "int":
+                return int(text)
+            if self.kind == "float":
+                return float(text)
+        except ValueError:
+            raise UserError(f"{self.flag}: cannot read {text!r} as a {self.kind}") from None
+        if self.kind == "switch":
+            if text.lower() not in _SWITCH:
+                raise UserError(f"{self.flag}: {text!r} is not on or off")
+            return _SWITCH[text.lower()]
+        if text not in self.choices:
+            raise UserError(f"{self.flag}: {text!r} is not one of {', '.join(self.choices)}")
+        return text
+
+    def parse(self, text: str) -> list:
+        values = [self.parse_one(part) for part in str(text).split(",") if part.strip()]
+        if not values:
+            raise UserError(f"{self.flag}: give one value or a comma list, got {text!r}")
+        if len(set(values)) != len(values):
+            raise UserError(f"{self.flag}: a value is listed twice in {text!r}")
+        return values
+
+
+def label(value) -> str:
+    """A value as it is printed in tables and on the plot."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+VARIABLES: dict[str, Variable] = {v.name: v for v in (
+    Variable("max_num_seqs", "int", load=True, engine=True),
+    Variable("max_num_batched_tokens", "int", load=True, engine=True),
+    Variable("block_size", "int", load=False, engine=True),
+    Variable("enable_chunked_prefill", "switch", load=False, engine=True),
+    Variable("allocator", "choice", load=False, engine=True, choices=ALLOCATORS),
+    Variable("policy", "choice", load=False, engine=True, choices=POLICIES),
+    Variable("rate", "float", load=True, engine=False),
+    Variable("concurrency", "int", load=True, engine=False),
+)}
+
+# What `bench stress` may raise in 10% steps.
+STRESSABLE = ("rate", "concurrency", "max_num_seqs", "max_num_batched_tokens")
+
+
+def next_load(variable: Variable, value, step: float):
+    """The load one step up: +step, and for whole numbers at least +1."""
+    if variable.kind == "int":
+        return max(int(value) + 1, round(value * (1 + step)))
+    return round(value * (1 + step), 6)
+
+
+def pick_swept(given: dict[str, str | None]) -> tuple[Variable, list, dict]:
+    """From the comma-list flags the user gave: the one swept variable, its values, and the fixed ones."""
+    parsed = {name: VARIABLES[name].parse(text) for name, text in given.items() if text is not None}
+    swept = [name for name, values in parsed.items() if len(values) > 1]
+    if len(swept) != 1:
+        flags = ", ".join(VARIABLES[n].flag for n in VARIABLES)
+        if not swept:
+            raise UserError(f"bench sweep: give one variable as a comma list of two or more values ({flags})")
+        raise UserError("bench sweep: change one variable at a time; got lists for "
+                        + " and ".join(VARIABLES[n].flag for n in swept))
+    name = swept[0]
+    fixed = {n: values[0] for n, values in parsed.items() if n != name}
+    return VARIABLES[name], parsed[name], fixed
