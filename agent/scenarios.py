@@ -28,7 +28,7 @@ SCENARIOS = {s.name: s for s in (
     Scenario("kv-fragmentation", "kv_cache",
              "contiguous KV reservation of max_model_len per request: most reserved slots stay empty",
              dict(_COMMON, allocator="contiguous", kv_cache_memory="64MiB", rate=1.2, output_len="uniform:32:96"),
-             "ttft_p99_s"),
+             "kv_fragmentation_ratio"),
     Scenario("hol-blocking", "scheduler",
              "no chunked prefill and some 1800-token prompts: short requests queue behind long prefills",
              dict(_COMMON, enable_chunked_prefill=False, max_num_batched_tokens=2048, long_prompt_share=0.2,

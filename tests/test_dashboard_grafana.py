@@ -1,6 +1,8 @@
-"""The Grafana dashboard: in step with its generator, every query parses (promtool) and names only metrics
-the exporter really exports or the recording rules record, and the three stages sit side by side."""
+"""The Grafana dashboard: in step with its generator (grafana-foundation-sdk, Grafana 11 flavour), every query
+parses (promtool) and names only metrics the exporter really exports or the recording rules record, the three
+stages sit side by side, then one row per stage holding that stage's signals on the agent's thresholds."""
 
+import importlib.metadata
 import importlib.util
 import json
 import pathlib
@@ -23,6 +25,26 @@ def panels(dashboard=DASHBOARD) -> list[dict]:
     return [p for p in dashboard["panels"] if p["type"] != "row"]
 
 
+def rows(dashboard=DASHBOARD) -> dict[str, list[dict]]:
+    """{row title: the panels below it, up to the next row}, in order."""
+    out: dict[str, list[dict]] = {}
+    current = None
+    for p in dashboard["panels"]:
+        if p["type"] == "row":
+            current = out.setdefault(p["title"], [])
+        else:
+            assert current is not None, f"{p['title']} sits above every row"
+            current.append(p)
+    return out
+
+
+def threshold_signal(panel: dict) -> str | None:
+    """The agent signal whose thresholds a panel draws (its stagelens_signal_threshold query), if any."""
+    found = {s for t in panel["targets"] for s in re.findall(r'signal="(\w+)"', t["expr"])}
+    assert len(found) <= 1, panel["title"]
+    return found.pop() if found else None
+
+
 def exprs() -> list[str]:
     out = [t["expr"] for p in panels() for t in p.get("targets", [])]
     out += [a["expr"] for a in DASHBOARD["annotations"]["list"]]
@@ -39,7 +61,23 @@ def test_the_committed_json_is_what_the_generator_writes():
     spec = importlib.util.spec_from_file_location("generate", GRAFANA / "generate.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.dashboard() == DASHBOARD
+    assert module.dashboard() == DASHBOARD, "run `python dashboards/grafana/generate.py` and commit stagelens.json"
+
+
+def test_the_sdk_is_the_pinned_grafana_11_flavour():
+    pyproject = pathlib.Path("pyproject.toml").read_text()
+    pin = re.search(r'"grafana-foundation-sdk==(\S+)"', pyproject).group(1)
+    assert pin.endswith("!11.6.0")
+    assert importlib.metadata.version("grafana-foundation-sdk") == pin
+    assert DASHBOARD["__requires"][0] == {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "11.6.0"}
+    assert DASHBOARD["schemaVersion"] >= 39   # Grafana 10.4 and later
+
+
+def test_the_runtime_never_imports_the_generator_or_the_sdk():
+    imports = re.compile(r"^\s*(?:from|import)\s+(?:grafana_foundation_sdk|dashboards)\b|grafana/generate", re.M)
+    for package in ("agent", "probes", "engine_hooks"):
+        for path in pathlib.Path(package).rglob("*.py"):
+            assert not imports.search(path.read_text()), path
 
 
 def test_the_datasource_is_an_import_input():
@@ -59,9 +97,49 @@ def test_the_three_stages_sit_side_by_side_first():
     assert heatmaps and "stagelens_scheduler_wait_seconds_bucket" in heatmaps[0]["targets"][0]["expr"]
 
 
+def test_one_row_per_stage_then_topology_and_links():
+    titles = list(rows())
+    assert titles[:4] == ["Stages", "KV cache", "Scheduler", "Cold path"]
+    assert "Topology & links" in titles
+    assert DASHBOARD["panels"][0]["type"] == "row" and not any(p.get("collapsed") for p in DASHBOARD["panels"])
+    topology = " ".join(t["expr"] for p in rows()["Topology & links"] for t in p["targets"])
+    for metric in ("stagelens_gpu_topology_info", "stagelens_pcie_link_below_max", "stagelens_nvlink_up"):
+        assert metric in topology
+
+
+def test_each_stage_row_holds_that_stages_signals_on_the_agents_thresholds():
+    for title, stage in (("KV cache", "kv_cache"), ("Scheduler", "scheduler"), ("Cold path", "cold_path")):
+        signals = [s for p in rows()[title] if (s := threshold_signal(p))]
+        assert len(signals) >= 2, title
+        assert {SIGNALS_BY_ID[s].stage for s in signals} == {stage}, title
+    for p in panels():
+        if (signal := threshold_signal(p)) is None:
+            continue
+        s = SIGNALS_BY_ID[signal]
+        steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert steps[0]["value"] is None and [st["value"] for st in steps[1:]] == sorted([s.warn, s.firing]), p
+        worst = steps[-1] if s.direction == "above" else steps[0]
+        assert worst["color"] == "red", p["title"]
+        assert p["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off", p["title"]
+
+
+def test_the_stage_stats_colour_by_state():
+    for p in [p for p in panels() if p["type"] == "stat"][:3]:
+        defaults = p["fieldConfig"]["defaults"]
+        assert {k: v["text"] for k, v in defaults["mappings"][0]["options"].items()} == {
+            "-1": "unknown", "0": "ok", "1": "warn", "2": "firing"}
+        assert [(s["value"], s["color"]) for s in defaults["thresholds"]["steps"]][-1] == (2, "red")
+        assert p["options"]["colorMode"] == "background"
+
+
+def test_panel_ids_are_unique():
+    ids = [p["id"] for p in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids)) and 0 not in ids
+
+
 def test_panels_do_not_overlap():
     cells = set()
-    for p in panels():
+    for p in DASHBOARD["panels"]:
         g = p["gridPos"]
         for x in range(g["x"], g["x"] + g["w"]):
             for y in range(g["y"], g["y"] + g["h"]):

@@ -2,44 +2,21 @@
 exemplar, loads our rules without error, and the alerts a degraded node should raise go pending or firing
 while a healthy node raises none of them.
 
-Debian's prometheus binary runs on a free loopback port with its own data directory; every wait has a
-deadline and the server is killed at teardown. Skipped only where the binary is missing outside CI.
+Debian's prometheus binary runs on a free loopback port with its own data directory (prometheus_support.py);
+every wait has a deadline and the server is killed at teardown. Skipped only where the binary is missing outside CI.
 """
 
 import contextlib
-import json
-import os
 import pathlib
-import shutil
-import socket
-import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from prometheus_support import Prometheus, alerts_by_instance, prometheus_binary
 from test_metrics_exposition import lab_frames
 
-RULES = pathlib.Path("dashboards/prometheus").resolve()
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-DEADLINE_S = 45
-
-
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("the prometheus server is missing under CI (.ci/run installs Debian's prometheus package)")
-        pytest.skip("the prometheus server is not installed (apt-get install prometheus)")
-    return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -70,55 +47,6 @@ def serve_metrics(exporter):
         server.server_close()
 
 
-class Prometheus:
-    def __init__(self, binary: str, workdir: pathlib.Path, targets: list[str]) -> None:
-        self.port = free_port()
-        config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-            "rule_files": [str(RULES / "stagelens-alerts.yml"), str(RULES / "stagelens-recording.yml")],
-            "scrape_configs": [{"job_name": "stagelens", "static_configs": [{"targets": targets}]}],
-        }
-        (workdir / "prometheus.yml").write_text(json.dumps(config))   # JSON is YAML
-        self.log = open(workdir / "prometheus.log", "wb")   # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--enable-feature=exemplar-storage",
-             "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-
-    def get(self, path: str, **params):
-        url = f"http://127.0.0.1:{self.port}{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return json.loads(response.read())["data"]
-
-    def wait_for(self, what: str, check, deadline_s: float = DEADLINE_S):
-        """Poll `check()` until it returns something truthy; fail with `what` at the deadline."""
-        end = time.monotonic() + deadline_s
-        last_error = None
-        while time.monotonic() < end:
-            if self.process.poll() is not None:
-                pytest.fail(f"prometheus exited with {self.process.returncode}: {self.log.name}")
-            try:
-                result = check()
-                if result:
-                    return result
-            except (OSError, ValueError, KeyError) as exc:   # not up yet
-                last_error = exc
-            time.sleep(0.25)
-        pytest.fail(f"timed out waiting for {what} (last error: {last_error})")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def setup(model_dir, tmp_path_factory):
     binary = prometheus_binary()
@@ -137,13 +65,6 @@ def setup(model_dir, tmp_path_factory):
             yield server, degraded_target, healthy_target, degraded_frames, timelines
         finally:
             server.stop()
-
-
-def alerts_by_instance(server) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for alert in server.get("/api/v1/alerts")["alerts"]:
-        out.setdefault(alert["labels"].get("instance", ""), {})[alert["labels"]["alertname"]] = alert["state"]
-    return out
 
 
 def test_the_series_are_ingested_with_the_frames_values(setup):

@@ -1,8 +1,11 @@
-"""Writes stagelens.json, the Grafana node dashboard: the three stages side by side, then GPUs, links, agent.
+"""Writes stagelens.json, the Grafana node dashboard: the three stages side by side, then one row per stage
+(KV cache, scheduler, cold path), then GPUs, topology & links, and the agent.
 
-Run `python dashboards/grafana/generate.py` after changing it and commit both files. Plain dicts in
-Grafana's dashboard JSON model (schemaVersion 39, Grafana 10/11); the datasource is the import-time
-input DS_PROMETHEUS.
+Built with grafana-foundation-sdk, the Grafana 11 flavour pinned in pyproject.toml's `dev` extra
+(`grafana-foundation-sdk==1769699379!11.6.0`; an unpinned install picks the 10.1 one). A dev-only
+tool: nothing under agent/, probes/ or engine_hooks/ imports it. Run `python dashboards/grafana/generate.py`
+after changing it and commit both files; tests/test_dashboard_grafana.py fails while they differ.
+The datasource is the import-time input DS_PROMETHEUS (Dashboards > Import asks for it).
 """
 
 from __future__ import annotations
@@ -10,211 +13,279 @@ from __future__ import annotations
 import json
 import pathlib
 
-DS = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import heatmap, prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+GRAFANA_VERSION = "11.6.0"   # the SDK flavour: __requires says which Grafana the JSON is for
+DS = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")
 SEL = 'instance=~"$instance"'
-STATES = [  # stagelens_stage_state encoding
-    {"type": "value", "options": {"-1": {"text": "unknown", "color": "gray", "index": 0},
-                                  "0": {"text": "ok", "color": "green", "index": 1},
-                                  "1": {"text": "warn", "color": "orange", "index": 2},
-                                  "2": {"text": "firing", "color": "red", "index": 3}}}]
 STAGES = (("kv_cache", "KV cache", "KVCacheStageFiring"), ("scheduler", "Scheduler", "SchedulerStageFiring"),
           ("cold_path", "Cold path", "ColdPathStageFiring"))
+# stagelens_stage_state encoding
+STATES = [dm.ValueMap(options={
+    "-1": dm.ValueMappingResult(text="unknown", color="gray", index=0),
+    "0": dm.ValueMappingResult(text="ok", color="green", index=1),
+    "1": dm.ValueMappingResult(text="warn", color="orange", index=2),
+    "2": dm.ValueMappingResult(text="firing", color="red", index=3)})]
+STATE_STEPS = ((None, "gray"), (0, "green"), (1, "orange"), (2, "red"))
+# The agent's default thresholds (agent/diagnosis/signals.py, STAGES.md): direction, warn, firing. The panels
+# colour by these; the dashed lines are the thresholds the node's agent really uses (stagelens_signal_threshold),
+# which differ where an operator overrode them. tests/test_dashboard_grafana.py keeps these equal to the agent's.
+SIGNALS = {
+    "kv_fragmentation_ratio": ("above", 0.20, 0.30),
+    "kv_access_efficiency": ("below", 0.75, 0.60),
+    "effective_bandwidth_ratio": ("below", 0.75, 0.60),
+    "scheduler_wait_p99": ("above", 0.005, 0.020),
+    "head_of_line_blocking": ("above", 0.30, 0.50),
+    "pcie_backpressure": ("above", 0.30, 0.50),
+    "step_time_inflation": ("above", 1.20, 1.50),
+    "threads_blocked_on_data": ("above", 0.10, 0.25),
+}
+WIDE, THIRD, HALF, QUARTER = 24, 8, 12, 6
 
 
-class Layout:
-    def __init__(self) -> None:
-        self.panels: list[dict] = []
-        self.y = 0
+class Board:
+    """The dashboard builder with panel ids: Grafana wants them unique within a dashboard; the SDK leaves them 0.
+    Rows and panels are laid out by the SDK (a row starts below the tallest panel of the last line)."""
+
+    def __init__(self, dashboard: db.Dashboard) -> None:
+        self.dashboard = dashboard
         self.ids = 0
 
     def row(self, title: str) -> None:
         self.ids += 1
-        self.panels.append({"type": "row", "title": title, "id": self.ids, "collapsed": False,
-                            "gridPos": {"x": 0, "y": self.y, "w": 24, "h": 1}, "panels": []})
-        self.y += 1
+        self.dashboard.with_row(db.Row(title).id(self.ids))
 
-    def line(self, panels: list[dict], height: int = 8) -> None:
-        """Panels side by side across the full width."""
-        width = 24 // len(panels)
-        for i, panel in enumerate(panels):
-            self.ids += 1
-            panel["id"] = self.ids
-            panel["gridPos"] = {"x": i * width, "y": self.y, "w": width, "h": height}
-            self.panels.append(panel)
-        self.y += height
+    def add(self, panel) -> None:
+        self.ids += 1
+        self.dashboard.with_panel(panel.id(self.ids))
 
 
-def target(expr: str, legend: str = "", ref: str = "A", **extra) -> dict:
-    return {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref, **extra}
+def q(expr: str, legend: str = "", ref: str = "A") -> prometheus.Dataquery:
+    return prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DS)
 
 
-def panel(kind: str, title: str, targets: list[dict], unit: str = "short", description: str = "", **extra) -> dict:
-    return {"type": kind, "title": title, "description": description, "datasource": DS, "targets": targets,
-            "fieldConfig": {"defaults": {"unit": unit, **extra.pop("defaults", {})}, "overrides": []},
-            "options": extra.pop("options", {}), **extra}
+def steps(*pairs: tuple[float | None, str]) -> db.ThresholdsConfig:
+    return db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(
+        [dm.Threshold(value=value, color=color) for value, color in pairs])
 
 
-def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, description: str) -> dict:
-    """A time series with the agent's warn and firing thresholds of `signal` drawn as dashed lines."""
+def signal_steps(signal: str) -> db.ThresholdsConfig:
+    direction, warn, firing = SIGNALS[signal]
+    if direction == "above":
+        return steps((None, "green"), (warn, "orange"), (firing, "red"))
+    return steps((None, "red"), (firing, "orange"), (warn, "green"))
+
+
+def series(title: str, targets: list[prometheus.Dataquery], unit: str = "short", description: str = "",
+           w: int = THIRD, h: int = 8) -> timeseries.Panel:
+    return (timeseries.Panel().title(title).description(description).datasource(DS).unit(unit).span(w).height(h)
+            .targets(targets))
+
+
+def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, description: str,
+                    w: int = THIRD) -> timeseries.Panel:
+    """A time series on the signal's default bands, with the node's warn and firing thresholds as dashed lines."""
     threshold = f'stagelens_signal_threshold{{{SEL},signal="{signal}",level="%s"}}'
-    dashed = {"custom.lineStyle": {"fill": "dash", "dash": [10, 10]}}
-    overrides = [{"matcher": {"id": "byName", "options": level},
-                  "properties": [{"id": k, "value": v} for k, v in dashed.items()]
-                  + [{"id": "color", "value": {"mode": "fixed", "fixedColor": color}}]}
-                 for level, color in (("warn", "orange"), ("firing", "red"))]
-    p = panel("timeseries", title, [target(expr, legend),
-                                    target(threshold % "warn", "warn", "B"),
-                                    target(threshold % "firing", "firing", "C")], unit, description)
-    p["fieldConfig"]["overrides"] = overrides
-    return p
+    targets = [q(expr, legend), q(threshold % "warn", "warn", "B"), q(threshold % "firing", "firing", "C")]
+    panel = (series(title, targets, unit, description, w)
+             .thresholds(signal_steps(signal))
+             .thresholds_style(GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.AREA)))
+    for level, color in (("warn", "orange"), ("firing", "red")):
+        panel.override_by_name(level, [
+            dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
+            dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})])
+    return panel
 
 
-def stage_panels(layout: Layout) -> None:
-    layout.row("Stages")
-    layout.line([panel("stat", name, [target(f'max(stagelens_stage_state{{{SEL},stage="{stage}"}})', name)],
-                       description=f"Diagnosis state of the {name} stage; runbook: runbooks/{alert}.md",
-                       defaults={"mappings": STATES}, options={"colorMode": "background", "graphMode": "none"})
-                 for stage, name, alert in STAGES], height=4)
-    layout.line([panel("state-timeline", "Stage states", [target(f"stagelens_stage_state{{{SEL}}}", "{{stage}}")],
-                       defaults={"mappings": STATES})], height=5)
-    layout.row("KV cache | Scheduler | Cold path")
-    layout.line([
-        with_thresholds("KV fragmentation", f"stagelens_kv_fragmentation_ratio{{{SEL}}}", "kv_fragmentation_ratio",
-                        "percentunit", "fragmentation", "Allocated KV slots holding no token."),
-        with_thresholds("Scheduler wait p99 (5m)", f"instance:stagelens_scheduler_wait_seconds:p99_rate5m{{{SEL}}}",
-                        "scheduler_wait_p99", "s", "p99", "From the stagelens_scheduler_wait_seconds histogram."),
-        with_thresholds("PCIe backpressure (busiest link)", f"max(stagelens_pcie_utilization_ratio{{{SEL}}})",
-                        "pcie_backpressure", "percentunit", "max", "PCIe throughput / link bandwidth."),
-    ])
-    layout.line([
-        with_thresholds("KV access efficiency (5m)", f"instance:stagelens_kv_access_efficiency:ratio_rate5m{{{SEL}}}",
-                        "kv_access_efficiency", "percentunit", "efficiency", "Useful KV bytes / KV bytes moved."),
-        panel("heatmap", "Scheduler wait", [target(
-            f"sum by (le) (increase(stagelens_scheduler_wait_seconds_bucket{{{SEL}}}[$__rate_interval]))",
-            "{{le}}", format="heatmap", exemplar=True)], "s", "Per finished request; exemplars link traces.",
-            options={"calculate": False, "yAxis": {"unit": "s"}, "exemplars": {"color": "orange"}}),
-        with_thresholds("Step-time inflation during loads", f"stagelens_cold_path_step_time_inflation{{{SEL}}}",
-                        "step_time_inflation", "none", "inflation", "Decode step time during loads / without."),
-    ])
-    layout.line([
-        with_thresholds("Effective KV bandwidth", f"stagelens_kv_effective_bandwidth_ratio{{{SEL}}}",
-                        "effective_bandwidth_ratio", "percentunit", "of ideal",
-                        "Useful KV bytes/s / an ideal contiguous layout for the same batch on this device."),
-        with_thresholds("Head-of-line blocking", f"stagelens_scheduler_head_of_line_ratio{{{SEL}}}",
-                        "head_of_line_blocking", "percentunit", "share",
-                        "Share of short requests' wait spent behind one long prefill."),
-        panel("timeseries", "Model loads", [
-            target(f"stagelens_model_loads_in_progress{{{SEL}}}", "loading"),
-            target(f"stagelens_cold_path_waiting_on_model_requests{{{SEL}}}", "requests waiting on a model", "B"),
-            target(f"rate(stagelens_model_loads_total{{{SEL}}}[$__rate_interval])", "loads/s", "C")]),
-    ])
-    layout.line([
-        panel("timeseries", "KV blocks", [
-            target(f"stagelens_kv_cache_used_blocks{{{SEL}}}", "used"),
-            target(f"stagelens_kv_cache_free_blocks{{{SEL}}}", "free", "B"),
-            target(f"stagelens_kv_cache_unusable_free_blocks{{{SEL}}}", "free but unusable", "C")]),
-        panel("timeseries", "Wait by reason", [target(
-            f"sum by (reason) (rate(stagelens_request_wait_seconds_total{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
-            "s", "Seconds of wait per second, by the scheduler's reason."),
-        panel("timeseries", "Decode step time", [target(
-            f"stagelens_cold_path_decode_step_seconds{{{SEL}}}", "model load {{model_load}}")], "s"),
-    ])
-    layout.line([
-        panel("timeseries", "Preemptions and refusals", [
-            target(f"rate(stagelens_scheduler_preemptions_total{{{SEL}}}[$__rate_interval])", "preempted"),
-            target(f"rate(stagelens_scheduler_preemptions_with_free_memory_total{{{SEL}}}[$__rate_interval])",
-                   "preempted with memory free", "B"),
-            target(f"rate(stagelens_scheduler_allocation_failures_total{{{SEL}}}[$__rate_interval])", "refused", "C")],
-            "reqps"),
-        panel("timeseries", "Queue and budget", [
-            target(f"stagelens_scheduler_waiting_requests{{{SEL}}}", "waiting"),
-            target(f"stagelens_scheduler_running_requests{{{SEL}}}", "running", "B"),
-            target(f"stagelens_scheduler_budget_use_ratio{{{SEL}}}", "budget use while waiting", "C"),
-            target(f"stagelens_scheduler_busy_ratio{{{SEL}}}", "busy", "D")]),
-        panel("timeseries", "Threads blocked on data", [
-            target(f"stagelens_process_threads_uninterruptible_ratio{{{SEL}}}", "engine threads in D state"),
-            target(f"stagelens_host_cpu_iowait_ratio{{{SEL}}}", "CPU iowait", "B")], "percentunit"),
-    ])
+def stages_row(b: Board) -> None:
+    b.row("Stages")
+    for stage, name, alert in STAGES:
+        b.add(stat.Panel().title(name).datasource(DS).span(THIRD).height(4)
+                     .description(f"Diagnosis state of the {name} stage; runbook: runbooks/{alert}.md")
+                     .with_target(q(f'max(stagelens_stage_state{{{SEL},stage="{stage}"}})', name))
+                     .mappings(STATES).thresholds(steps(*STATE_STEPS))
+                     .color_mode(common.BigValueColorMode.BACKGROUND).graph_mode(common.BigValueGraphMode.NONE))
+    b.add(statetimeline.Panel().title("Stage states").datasource(DS).span(WIDE).height(5)
+                 .with_target(q(f"stagelens_stage_state{{{SEL}}}", "{{stage}}"))
+                 .mappings(STATES).thresholds(steps(*STATE_STEPS)))
 
 
-def node_panels(layout: Layout) -> None:
-    layout.row("GPUs")
-    layout.line([
-        panel("timeseries", "GPU utilisation", [target(f"stagelens_gpu_utilization_ratio{{{SEL}}}", "GPU{{gpu}}")],
-              "percentunit"),
-        panel("timeseries", "Memory busy", [target(f"stagelens_gpu_memory_utilization_ratio{{{SEL}}}",
-                                                   "GPU{{gpu}}")], "percentunit"),
-        panel("timeseries", "Memory used", [target(f"stagelens_gpu_memory_used_bytes{{{SEL}}}", "GPU{{gpu}}")],
-              "bytes"),
-        panel("timeseries", "SM clock", [target(f'stagelens_gpu_clock_hertz{{{SEL},clock="sm"}}', "GPU{{gpu}}")],
-              "hertz"),
-    ])
-    layout.line([
-        panel("table", "GPUs", [target(f"stagelens_gpu_info{{{SEL}}}", format="table", instant=True)]),
-        panel("table", "Topology (nvidia-smi topo -m)",
-              [target(f"stagelens_gpu_topology_info{{{SEL}}}", format="table", instant=True)]),
-        panel("stat", "Lost GPUs / throttled", [
-            target(f"sum(stagelens_gpu_lost{{{SEL}}})", "lost"),
-            target(f'sum(stagelens_gpu_throttle_reason{{{SEL},reason=~"hw_.*|sw_thermal_slowdown"}})', "throttled",
-                   "B")]),
-    ])
-    layout.row("Links")
-    layout.line([
-        panel("timeseries", "PCIe throughput", [target(
-            f"stagelens_pcie_throughput_bytes_per_second{{{SEL}}}", "GPU{{gpu}} {{direction}}")], "Bps"),
-        panel("timeseries", "PCIe link vs maximum", [
-            target(f"stagelens_pcie_link_generation{{{SEL}}}", "GPU{{gpu}} gen"),
-            target(f"stagelens_pcie_link_width_lanes{{{SEL}}}", "GPU{{gpu}} width", "B"),
-            target(f"stagelens_pcie_link_below_max{{{SEL}}}", "GPU{{gpu}} below max", "C")]),
-        panel("timeseries", "PCIe replays", [target(
-            f"increase(stagelens_pcie_replays_total{{{SEL}}}[$__rate_interval])", "GPU{{gpu}}")]),
-    ])
-    layout.line([
-        panel("timeseries", "NVLink throughput", [target(
-            f"sum by (gpu, direction) (stagelens_nvlink_throughput_bytes_per_second{{{SEL}}})",
-            "GPU{{gpu}} {{direction}}")], "Bps"),
-        panel("timeseries", "NVLink utilisation (busiest link per GPU)", [target(
-            f"max by (gpu) (stagelens_nvlink_utilization_ratio{{{SEL}}})", "GPU{{gpu}}")], "percentunit"),
-        panel("stat", "NVLinks up", [
-            target(f"sum(stagelens_nvlink_up{{{SEL}}})", "up"),
-            target(f"count(stagelens_nvlink_up{{{SEL}}} == 0)", "down", "B"),
-            target(f"sum(increase(stagelens_nvlink_errors_total{{{SEL}}}[$__rate_interval]))", "errors", "C")]),
-    ])
-    layout.row("Agent")
-    layout.line([
-        panel("timeseries", "Collectors", [target(f"stagelens_collector_success{{{SEL}}}", "{{collector}}")]),
-        panel("timeseries", "Collector duration", [target(
-            f"stagelens_collector_duration_seconds{{{SEL}}}", "{{collector}}")], "s"),
-        panel("timeseries", "Hook errors and drops", [
-            target(f"increase(stagelens_hook_errors_total{{{SEL}}}[$__rate_interval])", "hook {{hook}}"),
-            target(f"increase(stagelens_recorder_dropped_total{{{SEL}}}[$__rate_interval])", "dropped {{ring}}",
-                   "B")]),
-        panel("stat", "Frame age", [target(f"time() - stagelens_frame_timestamp_seconds{{{SEL}}}", "age")], "s"),
-    ], height=6)
+def kv_cache_row(b: Board) -> None:
+    b.row("KV cache")
+    b.add(with_thresholds("KV fragmentation", f"stagelens_kv_fragmentation_ratio{{{SEL}}}",
+                                 "kv_fragmentation_ratio", "percentunit", "fragmentation",
+                                 "Allocated KV slots holding no token. Runbook: runbooks/KVCacheFragmentationHigh.md"))
+    b.add(with_thresholds("KV access efficiency (5m)",
+                                 f"instance:stagelens_kv_access_efficiency:ratio_rate5m{{{SEL}}}",
+                                 "kv_access_efficiency", "percentunit", "efficiency",
+                                 "Useful KV bytes / KV bytes moved. Runbook: runbooks/KVCacheAccessEfficiencyLow.md"))
+    b.add(with_thresholds("Effective KV bandwidth", f"stagelens_kv_effective_bandwidth_ratio{{{SEL}}}",
+                                 "effective_bandwidth_ratio", "percentunit", "of ideal",
+                                 "Useful KV bytes/s / an ideal contiguous layout for the same batch on this device."))
+    b.add(series("KV blocks", [
+        q(f"stagelens_kv_cache_used_blocks{{{SEL}}}", "used"),
+        q(f"stagelens_kv_cache_free_blocks{{{SEL}}}", "free", "B"),
+        q(f"stagelens_kv_cache_unusable_free_blocks{{{SEL}}}", "free but unusable", "C")], w=HALF))
+    b.add(series("Preemptions and refusals", [
+        q(f"rate(stagelens_scheduler_preemptions_total{{{SEL}}}[$__rate_interval])", "preempted"),
+        q(f"rate(stagelens_scheduler_preemptions_with_free_memory_total{{{SEL}}}[$__rate_interval])",
+          "preempted with memory free", "B"),
+        q(f"rate(stagelens_scheduler_allocation_failures_total{{{SEL}}}[$__rate_interval])", "refused", "C")],
+        "reqps", "Runbook: runbooks/KVCachePreemptionWithFreeMemory.md", w=HALF))
+
+
+def scheduler_row(b: Board) -> None:
+    b.row("Scheduler")
+    b.add(with_thresholds("Scheduler wait p99 (5m)",
+                                 f"instance:stagelens_scheduler_wait_seconds:p99_rate5m{{{SEL}}}",
+                                 "scheduler_wait_p99", "s", "p99",
+                                 "From the stagelens_scheduler_wait_seconds histogram. "
+                                 "Runbook: runbooks/SchedulerWaitP99High.md"))
+    b.add(heatmap.Panel().title("Scheduler wait").datasource(DS).span(THIRD).height(8).unit("s")
+                 .description("Per finished request; exemplars link traces.")
+                 .with_target(q(f"sum by (le) (increase(stagelens_scheduler_wait_seconds_bucket{{{SEL}}}"
+                                "[$__rate_interval]))", "{{le}}").format(PromQueryFormat.HEATMAP).exemplar(True))
+                 .calculate(False).y_axis(heatmap.YAxisConfig().unit("s")).exemplars_color("orange"))
+    b.add(with_thresholds("Head-of-line blocking", f"stagelens_scheduler_head_of_line_ratio{{{SEL}}}",
+                                 "head_of_line_blocking", "percentunit", "share",
+                                 "Share of short requests' wait spent behind one long prefill. "
+                                 "Runbook: runbooks/HeadOfLineBlocking.md"))
+    b.add(series("Wait by reason", [q(
+        f"sum by (reason) (rate(stagelens_request_wait_seconds_total{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
+        "s", "Seconds of wait per second, by the scheduler's reason.", w=HALF))
+    b.add(series("Queue and budget", [
+        q(f"stagelens_scheduler_waiting_requests{{{SEL}}}", "waiting"),
+        q(f"stagelens_scheduler_running_requests{{{SEL}}}", "running", "B"),
+        q(f"stagelens_scheduler_budget_use_ratio{{{SEL}}}", "budget use while waiting", "C"),
+        q(f"stagelens_scheduler_busy_ratio{{{SEL}}}", "busy", "D")],
+        description="Runbook: runbooks/ComputeUnderusedWithQueue.md", w=HALF))
+
+
+def cold_path_row(b: Board) -> None:
+    b.row("Cold path")
+    b.add(with_thresholds("PCIe backpressure (busiest link)", f"max(stagelens_pcie_utilization_ratio{{{SEL}}})",
+                                 "pcie_backpressure", "percentunit", "max",
+                                 "PCIe throughput / link bandwidth. Runbook: runbooks/PCIeBackpressure.md"))
+    b.add(with_thresholds("Step-time inflation during loads", f"stagelens_cold_path_step_time_inflation{{{SEL}}}",
+                                 "step_time_inflation", "none", "inflation",
+                                 "Decode step time during loads / without. Runbook: runbooks/ModelLoadContention.md"))
+    b.add(series("Model loads", [
+        q(f"stagelens_model_loads_in_progress{{{SEL}}}", "loading"),
+        q(f"stagelens_cold_path_waiting_on_model_requests{{{SEL}}}", "requests waiting on a model", "B"),
+        q(f"rate(stagelens_model_loads_total{{{SEL}}}[$__rate_interval])", "loads/s", "C")],
+        description="Runbook: runbooks/RequestsWaitingOnModelLoad.md"))
+    b.add(series("Decode step time", [q(
+        f"stagelens_cold_path_decode_step_seconds{{{SEL}}}", "model load {{model_load}}")], "s", w=HALF))
+    b.add(series("Threads blocked on data", [
+        q(f"stagelens_process_threads_uninterruptible_ratio{{{SEL}}}", "engine threads in D state"),
+        q(f"stagelens_host_cpu_iowait_ratio{{{SEL}}}", "CPU iowait", "B")], "percentunit",
+        "Runbook: runbooks/ThreadsBlockedOnData.md", w=HALF)
+        .thresholds(signal_steps("threads_blocked_on_data"))
+        .thresholds_style(GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.AREA)))
+
+
+def gpus_row(b: Board) -> None:
+    b.row("GPUs")
+    b.add(series("GPU utilisation", [q(f"stagelens_gpu_utilization_ratio{{{SEL}}}", "GPU{{gpu}}")],
+                        "percentunit", w=QUARTER))
+    b.add(series("Memory busy", [q(f"stagelens_gpu_memory_utilization_ratio{{{SEL}}}", "GPU{{gpu}}")],
+                        "percentunit", w=QUARTER))
+    b.add(series("Memory used", [q(f"stagelens_gpu_memory_used_bytes{{{SEL}}}", "GPU{{gpu}}")], "bytes",
+                        w=QUARTER))
+    b.add(series("SM clock", [q(f'stagelens_gpu_clock_hertz{{{SEL},clock="sm"}}', "GPU{{gpu}}")], "hertz",
+                        w=QUARTER))
+    b.add(table.Panel().title("GPUs").datasource(DS).span(16).height(8).with_target(
+        q(f"stagelens_gpu_info{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
+    b.add(stat.Panel().title("Lost GPUs / throttled").datasource(DS).span(THIRD).height(8)
+                 .description("Runbooks: runbooks/GPULost.md, runbooks/GPUClocksThrottled.md")
+                 .targets([q(f"sum(stagelens_gpu_lost{{{SEL}}})", "lost"),
+                           q(f'sum(stagelens_gpu_throttle_reason{{{SEL},reason=~"hw_.*|sw_thermal_slowdown"}})',
+                             "throttled", "B")])
+                 .thresholds(steps((None, "green"), (1, "red"))).color_mode(common.BigValueColorMode.BACKGROUND))
+
+
+def topology_row(b: Board) -> None:
+    b.row("Topology & links")
+    b.add(table.Panel().title("Topology (nvidia-smi topo -m)").datasource(DS).span(WIDE).height(8)
+                 .description("One row per GPU pair: NV# (NVLinks), PIX, PXB, PHB, NODE or SYS.")
+                 .with_target(q(f"stagelens_gpu_topology_info{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
+    b.add(series("PCIe throughput", [q(
+        f"stagelens_pcie_throughput_bytes_per_second{{{SEL}}}", "GPU{{gpu}} {{direction}}")], "Bps"))
+    b.add(series("PCIe link vs maximum", [
+        q(f"stagelens_pcie_link_generation{{{SEL}}}", "GPU{{gpu}} gen"),
+        q(f"stagelens_pcie_link_width_lanes{{{SEL}}}", "GPU{{gpu}} width", "B"),
+        q(f"stagelens_pcie_link_below_max{{{SEL}}}", "GPU{{gpu}} below max", "C")],
+        description="Runbook: runbooks/PCIeLinkBelowMax.md"))
+    b.add(series("PCIe replays", [q(
+        f"increase(stagelens_pcie_replays_total{{{SEL}}}[$__rate_interval])", "GPU{{gpu}}")],
+        description="Runbook: runbooks/PCIeReplaysIncreasing.md").thresholds(steps((None, "green"), (1, "red"))))
+    b.add(series("NVLink throughput", [q(
+        f"sum by (gpu, direction) (stagelens_nvlink_throughput_bytes_per_second{{{SEL}}})",
+        "GPU{{gpu}} {{direction}}")], "Bps"))
+    b.add(series("NVLink utilisation (busiest link per GPU)", [q(
+        f"max by (gpu) (stagelens_nvlink_utilization_ratio{{{SEL}}})", "GPU{{gpu}}")], "percentunit"))
+    b.add(stat.Panel().title("NVLinks up").datasource(DS).span(THIRD).height(8)
+                 .description("Runbooks: runbooks/NVLinkDown.md, runbooks/NVLinkErrorsIncreasing.md")
+                 .targets([q(f"sum(stagelens_nvlink_up{{{SEL}}})", "up"),
+                           q(f"count(stagelens_nvlink_up{{{SEL}}} == 0)", "down", "B"),
+                           q(f"sum(increase(stagelens_nvlink_errors_total{{{SEL}}}[$__rate_interval]))", "errors",
+                             "C")])
+                 .override_by_name("up", [dm.DynamicConfigValue(id_val="color",
+                                                                value={"mode": "fixed", "fixedColor": "green"})])
+                 .thresholds(steps((None, "green"), (1, "red"))))
+
+
+def agent_row(b: Board) -> None:
+    b.row("Agent")
+    b.add(series("Collectors", [q(f"stagelens_collector_success{{{SEL}}}", "{{collector}}")],
+                        description="Runbook: runbooks/StagelensCollectorFailing.md", w=QUARTER, h=6)
+                 .thresholds(steps((None, "red"), (1, "green"))))
+    b.add(series("Collector duration", [q(f"stagelens_collector_duration_seconds{{{SEL}}}", "{{collector}}")],
+                        "s", w=QUARTER, h=6))
+    b.add(series("Hook errors and drops", [
+        q(f"increase(stagelens_hook_errors_total{{{SEL}}}[$__rate_interval])", "hook {{hook}}"),
+        q(f"increase(stagelens_recorder_dropped_total{{{SEL}}}[$__rate_interval])", "dropped {{ring}}", "B")],
+        description="Runbooks: runbooks/StagelensHookErrors.md, runbooks/StagelensRecorderDropping.md",
+        w=QUARTER, h=6))
+    b.add(stat.Panel().title("Frame age").datasource(DS).unit("s").span(QUARTER).height(6)
+                 .description("Runbook: runbooks/StagelensFrameStale.md")
+                 .with_target(q(f"time() - stagelens_frame_timestamp_seconds{{{SEL}}}", "age"))
+                 .thresholds(steps((None, "green"), (10, "orange"), (60, "red"))))
+
+
+def build() -> db.Dashboard:
+    d = (db.Dashboard("stagelens node").uid("stagelens-node").tags(["stagelens", "gpu", "llm-inference"])
+         .description("The three bottleneck stages of an LLM-inference node side by side (STAGES.md).")
+         .editable().refresh("30s").time("now-1h", "now").version(1)
+         .with_variable(db.QueryVariable("instance").label("Node").datasource(DS)
+                        .query({"query": "label_values(stagelens_frame_timestamp_seconds, instance)",
+                                "refId": "instance"})
+                        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(False).multi(False))
+         .annotation(db.AnnotationQuery().name("stagelens alerts").datasource(DS).enable(True).icon_color("red")
+                     .expr(f'ALERTS{{alertstate="firing",{SEL}}}'))
+         .link(db.DashboardLink("stagelens").type(dm.DashboardLinkType.DASHBOARDS).tags(["stagelens"])
+               .as_dropdown(True).include_vars(True).keep_time(True)))
+    board = Board(d)
+    for row in (stages_row, kv_cache_row, scheduler_row, cold_path_row, gpus_row, topology_row, agent_row):
+        row(board)
+    return d
 
 
 def dashboard() -> dict:
-    layout = Layout()
-    stage_panels(layout)
-    node_panels(layout)
+    """The dashboard as Grafana's import JSON: the SDK's model plus the export-only __inputs/__requires."""
+    model = json.loads(json.dumps(build().build(), cls=JSONEncoder))
     return {
         "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",
                       "pluginId": "prometheus", "pluginName": "Prometheus"}],
-        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"},
+        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
                        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"}],
-        "uid": "stagelens-node", "title": "stagelens node", "tags": ["stagelens", "gpu", "llm-inference"],
-        "description": "The three bottleneck stages of an LLM-inference node side by side (STAGES.md).",
-        "schemaVersion": 39, "version": 1, "editable": True, "refresh": "30s",
-        "time": {"from": "now-1h", "to": "now"},
-        "templating": {"list": [{
-            "name": "instance", "label": "Node", "type": "query", "datasource": DS,
-            "query": {"query": "label_values(stagelens_frame_timestamp_seconds, instance)", "refId": "instance"},
-            "definition": "label_values(stagelens_frame_timestamp_seconds, instance)",
-            "refresh": 2, "includeAll": False, "multi": False, "current": {}, "options": []}]},
-        "annotations": {"list": [{"name": "stagelens alerts", "datasource": DS, "enable": True,
-                                  "expr": f'ALERTS{{alertstate="firing",{SEL}}}', "iconColor": "red",
-                                  "titleFormat": "{{alertname}}"}]},
-        "panels": layout.panels,
+        **model,
     }
 
 
