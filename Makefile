@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/hooks_overhead.py --quick
 	$(BIN)/python bench/probes.py --quick
 	$(BIN)/python bench/exporters.py --quick
+	$(BIN)/python bench/tui.py --quick
 	$(BIN)/python bench/detect.py --quick
 
 clean:

@@ -13,7 +13,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from agent.diagnosis import DiagnosisConfig, diagnose
+from agent.diagnosis import DiagnosisConfig
+from agent.diagnosis.evaluate import LiveDiagnosis
 from agent.diagnosis.model import Diagnosis
 from agent.errors import UserError
 from agent.frame import Frame
@@ -49,6 +50,7 @@ class AgentRuntime:
         self.lab = None
         self._lock = threading.Lock()
         self._diagnosis: Diagnosis | None = None
+        self._live = LiveDiagnosis(self.diagnosis_config)
         self._trace_ids: OrderedDict[str, str] = OrderedDict()
         self._traceparents: OrderedDict[str, str] = OrderedDict()
         self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._update_diagnosis]
@@ -120,9 +122,8 @@ class AgentRuntime:
                     _bounded_put(self._trace_ids, t.request_id, trace_id)
 
     def _update_diagnosis(self, frame: Frame, _timelines: list) -> None:
-        frames = self.sampler.frames()
-        horizon = frame.time_unix - max(60.0, 3 * self.diagnosis_config.window_s)
-        self._diagnosis = diagnose([f for f in frames if f.time_unix >= horizon], self.diagnosis_config)
+        self._live.add(frame)
+        self._diagnosis = self._live.result()
 
 
 def _bounded_put(store: OrderedDict, key: str, value: str) -> None:

@@ -9,6 +9,7 @@ level, the root is the one whose state began first, the chain's order breaking t
 from __future__ import annotations
 
 import datetime as dt
+from collections import deque
 
 from agent.diagnosis.config import DiagnosisConfig, Threshold
 from agent.diagnosis.explain import explain
@@ -44,7 +45,7 @@ class StageTracker:
         self.rise, self.clear = rise, clear
         self.state = "unknown"
         self.since: float | None = None
-        self._known: list[str] = []          # raw levels since the data was last missing
+        self._known: deque[str] = deque(maxlen=max(rise, clear))   # recent raw levels since data was missing
 
     def update(self, raw: str, t: float) -> None:
         if raw == "unknown":
@@ -52,11 +53,12 @@ class StageTracker:
             self._set("unknown", t)
             return
         self._known.append(raw)
-        held_up = min(self._known[-self.rise:], key=severity) if len(self._known) >= self.rise else "ok"
+        known = list(self._known)
+        held_up = min(known[-self.rise:], key=severity) if len(known) >= self.rise else "ok"
         if severity(held_up) > severity(self.state):
             self._set(held_up, t)
-        elif len(self._known) >= self.clear:
-            held_down = max(self._known[-self.clear:], key=severity)
+        elif len(known) >= self.clear:
+            held_down = max(known[-self.clear:], key=severity)
             if severity(held_down) < severity(self.state):
                 self._set(held_down, t)
 
@@ -82,36 +84,54 @@ def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> 
     return values, raw
 
 
-def _track(frames: list[Frame], config: DiagnosisConfig, on_frame=None) -> tuple[dict, dict]:
-    trackers = {stage: StageTracker(config.rise, config.clear) for stage in STAGES}
-    values: dict = {}
-    start = 0
-    for i, frame in enumerate(frames):
-        while frames[start].time_unix < frame.time_unix - config.window_s:
-            start += 1
-        values, raw = frame_levels(frame, frames[start:i + 1], config)
-        for stage in STAGES:
-            trackers[stage].update(raw[stage], frame.time_unix)
-        if on_frame:
-            on_frame(frame, {stage: t.state for stage, t in trackers.items()})
-    return trackers, values
+class LiveDiagnosis:
+    """The diagnosis fed one frame at a time (for the agent and the TUI); `diagnose` over a list of
+    frames is this fed with each of them."""
+
+    def __init__(self, config: DiagnosisConfig | None = None) -> None:
+        self.config = config or DiagnosisConfig()
+        self.trackers = {stage: StageTracker(self.config.rise, self.config.clear) for stage in STAGES}
+        self.values: dict = {}
+        self.last: Frame | None = None
+        self._window: deque[Frame] = deque()
+
+    def add(self, frame: Frame) -> dict[str, tuple[str, str]]:
+        """Take one frame; returns the stages whose state changed: {stage: (old, new)}."""
+        self._window.append(frame)
+        while self._window[0].time_unix < frame.time_unix - self.config.window_s:
+            self._window.popleft()
+        self.values, raw = frame_levels(frame, list(self._window), self.config)
+        changes = {}
+        for stage, tracker in self.trackers.items():
+            old = tracker.state
+            tracker.update(raw[stage], frame.time_unix)
+            if tracker.state != old:
+                changes[stage] = (old, tracker.state)
+        self.last = frame
+        return changes
+
+    def result(self) -> Diagnosis:
+        stages = [_stage_result(stage, self.trackers[stage], self.values, self.last, self.config) for stage in STAGES]
+        _mark_consequences(stages, self.last)
+        verdict = max((s.state for s in stages), key=severity)
+        return Diagnosis(verdict, _root(stages), stages, self.last.time_unix if self.last else None)
 
 
 def stage_states(frames: list[Frame], config: DiagnosisConfig | None = None) -> list[tuple[float, dict]]:
     """The reported state of every stage after each frame: [(time_unix, {stage: state})]."""
+    live = LiveDiagnosis(config)
     out: list[tuple[float, dict]] = []
-    _track(frames, config or DiagnosisConfig(), lambda f, states: out.append((f.time_unix, states)))
+    for frame in frames:
+        live.add(frame)
+        out.append((frame.time_unix, {stage: t.state for stage, t in live.trackers.items()}))
     return out
 
 
 def diagnose(frames: list[Frame], config: DiagnosisConfig | None = None) -> Diagnosis:
-    config = config or DiagnosisConfig()
-    trackers, values = _track(frames, config)
-    last = frames[-1] if frames else None
-    stages = [_stage_result(stage, trackers[stage], values, last, config) for stage in STAGES]
-    _mark_consequences(stages, last)
-    verdict = max((s.state for s in stages), key=severity)
-    return Diagnosis(verdict, _root(stages), stages, last.time_unix if last else None)
+    live = LiveDiagnosis(config)
+    for frame in frames:
+        live.add(frame)
+    return live.result()
 
 
 # Scheduler waits whose reason lies in another stage: the queue is that stage's consequence.

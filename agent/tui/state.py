@@ -9,15 +9,12 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from agent.diagnosis import DiagnosisConfig, diagnose
-from agent.diagnosis.evaluate import StageTracker, frame_levels
+from agent.diagnosis import DiagnosisConfig
+from agent.diagnosis.evaluate import LiveDiagnosis
 from agent.diagnosis.model import Diagnosis
-from agent.diagnosis.signals import STAGES
 from agent.frame import Frame
 from agent.tui.figures import frame_figures, period_figures
 from agent.tui.fmt import STAGE_NAMES, evidence_value
-
-DIAGNOSIS_FRAMES = 180     # the diagnosis looks back this far (its hysteresis needs only a few samples)
 
 
 @dataclass
@@ -47,7 +44,7 @@ class TuiState:
         self.diagnosis: Diagnosis | None = None
         self.log: deque[LogEntry] = deque(maxlen=200)
         self.fix: FixRecord | None = None
-        self._trackers = {s: StageTracker(self.config.rise, self.config.clear) for s in STAGES}
+        self._live = LiveDiagnosis(self.config)
 
     # --- folding polls ----------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -55,7 +52,7 @@ class TuiState:
         self.timelines.clear()
         self.log.clear()
         self.diagnosis = None
-        self._trackers = {s: StageTracker(self.config.rise, self.config.clear) for s in STAGES}
+        self._live = LiveDiagnosis(self.config)
 
     def add(self, frames: list[Frame], timelines: list[dict] = (), reset: bool = False) -> None:
         if reset:
@@ -70,19 +67,14 @@ class TuiState:
             self.frames.append(frame)
             self._track(frame)
         if frames:
-            window = list(self.frames)[-DIAGNOSIS_FRAMES:]
-            self.diagnosis = diagnose(window, self.config)
+            self.diagnosis = self._live.result()
             if self.fix is not None:
                 self.fix.after = period_figures(self._since(self.fix.at_unix), list(self.timelines.values()))
 
     def _track(self, frame: Frame) -> None:
-        window = [f for f in self.frames if f.time_unix >= frame.time_unix - self.config.window_s]
-        values, raw = frame_levels(frame, window, self.config)
-        for stage, tracker in self._trackers.items():
-            old = tracker.state
-            tracker.update(raw[stage], frame.time_unix)
-            if tracker.state != old and not (old == "unknown" and tracker.state == "ok"):
-                self.log.append(LogEntry(frame.time_unix, stage, old, tracker.state, _why(stage, values)))
+        for stage, (old, new) in self._live.add(frame).items():
+            if not (old == "unknown" and new == "ok"):
+                self.log.append(LogEntry(frame.time_unix, stage, old, new, _why(stage, self._live.values)))
 
     # --- the fix ----------------------------------------------------------------------------------------
     def mark_fix(self, flags: dict, text: str) -> None:
