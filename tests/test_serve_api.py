@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -65,6 +66,11 @@ def test_completions_stream_and_carry_the_callers_trace(served):
     span = root_span()
     assert span["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert span["parent_span_id"] == "00f067aa0ba902b7"
+    # the scheduler-wait histogram carries exemplars whose trace ids are traces really exported
+    exported = {json.loads(line)["trace_id"] for line in spans.read_text().splitlines()}
+    om = client.get("/metrics", headers={"accept": "application/openmetrics-text; version=1.0.0"}).text
+    exemplars = re.findall(r'stagelens_scheduler_wait_seconds_bucket\{[^}]*\} \S+ # \{trace_id="([0-9a-f]+)"\}', om)
+    assert exemplars and set(exemplars) <= exported
 
 
 def test_metrics_plain_route_text_and_openmetrics(served):
