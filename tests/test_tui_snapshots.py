@@ -5,6 +5,7 @@ after looking at the new SVGs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from agent.record import read_bundle
 from agent.tui.app import StagelensApp
 from agent.tui.replay_source import ReplaySource
 
-BUNDLES = Path(__file__).parent / "fixtures" / "bundles"
+# relative to the repository root (make test runs there), so the path in the top bar is the same in any clone
+BUNDLES = Path(os.path.relpath(Path(__file__).parent / "fixtures" / "bundles"))
 SIZES = [(80, 24), (160, 48)]
 
 
