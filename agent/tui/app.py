@@ -71,6 +71,7 @@ class StagelensApp(App[int]):
         self.source = source
         self.state = TuiState(config)
         self.poller = Poller(source, self.post_message, interval)
+        self._last_shown: tuple | None = None
         self.autopoll = autopoll
         self.screenshot_dir = Path(screenshot_dir)
         self.runbook_dir = runbook_dir
@@ -125,10 +126,14 @@ class StagelensApp(App[int]):
         if poll.position is not None:
             self.info["position"] = poll.position
             self.info["paused"] = self.source.paused
-        if poll.frames or poll.reset or poll.timelines:
+        changed = bool(poll.frames or poll.reset or poll.timelines)
+        if changed:
             self.state.add(poll.frames, poll.timelines, poll.reset)
         self.info["has_frames"] = self.state.last is not None
-        self.redraw()
+        shown = (poll.error, poll.note, poll.position, self.source.paused)
+        if changed or shown != self._last_shown:   # nothing new: leave the screen as it is (idle costs ~nothing)
+            self._last_shown = shown
+            self.redraw()
 
     def poll_once(self) -> None:
         """One poll on this thread, posted like the worker's (tests, and refresh without the worker)."""

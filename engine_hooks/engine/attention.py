@@ -32,6 +32,17 @@ class DecodeBatch:
     block_index: torch.Tensor          # [decodes * max_blocks] physical blocks, padded with block 0
     max_blocks: int
     key_mask: torch.Tensor | None      # [decodes, 1, 1, max_blocks * block_size]; None when nothing is padded
+    # Gather buffers, made by the first layer and reused by the others: a fresh allocation this large
+    # per layer would cost a page fault per 4 KiB (the allocator returns big blocks to the OS).
+    k_buf: torch.Tensor | None = None
+    v_buf: torch.Tensor | None = None
+
+    def buffers(self, pool: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (self.block_index.numel(), *pool.shape[1:])
+        if self.k_buf is None or self.k_buf.shape != shape or self.k_buf.dtype != pool.dtype:
+            self.k_buf = torch.empty(shape, dtype=pool.dtype, device=pool.device)
+            self.v_buf = torch.empty_like(self.k_buf)
+        return self.k_buf, self.v_buf
 
 
 @dataclass
@@ -141,8 +152,9 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     kv_heads = k_pool.shape[2]
     for d in batch.decodes:
         n = d.rows.numel()
-        k = k_pool.index_select(0, d.block_index).view(n, -1, kv_heads, head_dim).transpose(1, 2)
-        v = v_pool.index_select(0, d.block_index).view(n, -1, kv_heads, head_dim).transpose(1, 2)
+        k_buf, v_buf = d.buffers(k_pool)
+        k = torch.index_select(k_pool, 0, d.block_index, out=k_buf).view(n, -1, kv_heads, head_dim).transpose(1, 2)
+        v = torch.index_select(v_pool, 0, d.block_index, out=v_buf).view(n, -1, kv_heads, head_dim).transpose(1, 2)
         qd = q.index_select(0, d.rows).view(n, kv_heads, heads // kv_heads, head_dim)
         o = F.scaled_dot_product_attention(qd, k, v, attn_mask=d.key_mask)
         out.index_copy_(0, d.rows, o.reshape(n, heads, head_dim))
