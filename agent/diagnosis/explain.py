@@ -88,8 +88,8 @@ def _kv_sentence(e: Evidence, ctx: _Context) -> str:
                 f"so {1 - (e.value or 0):.0%} of the KV bytes it reads hold no useful token")
     if e.signal == "effective_bandwidth_ratio":
         achieved = ctx.kv.get("read_bandwidth_bytes_per_s") or 0
-        return (f"{_head(e)}: paged attention reads KV at {achieved / 1e9:.2f} GB/s, {e.value:.0%} of what dense "
-                f"attention reaches on this device reading as many bytes")
+        return (f"{_head(e)}: attention reads KV at {achieved / 1e9:.2f} GB/s, {e.value:.0%} of what it reaches "
+                f"on this device with the same bytes laid out ideally (whole blocks, consecutive, unpadded)")
     if e.signal == "bandwidth_swing_cv":
         return f"{_head(e)}: achieved KV bandwidth swings from step to step although memory looks free"
     if e.signal == "preemption_with_free_memory":
