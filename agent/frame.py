@@ -49,6 +49,3 @@ class Frame:
         if not self.node_sample:
             return []
         return [g for g in self.node_sample.get("gpus", []) if not g.get("lost")]
-
-    def collector_ok(self, name: str) -> bool:
-        return any(c["name"] == name and c["success"] for c in self.collectors)

@@ -53,7 +53,6 @@ class Recorder:
         self._loading: dict[str, float] = {}
         self._last_load_end = 0.0
         self._step_index = 0
-        self._step_start = 0.0
         self._last_step_end: float | None = None
         self._previous_step: tuple[int, float, str | None] | None = None   # index, end, long prefill
         self._step_long_prefill: str | None = None
@@ -74,7 +73,6 @@ class Recorder:
     # --- step boundaries ----------------------------------------------------------------------------
     def on_step_start(self) -> None:
         self._step_index += 1
-        self._step_start = time.monotonic()
         self._step_access = AccessStats()
         self._step_attention_s = 0.0
         self._step_h2d = 0
@@ -174,6 +172,10 @@ class Recorder:
                 else:
                     self._waits.decide(req.request_id, reason)
             self._step_waiting_on_model = on_model
+            for req in batch.failed:    # their model could not be loaded: they leave without finishing
+                self._active.pop(req.request_id, None)
+                self._waits.scheduled(req.request_id)
+                self.counters["requests_failed_total"] += 1
 
     def _timeline(self, req: Request) -> RequestTimeline:
         entry = self._active.get(req.request_id)

@@ -61,20 +61,21 @@ class Signal:
     read: Callable[[Frame, list[Frame]], object]   # (this frame, the frames of the window up to it)
 
 
-def _kv(frame: Frame, key: str):
+def _figure(frame: Frame, section: str, key: str):
+    """One of the engine window's figures: UNKNOWN without an engine, NOT_APPLICABLE when it has no value."""
     w = frame.window
     if w is None:
         return UNKNOWN
-    value = w["kv"].get(key)
+    value = w[section].get(key)
     return NOT_APPLICABLE if value is None else value
+
+
+def _kv(frame: Frame, key: str):
+    return _figure(frame, "kv", key)
 
 
 def _sched(frame: Frame, key: str):
-    w = frame.window
-    if w is None:
-        return UNKNOWN
-    value = w["scheduler"].get(key)
-    return NOT_APPLICABLE if value is None else value
+    return _figure(frame, "scheduler", key)
 
 
 def _requests_waited(frame: Frame) -> bool:
@@ -139,11 +140,7 @@ def pcie_backpressure(frame: Frame, _window) -> object:
 
 
 def step_time_inflation(frame: Frame, _window) -> object:
-    w = frame.window
-    if w is None:
-        return UNKNOWN
-    value = w["cold_path"].get("step_time_inflation")
-    return NOT_APPLICABLE if value is None else value
+    return _figure(frame, "cold_path", "step_time_inflation")
 
 
 def requests_waiting_on_model(frame: Frame, _window) -> object:

@@ -67,10 +67,12 @@ class Request:
         return self.num_tokens - self.num_computed_tokens
 
     def token_ids(self, start: int, end: int) -> list[int]:
-        prompt = self.prompt_token_ids
-        if end <= len(prompt):
+        prompt, n = self.prompt_token_ids, len(self.prompt_token_ids)
+        if end <= n:
             return prompt[start:end]
-        return (prompt + self.output_token_ids)[start:end]
+        # a decode reads one output token: slice, don't copy the whole sequence every step
+        outputs = self.output_token_ids[max(start - n, 0):end - n]
+        return prompt[start:] + outputs if start < n else outputs
 
     # --- lifecycle ----------------------------------------------------------------------------
     def mark(self, event: str, now: float | None = None) -> None:
