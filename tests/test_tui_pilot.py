@@ -3,13 +3,12 @@ the poller off, and no clock but the frames' own time."""
 
 from __future__ import annotations
 
-import io
 import socket
 from pathlib import Path
 
 import pytest
 from frame_builders import engine_snapshot, frame
-from rich.console import Console
+from tui_support import text_of
 
 from agent.record import read_bundle
 from agent.tui.app import StagelensApp
@@ -49,14 +48,6 @@ class FakeSource(Source):
 
 def frames(n: int, start: int = 0, **engine) -> list:
     return [frame(start + i, engine_snapshot(**engine)) for i in range(n)]
-
-
-def text_of(app) -> str:
-    """The screen as a user reads it."""
-    console = Console(width=app.size.width, height=app.size.height, file=io.StringIO(), record=True,
-                      force_terminal=True, legacy_windows=False)
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
-    return console.export_text(styles=False)
 
 
 async def inject(app, pilot, *polls: Poll) -> None:

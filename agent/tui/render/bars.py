@@ -46,5 +46,8 @@ class Bar:
 
         return Measurement(self.min_width, min(self.max_width, options.max_width))
 
+    def to_text(self, width: int) -> Text:
+        return bar(self.ratio, min(self.max_width, width), self.warn, self.firing)
+
     def __rich_console__(self, console, options):
-        yield bar(self.ratio, min(self.max_width, options.max_width), self.warn, self.firing)
+        yield self.to_text(options.max_width)

@@ -11,6 +11,9 @@ from agent.tui.render.bars import EIGHTHS
 
 _VBLOCKS = " ▁▂▃▄▅▆▇█"
 _COLOURS = {"ok": "green", "warn": "yellow", "firing": "red"}
+_STYLES = {color: Style(color=color) for color in ("green", "yellow", "red")}
+_LINE_STYLES = {color: Style(color=color, dim=True) for color in ("yellow", "red")}
+_GREY30, _GREY50, _PLAIN = Style(color="grey30"), Style(color="grey50"), Style()
 
 
 class HistoryPlot:
@@ -38,6 +41,18 @@ class HistoryPlot:
             return None
         return min(self.height - 1, int(level / self.top * self.height))
 
+    def _cell(self, v: float | None, row: int, newest_known: bool, line_style: Style | None) -> tuple[str, Style]:
+        if v is None:
+            if line_style:
+                return "╌", line_style
+            return ("·" if row == 0 and newest_known else " "), _GREY30
+        fill = max(0.0, v) / self.top * self.height - row
+        if fill >= 1:
+            return "█", _STYLES[self._state(v)]
+        if fill > 0:
+            return _VBLOCKS[max(1, int(fill * 8))], _STYLES[self._state(v)]
+        return ("╌", line_style) if line_style else (" ", _PLAIN)
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = max(4, options.max_width - self.AXIS)
         values = self.values[-width:]
@@ -48,31 +63,25 @@ class HistoryPlot:
             if row is not None:
                 lines[row] = (level, color)      # firing wins a shared row: it is drawn last
         for row in range(self.height - 1, -1, -1):
-            line_style = Style(color=lines[row][1], dim=True) if row in lines else None
+            line_style = _LINE_STYLES[lines[row][1]] if row in lines else None
+            # consecutive cells of one style are one segment: a plot row is a handful of segments, not 70
+            run, run_style = [], None
             for i in range(width):
-                v = values[i - pad] if i >= pad else None
-                if v is None:
-                    if line_style:
-                        yield Segment("╌", line_style)
-                    else:
-                        yield Segment("·" if row == 0 and i >= pad else " ", Style(color="grey30"))
-                    continue
-                fill = max(0.0, v) / self.top * self.height - row
-                if fill >= 1:
-                    yield Segment("█", Style(color=self._state(v)))
-                elif fill > 0:
-                    yield Segment(_VBLOCKS[max(1, int(fill * 8))], Style(color=self._state(v)))
-                elif line_style:
-                    yield Segment("╌", line_style)
-                else:
-                    yield Segment(" ")
+                char, style = self._cell(values[i - pad] if i >= pad else None, row, i >= pad, line_style)
+                if style is not run_style and run:
+                    yield Segment("".join(run), run_style)
+                    run = []
+                run.append(char)
+                run_style = style
+            if run:
+                yield Segment("".join(run), run_style)
             if row in lines:
                 level, color = lines[row]
-                yield Segment(f"┤{level:<{self.AXIS - 1}.3g}"[: self.AXIS], Style(color=color))
+                yield Segment(f"┤{level:<{self.AXIS - 1}.3g}"[: self.AXIS], _STYLES[color])
             elif row == self.height - 1:
-                yield Segment(f"┤{self.top:<{self.AXIS - 1}.3g}"[: self.AXIS], Style(color="grey50"))
+                yield Segment(f"┤{self.top:<{self.AXIS - 1}.3g}"[: self.AXIS], _GREY50)
             else:
-                yield Segment("│" + " " * (self.AXIS - 1), Style(color="grey50"))
+                yield Segment("│" + " " * (self.AXIS - 1), _GREY50)
             yield Segment.line()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import groupby
+
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
@@ -48,13 +50,17 @@ def bar_cells(timeline: dict, cells: int, scale: float) -> list[str]:
 
 
 class Waterfall:
-    def __init__(self, timelines: list[dict]) -> None:
-        self.timelines = timelines
+    """`rows` reserves that many lines once a request is shown, so the panel keeps its height from frame
+    to frame (a panel that changes height moves everything below it and costs a layout of the screen)."""
+
+    def __init__(self, timelines: list[dict], rows: int = 0) -> None:
+        self.timelines, self.rows = timelines, rows
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if not self.timelines:
             yield Text("no finished requests yet", style="grey50")
             return
+        blank = max(0, self.rows - len(self.timelines))
         width = options.max_width
         label_w = 22 if width >= 70 else 12
         total_w = 8
@@ -66,10 +72,11 @@ class Waterfall:
             label = f"{rid[-8:]:<8} {tokens:>12}" if label_w == 22 else f"{tokens:>{label_w - 1}}"
             line = Text(f"{label:<{label_w}}"[:label_w] + " ")
             phases = bar_cells(t, cells, scale)
-            for phase in phases:
+            for phase, run in groupby(phases):
                 char, color = KINDS[phase]
-                line.append(char, style=color)
+                line.append(char * len(list(run)), style=color)
             line.append(" " * (cells - len(phases)))
             line.append(f" {seconds(t.get('latency_s')):>{total_w - 1}}")
             yield line
+        yield from (Text("") for _ in range(blank))
         yield legend()

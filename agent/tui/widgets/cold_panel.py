@@ -4,27 +4,24 @@ a load (the inflation), requests waiting on a model, PCIe and host-to-device thr
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from agent.tui.fmt import pct, rate_bytes, seconds, size
 from agent.tui.render.bars import Bar
+from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.gpu_panel import PCIE_FIRING, PCIE_WARN, pcie_ratio
 from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import headline, signal_plot
 
 
-def pcie_rows(state: TuiState) -> Table | Text:
+def pcie_rows(state: TuiState) -> CellTable | Text:
     gpus = state.last.gpus() if state.last else []
     if not gpus:
         return Text("PCIe: no GPU on this node — loads are judged by step-time inflation and waiting requests",
                     style="grey50")
-    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
-    table.add_column("PCIe", no_wrap=True)
-    table.add_column("tx / rx", no_wrap=True, justify="right")
-    table.add_column("of cap", ratio=1, min_width=6)
-    table.add_column("", justify="right", no_wrap=True)
+    table = CellTable([Column("PCIe"), Column("tx / rx", "right"), Column("of cap", flex=1, min_width=6),
+                       Column("", "right")])
     for g in gpus[:8]:
         pcie = g.get("pcie") or {}
         r = pcie_ratio(g)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 
 from agent.tui.fmt import STAGE_NAMES, STATE_COLOR, STATE_MARK, clock
+from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 
@@ -17,11 +17,7 @@ class EventsPanel(Panel):
     def render_state(self, state: TuiState, app_info: dict):
         if not state.log:
             return Text("no stage has changed state yet", style="grey50")
-        table = Table(box=None, pad_edge=False, show_header=False, expand=True)
-        table.add_column(no_wrap=True)
-        table.add_column(no_wrap=True)
-        table.add_column(no_wrap=True)
-        table.add_column(ratio=1, overflow="ellipsis", no_wrap=True)
+        table = CellTable([Column(), Column(), Column(), Column(flex=1)], show_header=False)
         rows = 12 if app_info.get("tall") else 6
         for entry in list(state.log)[::-1][:rows]:
             if entry.stage is None:

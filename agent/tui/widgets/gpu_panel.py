@@ -4,11 +4,11 @@ the `nvidia-smi topo -m` matrix; a clear line when the node has no GPU."""
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from agent.tui.fmt import pct, rate_bytes
 from agent.tui.render.bars import Bar
+from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 
@@ -40,22 +40,16 @@ def nvlink_summary(gpu: dict) -> tuple[str, float | None]:
     return f"{len(active)}/{len(links)}", (max(ratios) if ratios else None)
 
 
-def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> Table:
-    table = Table(box=None, pad_edge=False, expand=True, header_style="bold")
-    table.add_column("GPU", no_wrap=True)
-    table.add_column("util", justify="right", no_wrap=True)
-    table.add_column("mem", justify="right", no_wrap=True)
-    table.add_column("PCIe now/max", no_wrap=True)
-    table.add_column("PCIe use", ratio=1, min_width=6)
-    table.add_column("", justify="right", no_wrap=True)
-    table.add_column("NVLink", no_wrap=True)
-    table.add_column("NVLink use", ratio=1, min_width=6)
+def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
     matrix = (topo or {}).get("matrix") or []
     names = (topo or {}).get("gpus") or []
     show_matrix = wide and matrix and len(names) == len(gpus)
+    columns = [Column("GPU"), Column("util", "right"), Column("mem", "right"), Column("PCIe now/max"),
+               Column("PCIe use", flex=1, min_width=6), Column("", "right"), Column("NVLink"),
+               Column("NVLink use", flex=1, min_width=6)]
     if show_matrix:
-        for name in names:
-            table.add_column(name.replace("GPU", "G"), justify="center", no_wrap=True)
+        columns += [Column(name.replace("GPU", "G"), "center") for name in names]
+    table = CellTable(columns)
     for n, g in enumerate(gpus):
         pcie = g.get("pcie") or {}
         link = (f"G{pcie.get('gen', '?')}x{pcie.get('width', '?')}/"
@@ -75,12 +69,9 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> Table:
     return table
 
 
-def matrix_table(topo: dict) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("")
-    for name in topo["gpus"]:
-        table.add_column(name, justify="center")
-    table.add_column("NUMA", justify="right")
+def matrix_table(topo: dict) -> CellTable:
+    table = CellTable([Column(""), *[Column(name, "center") for name in topo["gpus"]], Column("NUMA", "right")],
+                      expand=False)
     for n, name in enumerate(topo["gpus"]):
         numa = topo.get("numa_affinity", [None] * len(topo["gpus"]))[n]
         table.add_row(name, *[Text(c, style=_CELL_STYLE.get(c, "green" if c.startswith("NV") else ""))

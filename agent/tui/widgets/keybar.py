@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+
+from agent.tui.widgets.lines import RenderedLines
 
 COMMON = [("q", "quit"), ("?", "help"), ("1-5", "panels"), ("⏎", "runbook"), ("t", "topology"),
           ("r", "refresh"), ("+/-", "interval"), ("^s", "screenshot"), ("^p", "commands")]
@@ -20,7 +21,7 @@ def hints(info: dict) -> list[tuple[str, str]]:
     return keys
 
 
-class KeyBar(Static):
+class KeyBar(RenderedLines):
     def refresh_from(self, info: dict) -> None:
         width = self.size.width or 80
         text = Text()

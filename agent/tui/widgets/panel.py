@@ -1,13 +1,12 @@
-"""A panel: a bordered Static redrawn from the state; its border takes the colour of its stage."""
+"""A panel: bordered lines redrawn from the state; its border takes the colour of its stage."""
 
 from __future__ import annotations
 
-from textual.widgets import Static
-
 from agent.tui.state import TuiState
+from agent.tui.widgets.lines import RenderedLines
 
 
-class Panel(Static):
+class Panel(RenderedLines):
     KEY = "0"
     TITLE = ""
     STAGE: str | None = None        # the diagnosis stage this panel explains, if any

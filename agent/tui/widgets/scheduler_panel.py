@@ -4,11 +4,11 @@ what the waits were for, the slowest recent requests as waterfalls, and before/a
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from agent.tui.figures import COMPARED
 from agent.tui.fmt import STATE_COLOR, pct, ratio, seconds
+from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.render.waterfall import Waterfall
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
@@ -21,11 +21,9 @@ def _fmt(kind: str, value) -> str:
     return {"seconds": seconds, "ratio": ratio, "pct": pct, "count": str}.get(kind, lambda v: f"{v:.1f}")(value)
 
 
-def figures_grid(state: TuiState) -> Table:
+def figures_grid(state: TuiState) -> CellTable:
     f = state.figures()
-    grid = Table.grid(padding=(0, 2), expand=False)
-    for _ in range(3):
-        grid.add_column(no_wrap=True)
+    grid = CellTable([Column(), Column(), Column()], gap=2, show_header=False, expand=False)
 
     def cell(label: str, value: str, signal: str | None = None) -> Text:
         color = STATE_COLOR[evidence_state(state, signal)[0]] if signal else "white"
@@ -49,25 +47,22 @@ def settings_line(state: TuiState) -> Text:
                 f"batch {cfg.get('max_num_seqs', '?')} · policy {cfg.get('policy', '?')}", style="grey70")
 
 
-def reasons_line(state: TuiState) -> Text | None:
+def reasons_line(state: TuiState) -> Text:
     w = state.last.window if state.last else None
     reasons = {k: v for k, v in ((w or {}).get("scheduler") or {}).get("wait_seconds_by_reason", {}).items() if v}
     total = sum(reasons.values())
     if not total:
-        return None
+        return Text("waits: none in the window", style="grey50")
     text = Text("waits: ", style="grey70")
     for reason, secs in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]:
         text.append(f"{reason} {secs / total:.0%}  ", style="bold" if reason != "step_boundary" else "")
     return text
 
 
-def before_after(state: TuiState) -> Table:
+def before_after(state: TuiState) -> CellTable:
     fix = state.fix
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("the fix", style="bold cyan", header_style="bold cyan")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    table.add_column("change", justify="right")
+    table = CellTable([Column("the fix", style="bold cyan"), Column("before", "right"), Column("after", "right"),
+                       Column("change", "right")], expand=False)
     for label, key, kind, lower_better in COMPARED:
         b, a = fix.before.get(key), fix.after.get(key)
         change = Text("")
@@ -95,12 +90,11 @@ class SchedulerPanel(Panel):
         if last is None or not last.engine:
             return Text("no engine is observed: the scheduler signals need the engine hooks", style="grey50")
         parts = [settings_line(state), figures_grid(state)]
-        reasons = reasons_line(state)
-        if reasons is not None:
-            parts.append(reasons)
+        parts.append(reasons_line(state))
         if state.fix is not None:
             parts.append(before_after(state))
         n = 8 if app_info.get("tall") else 4
-        parts += [Text("slowest recent requests (prompt→output tokens)", style="bold"), Waterfall(state.slowest(n))]
+        parts += [Text("slowest recent requests (prompt→output tokens)", style="bold"),
+                  Waterfall(state.slowest(n), rows=n)]
         return Group(*parts)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from agent.tui.fmt import clock
 from agent.tui.state import TuiState
+from agent.tui.widgets.lines import RenderedLines
 
 
 def source_badge(info: dict) -> tuple[str, str]:
@@ -33,7 +33,7 @@ def engine_summary(state: TuiState) -> str:
     return f"{cfg.get('model', '?')} {cfg.get('allocator', '?')} {cfg.get('device', '?')}"
 
 
-class TopBar(Static):
+class TopBar(RenderedLines):
     def refresh_from(self, state: TuiState, info: dict) -> None:
         width = self.size.width or 80
         last = state.last

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rich.console import Group
 from rich.text import Text
-from textual.widgets import Static
 
 from agent.tui.fmt import STAGE_NAMES, STATE_COLOR, STATE_MARK, STATE_STYLE, clock
 from agent.tui.state import TuiState
+from agent.tui.widgets.lines import RenderedLines
 
 
 def runbook_name(path: str) -> str:
@@ -25,7 +25,7 @@ def fix_text(state: TuiState) -> str | None:
     return _as_flags(flags) if flags else None
 
 
-class VerdictStrip(Static):
+class VerdictStrip(RenderedLines):
     def refresh_from(self, state: TuiState, info: dict) -> None:
         d = state.diagnosis
         verdict = d.verdict if d else "unknown"
@@ -47,7 +47,7 @@ class VerdictStrip(Static):
             head.append(" no stage is firing", style="bold")
         else:
             head.append(" not enough data to judge every stage", style="bold")
-        chips = Text("   ")
+        chips = Text(" ")
         for s in d.stages:
             chips.append(f"{STAGE_NAMES[s.stage]} ", style="grey70")
             chips.append(STATE_MARK[s.state], style=f"bold {STATE_COLOR[s.state]}")
@@ -55,7 +55,8 @@ class VerdictStrip(Static):
                 chips.append(f" (← {STAGE_NAMES[s.consequence_of]})", style="grey70")
             chips.append("  ")
         width = self.content_region.width or 78
-        lines = [head + chips] if head.cell_len + chips.cell_len <= width else [head, chips]
+        joined = head + Text("  ") + chips
+        lines = [joined] if joined.cell_len <= width else [head, chips]
         if info.get("error"):
             last = state.last
             lines.append(Text(f"source not answering: {info['error']} — showing the frame of "
