@@ -43,20 +43,31 @@ class CellTable:
         cells = [row[n].cell_len for row in self.rows if n < len(row) and isinstance(row[n], Text)]
         return max([len(col.header) if self.show_header else 0, *cells, col.min_width])
 
-    def _widths(self, available: int) -> list[int]:
+    def _widths(self, available: int) -> tuple[list[int], int]:
+        """Column widths and the gap between columns for `available` cells: natural widths; then, when they
+        do not fit, a gap of one, then the widest columns narrowed (their cells end in an ellipsis)."""
         natural = [self._natural(n) for n in range(len(self.columns))]
         widths = [col.min_width if col.flex else natural[n] for n, col in enumerate(self.columns)]
-        spare = max(0, available - sum(widths) - self.gap * (len(self.columns) - 1))
+        gaps = len(self.columns) - 1
+        gap = self.gap if sum(widths) + self.gap * gaps <= available else min(self.gap, 1)
+        excess = sum(widths) + gap * gaps - available
+        while excess > 0:
+            widest = max(range(len(widths)), key=widths.__getitem__)
+            if widths[widest] <= 3:
+                break
+            widths[widest] -= 1
+            excess -= 1
+        spare = max(0, -excess)
         flexible = [n for n, col in enumerate(self.columns) if col.flex]
         shares = sum(self.columns[n].flex for n in flexible)
         for n in flexible:
             widths[n] += spare * self.columns[n].flex // shares if self.expand else natural[n] - widths[n]
         if self.expand and flexible:     # what integer shares leave goes to the last flexible column
             widths[flexible[-1]] += spare - sum(spare * self.columns[n].flex // shares for n in flexible)
-        return widths
+        return widths, gap
 
-    def _line(self, cells: list[Cell], widths: list[int], style: str = "") -> Text:
-        line = Text(style=style)
+    def _line(self, cells: list[Cell], widths: list[int], gap: int, style: str = "") -> Text:
+        line = Text(style=style, no_wrap=True, overflow="ellipsis")
         for n, (col, width) in enumerate(zip(self.columns, widths, strict=False)):
             cell = cells[n] if n < len(cells) else Text("")
             text = cell.to_text(width) if isinstance(cell, Bar) else cell.copy()
@@ -69,12 +80,12 @@ class CellTable:
             line.append_text(text)
             line.append(" " * (pad - left))
             if n < len(self.columns) - 1:
-                line.append(" " * self.gap)
+                line.append(" " * gap)
         return line
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        widths = self._widths(options.max_width)
+        widths, gap = self._widths(options.max_width)
         if self.show_header:
-            yield self._line([Text(c.header) for c in self.columns], widths, self.header_style)
+            yield self._line([Text(c.header) for c in self.columns], widths, gap, self.header_style)
         for row in self.rows:
-            yield self._line(row, widths)
+            yield self._line(row, widths, gap)

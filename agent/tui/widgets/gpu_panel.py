@@ -44,9 +44,9 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
     matrix = (topo or {}).get("matrix") or []
     names = (topo or {}).get("gpus") or []
     show_matrix = wide and matrix and len(names) == len(gpus)
-    columns = [Column("GPU"), Column("util", "right"), Column("mem", "right"), Column("PCIe now/max"),
-               Column("PCIe use", flex=1, min_width=6), Column("", "right"), Column("NVLink"),
-               Column("NVLink use", flex=1, min_width=6)]
+    columns = [Column("GPU"), Column("util", "right"), Column("mem", "right"), Column("PCIe link"),
+               Column("PCIe use", flex=1, min_width=8), Column("", "right"), Column("NVLink"),
+               Column("", flex=1, min_width=6)]
     if show_matrix:
         columns += [Column(name.replace("GPU", "G"), "center") for name in names]
     table = CellTable(columns)

@@ -38,7 +38,7 @@ class KvPanel(Panel):
                  signal_plot(state, "kv_fragmentation_ratio", "kv", "fragmentation_ratio", height, top=1.0),
                  headline(state, "kv_access_efficiency"),
                  signal_plot(state, "kv_access_efficiency", "kv", "access_efficiency", height, top=1.0)]
-        note = "" if on_gpu else "(CPU: shown, not judged)"
+        note = "" if on_gpu else "(CPU: not judged)"
         parts += [headline(state, "effective_bandwidth_ratio", note),
                   signal_plot(state, "effective_bandwidth_ratio", "kv", "effective_bandwidth_ratio", height,
                               judged=on_gpu)]
