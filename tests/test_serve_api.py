@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from agent.diagnosis import load_config
 from agent.runtime import AgentRuntime, LabSettings
 from agent.server.app import create_app
 from agent.tracing import TraceExporter
@@ -103,6 +104,14 @@ def test_read_only_api(served):
     assert slow == sorted(slow, key=lambda t: -t["latency_s"])
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/docs").status_code == 200 and "/api/v1/diagnosis" in client.get("/openapi.json").text
+
+
+def test_the_config_route_answers_the_thresholds_the_agent_judges_with():
+    config = load_config(overrides=["kv_fragmentation_ratio=0.05:0.1"])
+    client = TestClient(create_app(AgentRuntime(config, nvml_snapshot=DGX), token=None))
+    document = client.get("/api/v1/config").json()
+    assert document["thresholds"]["kv_fragmentation_ratio"] == {"warn": 0.05, "firing": 0.1}
+    assert load_config(base=("served", document)) == config
 
 
 @pytest.mark.parametrize("method, path, body, status, words", [

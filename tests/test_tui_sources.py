@@ -12,6 +12,9 @@ import pytest
 from frame_builders import engine_snapshot, frame
 
 from agent.cli import main
+from agent.commands.tui import _server_settings
+from agent.diagnosis import load_config
+from agent.diagnosis.config import Threshold
 from agent.record import read_bundle
 from agent.tui.remote_source import RemoteSource
 from agent.tui.render.waterfall import bar_cells, phase_at
@@ -40,10 +43,13 @@ def test_replay_starts_at_the_end_paused_then_plays_one_frame_a_poll_with_its_ti
 class _Stub(BaseHTTPRequestHandler):
     frames: list = []
     asked: list = []
+    config: dict = {}
 
     def do_GET(self):  # noqa: N802 - the http.server API
         self.asked.append(self.path)
-        if self.path.startswith("/api/v1/frames"):
+        if self.path == "/api/v1/config":
+            body = self.config
+        elif self.path.startswith("/api/v1/frames"):
             since = float(self.path.split("since=")[1])
             body = [f.to_dict() for f in self.frames if f.time_unix > since]
         else:
@@ -79,6 +85,20 @@ def test_remote_source_asks_for_frames_since_the_last_it_got(stub_server):
     assert _Stub.asked[-2] == f"/api/v1/frames?since={_Stub.frames[-1].time_unix!r}"
     source.set_paused(True)
     assert source.poll().frames == [] and len(_Stub.asked) == 4
+
+
+def test_tui_connect_judges_with_the_servers_thresholds_and_says_when_it_cannot(stub_server):
+    _Stub.config = load_config(overrides=["kv_fragmentation_ratio=0.05:0.1"]).to_dict()
+    base, notice = _server_settings(stub_server)
+    assert notice is None
+    config = load_config(None, ["scheduler_wait_p99=0.5:1"], base)            # the user's flags still win
+    assert config.threshold("kv_fragmentation_ratio") == Threshold(0.05, 0.1)
+    assert config.threshold("scheduler_wait_p99") == Threshold(0.5, 1.0)
+    _Stub.config = {"thresholds": {"no_such_signal": {"warn": 1}}}
+    base, notice = _server_settings(stub_server)
+    assert base is None and "no_such_signal" in notice and "this TUI's thresholds" in notice
+    base, notice = _server_settings("http://127.0.0.1:9")
+    assert base is None and "could not collect" in notice
 
 
 def test_a_remote_source_that_does_not_answer_reports_an_error_instead_of_raising():

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import click
 
-from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
+from agent.commands.diagnosis_flags import diagnosis_options
 from agent.commands.engine_flags import engine_options
-from agent.errors import UserError
+from agent.diagnosis import DiagnosisConfig, load_config
+from agent.diagnosis.config import apply_document
+from agent.errors import CollectError, UserError
+from agent.remote import get_json
 from agent.scenarios import SCENARIOS
 
 
@@ -37,15 +40,28 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
         names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
         raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, "
                         f"not with --connect or --replay")
-    config = diagnosis_config(config_path, thresholds)
+    base, notice = _server_settings(url) if url else (None, None)
+    config = load_config(config_path, thresholds, base)
     source = _source(ctx, url, replay_path, scenario, interval, flags)
 
     from agent.tui.app import StagelensApp
 
-    app = StagelensApp(source, interval=interval, config=config, screenshot_dir=screenshot_dir)
+    app = StagelensApp(source, interval=interval, config=config, screenshot_dir=screenshot_dir, notice=notice)
     app.run()
     app.poller.finished.wait(timeout=15)   # the local engine stops on the worker thread
     return 0
+
+
+def _server_settings(url: str) -> tuple[tuple[str, dict] | None, str | None]:
+    """The thresholds the server judges with, so that the TUI agrees with its alerts; `--config` and
+    `--threshold` still apply on top. A server that does not say: this TUI's defaults, and a notice."""
+    where = f"{url.rstrip('/')}/api/v1/config"
+    try:
+        document = get_json(url, "/api/v1/config", timeout=3.0)
+        apply_document(DiagnosisConfig(), where, document)
+    except (CollectError, UserError) as exc:
+        return None, f"judging with this TUI's thresholds: the server's were not read ({exc})"
+    return (where, document), None
 
 
 def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict):

@@ -36,10 +36,19 @@ class DiagnosisConfig:
     def threshold(self, signal_id: str) -> Threshold:
         return self.thresholds[signal_id]
 
+    def to_dict(self) -> dict:
+        """The settings in the config file's shape (what `GET /api/v1/config` answers)."""
+        return {"diagnosis": {"window_s": self.window_s, "rise": self.rise, "clear": self.clear},
+                "thresholds": {k: {"warn": t.warn, "firing": t.firing} for k, t in self.thresholds.items()}}
 
-def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> DiagnosisConfig:
-    """The defaults, then the TOML file, then `--threshold SIGNAL=WARN:FIRING` flags."""
+
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+                base: tuple[str, dict] | None = None) -> DiagnosisConfig:
+    """The defaults, then `base` (where it came from, a document in the file's shape: a server's settings),
+    then the TOML file, then `--threshold SIGNAL=WARN:FIRING` flags."""
     config = DiagnosisConfig()
+    if base is not None:
+        apply_document(config, *base)
     if path:
         _apply_file(config, path)
     for text in overrides:
@@ -55,10 +64,18 @@ def _apply_file(config: DiagnosisConfig, path: str) -> None:
         raise UserError(f"{path}: cannot read the config file: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
+    apply_document(config, path, data)
+
+
+def apply_document(config: DiagnosisConfig, path: str, data: dict) -> None:
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a table with [diagnosis] and [thresholds.*]")
     unknown = set(data) - {"diagnosis", "thresholds"}
     if unknown:
         raise UserError(f"{path}: unknown section [{sorted(unknown)[0]}] (expected [diagnosis] and [thresholds.*])")
-    section = data.get("diagnosis", {})
+    section, thresholds = data.get("diagnosis", {}), data.get("thresholds", {})
+    if not isinstance(section, dict) or not isinstance(thresholds, dict):
+        raise UserError(f"{path}: [diagnosis] and [thresholds] must be tables")
     for key, value in section.items():
         if key not in ("window_s", "rise", "clear"):
             raise UserError(f"{path}: [diagnosis] has no setting {key!r} (window_s, rise, clear)")
@@ -67,7 +84,7 @@ def _apply_file(config: DiagnosisConfig, path: str) -> None:
         if key in ("rise", "clear") and not isinstance(value, int):
             raise UserError(f"{path}: [diagnosis] {key} must be a whole number of samples, got {value!r}")
         setattr(config, key, value)
-    for signal_id, table in data.get("thresholds", {}).items():
+    for signal_id, table in thresholds.items():
         where = f"{path}: [thresholds.{signal_id}]"
         if signal_id not in SIGNALS_BY_ID:
             raise UserError(f"{where}: unknown signal (known: {', '.join(SIGNALS_BY_ID)})")

@@ -30,6 +30,12 @@ def diagnosis(request: Request) -> dict:
     return d.to_dict()
 
 
+@router.get("/api/v1/config", tags=["diagnosis"])
+def config(request: Request) -> dict:
+    """The thresholds and hysteresis this agent judges with, in the `--config` file's shape."""
+    return request.app.state.runtime.diagnosis_config.to_dict()
+
+
 @router.get("/api/v1/topology", tags=["node"])
 def topology(request: Request) -> dict:
     """The `topo --json` document of this node."""

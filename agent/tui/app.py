@@ -66,7 +66,8 @@ class StagelensApp(App[int]):
     ]
 
     def __init__(self, source: Source, *, interval: float = 1.0, config: DiagnosisConfig | None = None,
-                 autopoll: bool = True, screenshot_dir: str | Path = ".", runbook_dir: Path | None = None) -> None:
+                 autopoll: bool = True, screenshot_dir: str | Path = ".", runbook_dir: Path | None = None,
+                 notice: str | None = None) -> None:
         super().__init__()
         self.source = source
         self.state = TuiState(config)
@@ -79,6 +80,7 @@ class StagelensApp(App[int]):
                            "note": None, "position": None, "paused": source.paused, "can_fix": source.can_fix,
                            "has_frames": False, "tall": False}
         self._root: str | None = None
+        self.notice = notice             # said once at start (how the source is judged, when it matters)
 
     # --- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -102,6 +104,8 @@ class StagelensApp(App[int]):
     def on_mount(self) -> None:
         self._apply_size()
         self.redraw()
+        if self.notice:
+            self.notify(self.notice, severity="warning", timeout=10)
         if self.autopoll:
             self.run_worker(self.poller.run, thread=True, name="poller", group="poller", exit_on_error=False)
 
