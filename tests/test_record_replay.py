@@ -74,6 +74,11 @@ def test_nothing_to_collect_exits_3():
     assert proc.returncode == 3 and "could not collect" in proc.stderr
 
 
+def test_diagnose_connect_refuses_thresholds_it_would_not_apply():
+    proc = _stagelens("diagnose", "--connect", "http://127.0.0.1:9", "--threshold", "kv_fragmentation_ratio=0.1:0.2")
+    assert proc.returncode == 2 and "the server judges" in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("content, where", [
     ("", ":1: not valid JSON"),
     ('{"format": "other"}\n', ":1: not a stagelens bundle"),

@@ -27,6 +27,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
 
     if replay_path and url:
         raise UserError("--replay and --connect are alternatives: give one")
+    if url and (config_path or thresholds):
+        raise UserError("--config/--threshold: with --connect the server judges with its own settings "
+                        "(give them to `stagelens serve`; `tui --connect` accepts them on top)")
     config = diagnosis_config(config_path, thresholds)
     if url:
         data = fetch_diagnosis(url)
