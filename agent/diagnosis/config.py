@@ -67,31 +67,32 @@ def _apply_file(config: DiagnosisConfig, path: str) -> None:
     apply_document(config, path, data)
 
 
-def apply_document(config: DiagnosisConfig, path: str, data: dict) -> None:
+def apply_document(config: DiagnosisConfig, source: str, data: dict) -> None:
+    """Settings in the config file's shape onto `config`; `source` (a file, a URL) names it in errors."""
     if not isinstance(data, dict):
-        raise UserError(f"{path}: expected a table with [diagnosis] and [thresholds.*]")
+        raise UserError(f"{source}: expected a table with [diagnosis] and [thresholds.*]")
     unknown = set(data) - {"diagnosis", "thresholds"}
     if unknown:
-        raise UserError(f"{path}: unknown section [{sorted(unknown)[0]}] (expected [diagnosis] and [thresholds.*])")
+        raise UserError(f"{source}: unknown section [{sorted(unknown)[0]}] (expected [diagnosis] and [thresholds.*])")
     section, thresholds = data.get("diagnosis", {}), data.get("thresholds", {})
     if not isinstance(section, dict) or not isinstance(thresholds, dict):
-        raise UserError(f"{path}: [diagnosis] and [thresholds] must be tables")
+        raise UserError(f"{source}: [diagnosis] and [thresholds] must be tables")
     for key, value in section.items():
         if key not in ("window_s", "rise", "clear"):
-            raise UserError(f"{path}: [diagnosis] has no setting {key!r} (window_s, rise, clear)")
+            raise UserError(f"{source}: [diagnosis] has no setting {key!r} (window_s, rise, clear)")
         if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            raise UserError(f"{path}: [diagnosis] {key} must be a positive number, got {value!r}")
+            raise UserError(f"{source}: [diagnosis] {key} must be a positive number, got {value!r}")
         if key in ("rise", "clear") and not isinstance(value, int):
-            raise UserError(f"{path}: [diagnosis] {key} must be a whole number of samples, got {value!r}")
+            raise UserError(f"{source}: [diagnosis] {key} must be a whole number of samples, got {value!r}")
         setattr(config, key, value)
     for signal_id, table in thresholds.items():
-        where = f"{path}: [thresholds.{signal_id}]"
+        at = f"{source}: [thresholds.{signal_id}]"
         if signal_id not in SIGNALS_BY_ID:
-            raise UserError(f"{where}: unknown signal (known: {', '.join(SIGNALS_BY_ID)})")
+            raise UserError(f"{at}: unknown signal (known: {', '.join(SIGNALS_BY_ID)})")
         if not isinstance(table, dict) or set(table) - {"warn", "firing"}:
-            raise UserError(f"{where}: only 'warn' and 'firing' may be set")
+            raise UserError(f"{at}: only 'warn' and 'firing' may be set")
         current = config.thresholds[signal_id]
-        config.thresholds[signal_id] = _checked(where, table.get("warn", current.warn),
+        config.thresholds[signal_id] = _checked(at, table.get("warn", current.warn),
                                                 table.get("firing", current.firing), signal_id)
 
 

@@ -24,10 +24,6 @@ class RenderedLines(Widget):
         self._lines: list[Strip] = []
         self._width = 0             # the width `_lines` were rendered at; 0: not rendered since the last update
 
-    @property
-    def content(self) -> RenderableType:
-        return self._content
-
     def update(self, content: RenderableType) -> None:
         self._content = content
         width = self.content_region.width
