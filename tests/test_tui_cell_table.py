@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from agent.tui.render.bars import Bar
+from agent.tui.render.bars import Bar, LinkStrip
 from agent.tui.render.cell_table import CellTable, Column
 
 
@@ -38,3 +38,13 @@ def test_a_narrow_table_keeps_one_line_a_row_and_shortens_its_widest_cells():
         assert all(len(r.rstrip()) <= width for r in rows), width
     assert "…" in "".join(lines_at(gpu_like_table(), 30))                   # what is cut says so
     assert "G4x16/G4x16" in lines_at(gpu_like_table(), 34)[1]               # a gap of one before any cut
+
+
+def test_a_link_strip_draws_each_link_against_its_cap_or_the_busiest_when_too_narrow():
+    strip = LinkStrip([0.0, 0.5, 0.99, None], warn=0.85, firing=0.95)
+    wide = strip.to_text(10)
+    assert wide.plain == "▕▁▄█?▏"                    # idle, half, full, not measured yet
+    colours = {wide.plain[s.start:s.end]: str(s.style) for s in wide.spans}
+    assert colours["▁"] == "green" and colours["█"] == "red" and colours["?"] == "grey50"
+    narrow = strip.to_text(5)                          # no room for a cell a link: the busiest link's bar
+    assert narrow.cell_len == 5 and "██" in narrow.plain

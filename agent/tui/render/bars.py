@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 EIGHTHS = " ▏▎▍▌▋▊▉█"
+VBLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 def level_color(ratio: float | None, warn: float | None, firing: float | None) -> str:
@@ -51,3 +52,26 @@ class Bar:
 
     def __rich_console__(self, console, options):
         yield self.to_text(options.max_width)
+
+
+class LinkStrip:
+    """One cell per link, its height the link's use against its cap (the busier of tx and rx), coloured by
+    the thresholds: twelve NVLinks read at a glance. Too narrow for a cell each: the busiest link's Bar."""
+
+    def __init__(self, ratios: list[float | None], warn: float | None = None, firing: float | None = None) -> None:
+        self.ratios, self.warn, self.firing = ratios, warn, firing
+
+    def to_text(self, width: int) -> Text:
+        known = [r for r in self.ratios if r is not None]
+        if width < len(self.ratios) + 2:
+            return Bar(max(known) if known else None, self.warn, self.firing).to_text(width)
+        text = Text("▕", style="grey50")
+        for r in self.ratios:
+            if r is None:
+                text.append("?", style="grey50")
+            else:
+                level = max(0.0, min(1.0, r))
+                # an idle link still shows its lowest block: there, and idle
+                text.append(VBLOCKS[max(1, round(level * 8))], style=level_color(r, self.warn, self.firing))
+        text.append("▏", style="grey50")
+        return text

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from agent.tui.render.bars import Bar
+from agent.tui.render.bars import Bar, LinkStrip
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Column:
     style: str = ""
 
 
-Cell = Text | Bar | str
+Cell = Text | Bar | LinkStrip | str      # bars and strips draw themselves at their column's width
 
 
 class CellTable:
@@ -70,7 +70,7 @@ class CellTable:
         line = Text(style=style, no_wrap=True, overflow="ellipsis")
         for n, (col, width) in enumerate(zip(self.columns, widths, strict=False)):
             cell = cells[n] if n < len(cells) else Text("")
-            text = cell.to_text(width) if isinstance(cell, Bar) else cell.copy()
+            text = cell.copy() if isinstance(cell, Text) else cell.to_text(width)
             if col.style and not text.style:
                 text.stylize(col.style)
             text.truncate(width, overflow="ellipsis")

@@ -7,9 +7,8 @@ from rich.segment import Segment
 from rich.style import Style
 
 from agent.diagnosis.evaluate import threshold_level
-from agent.tui.render.bars import EIGHTHS
+from agent.tui.render.bars import EIGHTHS, VBLOCKS
 
-_VBLOCKS = " ▁▂▃▄▅▆▇█"
 _COLOURS = {"ok": "green", "warn": "yellow", "firing": "red"}
 _STYLES = {color: Style(color=color) for color in ("green", "yellow", "red")}
 _LINE_STYLES = {color: Style(color=color, dim=True) for color in ("yellow", "red")}
@@ -50,7 +49,7 @@ class HistoryPlot:
         if fill >= 1:
             return "█", _STYLES[self._state(v)]
         if fill > 0:
-            return _VBLOCKS[max(1, int(fill * 8))], _STYLES[self._state(v)]
+            return VBLOCKS[max(1, int(fill * 8))], _STYLES[self._state(v)]
         return ("╌", line_style) if line_style else (" ", _PLAIN)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -7,12 +7,13 @@ from rich.console import Group
 from rich.text import Text
 
 from agent.tui.fmt import pct, rate_bytes
-from agent.tui.render.bars import Bar
+from agent.tui.render.bars import Bar, LinkStrip
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 
 PCIE_WARN, PCIE_FIRING = 0.30, 0.50       # the PCIe backpressure thresholds (STAGES.md)
+NVLINK_WARN, NVLINK_FIRING = 0.85, 0.95   # a link this busy has no headroom left for KV or weight transfers
 _CELL_STYLE = {"X": "grey50", "SYS": "red", "NODE": "yellow", "PHB": "yellow"}
 
 
@@ -31,13 +32,17 @@ def pcie_ratio(gpu: dict) -> float | None:
     return max(values) if values else None
 
 
-def nvlink_summary(gpu: dict) -> tuple[str, float | None]:
+def nvlink_summary(gpu: dict) -> tuple[str, list[float | None]]:
+    """`active/total` and each active link's use of its cap (the busier direction; None: not measured yet)."""
     links = gpu.get("nvlinks") or []
     if not links:
-        return "-", None
+        return "-", []
     active = [lk for lk in links if lk.get("active")]
-    ratios = [lk[k] for lk in active for k in ("tx_util_ratio", "rx_util_ratio") if lk.get(k) is not None]
-    return f"{len(active)}/{len(links)}", (max(ratios) if ratios else None)
+    ratios = []
+    for lk in active:
+        known = [lk[k] for k in ("tx_util_ratio", "rx_util_ratio") if lk.get(k) is not None]
+        ratios.append(max(known) if known else None)
+    return f"{len(active)}/{len(links)}", ratios
 
 
 def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
@@ -46,7 +51,7 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
     show_matrix = wide and matrix and len(names) == len(gpus)
     columns = [Column("GPU"), Column("util", "right"), Column("mem", "right"), Column("PCIe link"),
                Column("PCIe use", flex=1, min_width=8), Column("", "right"), Column("NVLink"),
-               Column("", flex=1, min_width=6)]
+               Column("per link", flex=1, min_width=8)]
     if show_matrix:
         columns += [Column(name.replace("GPU", "G"), "center") for name in names]
     table = CellTable(columns)
@@ -57,11 +62,11 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
         link_style = "bold red" if pcie.get("below_max") else ""
         used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
         mem = f"{used / 1e9:.0f}/{total / 1e9:.0f}G" if used is not None and total else "-"
-        nv_count, nv_ratio = nvlink_summary(g)
+        nv_count, nv_ratios = nvlink_summary(g)
         ratio = pcie_ratio(g)
         row = [f"GPU{g.get('index', n)}", pct(g.get("utilization_gpu_ratio")), mem, Text(link, style=link_style),
                Bar(ratio, PCIE_WARN, PCIE_FIRING, max_width=24), pct(ratio), nv_count,
-               Bar(nv_ratio, 0.85, 0.95, max_width=24) if nv_ratio is not None else Text("-")]
+               LinkStrip(nv_ratios, NVLINK_WARN, NVLINK_FIRING) if nv_ratios else Text("-")]
         if show_matrix:
             row += [Text(cell, style=_CELL_STYLE.get(cell, "green" if cell.startswith("NV") else ""))
                     for cell in matrix[n]]

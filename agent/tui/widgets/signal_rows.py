@@ -28,8 +28,9 @@ def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     text.append(evidence_value(value, signal.unit), style=f"bold {STATE_COLOR[st]}")
     text.append(f" {STATE_MARK[st]}", style=STATE_COLOR[st])
     worse = ">" if signal.direction == "above" else "<"
-    text.append(f"  warn {worse}{limit(threshold.warn, signal.unit)} "
-                f"firing {worse}{limit(threshold.firing, signal.unit)}", style="grey50")
+    if st != "info":      # a signal measured but not judged here has no thresholds to show
+        text.append(f"  warn {worse}{limit(threshold.warn, signal.unit)} "
+                    f"firing {worse}{limit(threshold.firing, signal.unit)}", style="grey50")
     if note:
         text.append(f"  {note}", style="grey50")
     return text
