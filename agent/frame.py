@@ -11,6 +11,12 @@ from dataclasses import asdict, dataclass, field
 FRAME_VERSION = 1
 
 
+def busier_direction(link: dict | None) -> float | None:
+    """A link's use of its cap in its busier direction (tx or rx); None when neither was measured."""
+    known = [link[k] for k in ("tx_util_ratio", "rx_util_ratio") if link and link.get(k) is not None]
+    return max(known) if known else None
+
+
 class FrameError(ValueError):
     """A frame that cannot be read (wrong version, missing fields)."""
 

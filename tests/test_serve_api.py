@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.diagnosis import load_config
+from agent.diagnosis import DiagnosisConfig, load_config
+from agent.diagnosis.config import apply_document
 from agent.runtime import AgentRuntime, LabSettings
 from agent.server.app import create_app
 from agent.tracing import TraceExporter
@@ -111,7 +112,9 @@ def test_the_config_route_answers_the_thresholds_the_agent_judges_with():
     client = TestClient(create_app(AgentRuntime(config, nvml_snapshot=DGX), token=None))
     document = client.get("/api/v1/config").json()
     assert document["thresholds"]["kv_fragmentation_ratio"] == {"warn": 0.05, "firing": 0.1}
-    assert load_config(base=("served", document)) == config
+    served = DiagnosisConfig()
+    apply_document(served, "served", document)
+    assert served == config
 
 
 @pytest.mark.parametrize("method, path, body, status, words", [

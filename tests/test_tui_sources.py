@@ -20,6 +20,7 @@ from agent.tui.remote_source import RemoteSource
 from agent.tui.render.waterfall import bar_cells, phase_at
 from agent.tui.replay_source import ReplaySource
 from agent.tui.state import TuiState
+from agent.tui.widgets.gpu_panel import gpu_table
 
 BUNDLE = Path(__file__).parent / "fixtures" / "bundles" / "hol-blocking.jsonl"
 
@@ -142,3 +143,15 @@ def test_bad_flags_fail_before_the_screen_opens(argv, message, capsys):
         main(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_pcie_bars_are_coloured_by_the_thresholds_the_diagnosis_judges_with():
+    gpu = {"index": 0, "pcie": {"tx_util_ratio": 0.6, "rx_util_ratio": 0.1}, "nvlinks": []}
+
+    def bar_colours(overrides=()):
+        threshold = load_config(overrides=list(overrides)).threshold("pcie_backpressure")
+        bar = gpu_table([gpu], None, False, threshold).rows[0][4].to_text(12)
+        return {str(s.style) for s in bar.spans if "█" in bar.plain[s.start:s.end]}
+
+    assert bar_colours() == {"red"}                                     # 0.6 is past the default firing 0.50
+    assert bar_colours(["pcie_backpressure=0.7:0.9"]) == {"green"}      # an override moves the bar's colour too

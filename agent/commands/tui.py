@@ -52,16 +52,15 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     return 0
 
 
-def _server_settings(url: str) -> tuple[tuple[str, dict] | None, str | None]:
-    """The thresholds the server judges with, so that the TUI agrees with its alerts; `--config` and
+def _server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:
+    """The settings the server judges with, so that the TUI agrees with its alerts; `--config` and
     `--threshold` still apply on top. A server that does not say: this TUI's defaults, and a notice."""
-    where = f"{url.rstrip('/')}/api/v1/config"
+    served = DiagnosisConfig()
     try:
-        document = get_json(url, "/api/v1/config", timeout=3.0)
-        apply_document(DiagnosisConfig(), where, document)
+        apply_document(served, f"{url.rstrip('/')}/api/v1/config", get_json(url, "/api/v1/config", timeout=3.0))
     except (CollectError, UserError) as exc:
         return None, f"judging with this TUI's thresholds: the server's were not read ({exc})"
-    return (where, document), None
+    return served, None
 
 
 def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict):

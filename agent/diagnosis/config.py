@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent.diagnosis.signals import SIGNALS_BY_ID
 from agent.errors import UserError
@@ -43,12 +43,10 @@ class DiagnosisConfig:
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = (),
-                base: tuple[str, dict] | None = None) -> DiagnosisConfig:
-    """The defaults, then `base` (where it came from, a document in the file's shape: a server's settings),
-    then the TOML file, then `--threshold SIGNAL=WARN:FIRING` flags."""
-    config = DiagnosisConfig()
-    if base is not None:
-        apply_document(config, *base)
+                base: DiagnosisConfig | None = None) -> DiagnosisConfig:
+    """`base` (a server's settings) or the defaults, then the TOML file, then `--threshold
+    SIGNAL=WARN:FIRING` flags."""
+    config = replace(base, thresholds=dict(base.thresholds)) if base is not None else DiagnosisConfig()
     if path:
         _apply_file(config, path)
     for text in overrides:

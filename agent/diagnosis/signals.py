@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.frame import Frame
+from agent.frame import Frame, busier_direction
 
 KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
 STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
@@ -132,10 +132,7 @@ def token_budget_use(frame: Frame, _window) -> object:
 
 
 def pcie_backpressure(frame: Frame, _window) -> object:
-    values = []
-    for g in frame.gpus():
-        pcie = g.get("pcie") or {}
-        values += [pcie[k] for k in ("tx_util_ratio", "rx_util_ratio") if pcie.get(k) is not None]
+    values = [v for v in (busier_direction(g.get("pcie")) for g in frame.gpus()) if v is not None]
     return max(values) if values else UNKNOWN
 
 

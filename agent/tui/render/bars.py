@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from agent.diagnosis.evaluate import threshold_level
+from agent.tui.fmt import STATE_COLOR
+
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 VBLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 def level_color(ratio: float | None, warn: float | None, firing: float | None) -> str:
-    if ratio is None:
-        return "grey50"
-    if firing is not None and ratio > firing:
-        return "red"
-    if warn is not None and ratio > warn:
-        return "yellow"
-    return "green"
+    """The colour of a use of a cap (higher is worse) against its thresholds; grey when unknown."""
+    return "grey50" if ratio is None else STATE_COLOR[threshold_level(ratio, warn, firing, "above")]
 
 
 def bar(ratio: float | None, width: int, warn: float | None = None, firing: float | None = None) -> Text:
@@ -35,23 +33,14 @@ def bar(ratio: float | None, width: int, warn: float | None = None, firing: floa
 
 
 class Bar:
-    """`bar()` as a renderable that takes the width it is given (a table cell, a panel line)."""
+    """`bar()` as a table cell: drawn at its column's width, up to `max_width`."""
 
     def __init__(self, ratio: float | None, warn: float | None = None, firing: float | None = None,
-                 min_width: int = 6, max_width: int = 40) -> None:
-        self.ratio, self.warn, self.firing = ratio, warn, firing
-        self.min_width, self.max_width = min_width, max_width
-
-    def __rich_measure__(self, console, options):
-        from rich.measure import Measurement
-
-        return Measurement(self.min_width, min(self.max_width, options.max_width))
+                 max_width: int = 40) -> None:
+        self.ratio, self.warn, self.firing, self.max_width = ratio, warn, firing, max_width
 
     def to_text(self, width: int) -> Text:
         return bar(self.ratio, min(self.max_width, width), self.warn, self.firing)
-
-    def __rich_console__(self, console, options):
-        yield self.to_text(options.max_width)
 
 
 class LinkStrip:

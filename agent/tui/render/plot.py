@@ -7,9 +7,9 @@ from rich.segment import Segment
 from rich.style import Style
 
 from agent.diagnosis.evaluate import threshold_level
+from agent.tui.fmt import STATE_COLOR
 from agent.tui.render.bars import EIGHTHS, VBLOCKS
 
-_COLOURS = {"ok": "green", "warn": "yellow", "firing": "red"}
 _STYLES = {color: Style(color=color) for color in ("green", "yellow", "red")}
 _LINE_STYLES = {color: Style(color=color, dim=True) for color in ("yellow", "red")}
 _GREY30, _GREY50, _PLAIN = Style(color="grey30"), Style(color="grey50"), Style()
@@ -33,7 +33,7 @@ class HistoryPlot:
         self.top = top if top is not None else max([*candidates, 1e-9]) * 1.15
 
     def _state(self, v: float) -> str:
-        return _COLOURS[threshold_level(v, self.warn, self.firing, self.direction)]
+        return STATE_COLOR[threshold_level(v, self.warn, self.firing, self.direction)]
 
     def _line_row(self, level: float | None) -> int | None:
         if level is None or level > self.top:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from agent.frame import busier_direction
 from agent.tui.fmt import pct, rate_bytes, seconds, size
 from agent.tui.render.bars import Bar
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
-from agent.tui.widgets.gpu_panel import PCIE_FIRING, PCIE_WARN, pcie_ratio
 from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import headline, signal_plot
 
@@ -22,12 +22,13 @@ def pcie_rows(state: TuiState) -> CellTable | Text:
                     style="grey50")
     table = CellTable([Column("PCIe"), Column("tx / rx", "right"), Column("of cap", flex=1, min_width=6),
                        Column("", "right")])
+    threshold = state.config.threshold("pcie_backpressure")     # the diagnosis' own, overrides included
     for g in gpus[:8]:
         pcie = g.get("pcie") or {}
-        r = pcie_ratio(g)
+        r = busier_direction(pcie)
         table.add_row(f"GPU{g['index']}", f"{rate_bytes(pcie.get('tx_bytes_per_second'))} / "
                       f"{rate_bytes(pcie.get('rx_bytes_per_second'))}",
-                      Bar(r, PCIE_WARN, PCIE_FIRING, max_width=30),
+                      Bar(r, threshold.warn, threshold.firing, max_width=30),
                       f"{pct(r)} of {rate_bytes(pcie.get('bandwidth_bytes_per_second'))}")
     return table
 

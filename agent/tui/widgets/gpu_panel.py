@@ -6,13 +6,14 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from agent.diagnosis.config import Threshold
+from agent.frame import busier_direction
 from agent.tui.fmt import pct, rate_bytes
 from agent.tui.render.bars import Bar, LinkStrip
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 
-PCIE_WARN, PCIE_FIRING = 0.30, 0.50       # the PCIe backpressure thresholds (STAGES.md)
 NVLINK_WARN, NVLINK_FIRING = 0.85, 0.95   # a link this busy has no headroom left for KV or weight transfers
 _CELL_STYLE = {"X": "grey50", "SYS": "red", "NODE": "yellow", "PHB": "yellow"}
 
@@ -26,26 +27,17 @@ def no_gpu_text(node_sample: dict | None) -> Text:
                 style="yellow")
 
 
-def pcie_ratio(gpu: dict) -> float | None:
-    pcie = gpu.get("pcie") or {}
-    values = [pcie[k] for k in ("tx_util_ratio", "rx_util_ratio") if pcie.get(k) is not None]
-    return max(values) if values else None
-
-
 def nvlink_summary(gpu: dict) -> tuple[str, list[float | None]]:
     """`active/total` and each active link's use of its cap (the busier direction; None: not measured yet)."""
     links = gpu.get("nvlinks") or []
     if not links:
         return "-", []
     active = [lk for lk in links if lk.get("active")]
-    ratios = []
-    for lk in active:
-        known = [lk[k] for k in ("tx_util_ratio", "rx_util_ratio") if lk.get(k) is not None]
-        ratios.append(max(known) if known else None)
-    return f"{len(active)}/{len(links)}", ratios
+    return f"{len(active)}/{len(links)}", [busier_direction(lk) for lk in active]
 
 
-def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
+def gpu_table(gpus: list[dict], topo: dict | None, wide: bool, pcie_limits: Threshold) -> CellTable:
+    """`pcie_limits`: the PCIe backpressure thresholds the diagnosis judges with, for the PCIe bars' colours."""
     matrix = (topo or {}).get("matrix") or []
     names = (topo or {}).get("gpus") or []
     show_matrix = wide and matrix and len(names) == len(gpus)
@@ -63,9 +55,9 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool) -> CellTable:
         used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
         mem = f"{used / 1e9:.0f}/{total / 1e9:.0f}G" if used is not None and total else "-"
         nv_count, nv_ratios = nvlink_summary(g)
-        ratio = pcie_ratio(g)
+        ratio = busier_direction(g.get("pcie"))
         row = [f"GPU{g.get('index', n)}", pct(g.get("utilization_gpu_ratio")), mem, Text(link, style=link_style),
-               Bar(ratio, PCIE_WARN, PCIE_FIRING, max_width=24), pct(ratio), nv_count,
+               Bar(ratio, pcie_limits.warn, pcie_limits.firing, max_width=24), pct(ratio), nv_count,
                LinkStrip(nv_ratios, NVLINK_WARN, NVLINK_FIRING) if nv_ratios else Text("-")]
         if show_matrix:
             row += [Text(cell, style=_CELL_STYLE.get(cell, "green" if cell.startswith("NV") else ""))
@@ -97,7 +89,7 @@ class GpuPanel(Panel):
         topo = (node or {}).get("topology")
         width = self.inner_width
         wide = width >= 70 + 6 * len(gpus)
-        parts = [gpu_table(gpus, topo, wide)]
+        parts = [gpu_table(gpus, topo, wide, state.config.threshold("pcie_backpressure"))]
         if not wide and topo and topo.get("matrix"):
             parts += [Text("topology (t: full screen)", style="grey70"), matrix_table(topo)]
         tx = sum((g.get("pcie") or {}).get("tx_bytes_per_second") or 0 for g in gpus)
