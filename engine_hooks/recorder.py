@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 from engine_hooks.access import AccessStats, access_stats
-from engine_hooks.engine.request import Request, Status
+from engine_hooks.engine.request import FinishReason, Request, Status
 from engine_hooks.engine.scheduler import MODEL_LOADING, TOKEN_BUDGET, ScheduledBatch
 from engine_hooks.ring import Ring
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
@@ -84,7 +84,8 @@ class Recorder:
         now = stats.end
         loading = bool(self._loading) or self._last_load_end > stats.start
         engine = self.engine
-        if now - self._usage_at >= self.config.usage_interval_s:
+        idle = not stats.num_running and not stats.num_waiting   # the last account before a pause must be true
+        if idle or now - self._usage_at >= self.config.usage_interval_s:
             self._usage, self._usage_at = engine.allocator.usage(), now
         a = self._step_access
         record = {
@@ -127,9 +128,18 @@ class Recorder:
             return
         req, timeline = entry
         self._fill_from_request(timeline, req)
+        failed = req.finish_reason in FinishReason.FAILED
+        left_waiting = len(req.events) >= 2 and req.events[-2][1] in ("arrival", "preempted")
+        if failed and left_waiting and timeline.finished is not None:
+            self._charge(req, timeline, timeline.finished)   # cancelled or overdue in the queue: that wait counts
         self._waits.scheduled(rid)
         self.timelines.append(timeline)
-        self.counters["requests_finished_total"] += 1
+        self.counters["requests_failed_total" if failed else "requests_finished_total"] += 1
+
+    def _charge(self, req: Request, timeline: RequestTimeline, now: float) -> None:
+        charged = self._waits.charge(timeline, now, self._previous_step, preempted=req.num_preemptions > 0)
+        if charged is not None:
+            self.wait_seconds[charged[0]] += charged[1]
 
     @staticmethod
     def _fill_from_request(timeline: RequestTimeline, req: Request) -> None:
@@ -148,10 +158,7 @@ class Recorder:
         long_limit = self.config.long_prefill_tokens
         with self._lock:
             for req in waiting_before:
-                timeline = self._timeline(req)
-                charged = self._waits.charge(timeline, now, self._previous_step, preempted=req.num_preemptions > 0)
-                if charged is not None:
-                    self.wait_seconds[charged[0]] += charged[1]
+                self._charge(req, self._timeline(req), now)
             longest = None
             for req, n in batch.entries:
                 timeline = self._timeline(req)
@@ -172,10 +179,6 @@ class Recorder:
                 else:
                     self._waits.decide(req.request_id, reason)
             self._step_waiting_on_model = on_model
-            for req in batch.failed:    # their model could not be loaded: they leave without finishing
-                self._active.pop(req.request_id, None)
-                self._waits.scheduled(req.request_id)
-                self.counters["requests_failed_total"] += 1
 
     def _timeline(self, req: Request) -> RequestTimeline:
         entry = self._active.get(req.request_id)
@@ -273,6 +276,8 @@ class Recorder:
             dropped = {"steps": self.steps.dropped, "timelines": self.timelines.dropped,
                        "events": self.events.dropped}
             usage = asdict(self._usage) if self._usage is not None else None
+        if usage is not None:   # the full account is the engine thread's; the count of used blocks is always now
+            usage["used_blocks"] = engine.allocator.num_blocks - engine.allocator.num_free_blocks()
         ec = engine.config
         return {
             "format": SNAPSHOT_FORMAT,
@@ -296,6 +301,8 @@ class Recorder:
             "counters": counters,
             "wait_seconds_by_reason": wait_seconds,
             "hook_errors": dict(self.guard_errors()),
+            "health": {"failure": engine.failure, "step_errors": dict(engine.step_errors),
+                       "finish_reasons": dict(engine.finish_reasons)},
             "dropped": dropped,
         }
 

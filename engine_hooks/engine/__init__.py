@@ -7,8 +7,8 @@ from importlib import import_module
 
 _EXPORTS = {
     "ConfigError": ".config", "EngineConfig": ".config",
-    "LLMEngine": ".engine", "StepStats": ".engine", "EngineTotals": ".engine",
-    "Request": ".request", "SamplingParams": ".request", "Status": ".request",
+    "LLMEngine": ".engine", "StepStats": ".engine", "EngineTotals": ".engine", "EngineStopped": ".engine",
+    "Request": ".request", "SamplingParams": ".request", "Status": ".request", "FinishReason": ".request",
 }
 
 __all__ = sorted(_EXPORTS)

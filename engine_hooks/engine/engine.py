@@ -7,14 +7,23 @@
     engine.stop()
 
 `step()` is public so a caller (or a test) can also drive the engine synchronously.
+
+No request can stop the engine: each step runs behind a fault barrier. An exception while scheduling,
+preparing, running the forward pass, sampling or updating fails only the requests it concerns (finish
+reason `error`, their KV blocks returned), is counted by phase in `step_errors` and logged once with
+its traceback, and the loop goes on. Should the loop die anyway, every request still held fails at
+once with the reason, `failure` says why, and `submit` refuses: nobody waits on a dead engine.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import queue
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -22,11 +31,20 @@ import torch
 from .allocator import make_allocator
 from .config import ConfigError, EngineConfig
 from .kv_cache import KVCache
-from .request import Request, SamplingParams, Status
+from .request import FinishReason, Request, SamplingParams, Status
 from .residency import ModelResidency
 from .runner import ModelRunner
+from .sampler import NON_FINITE_LOGITS
 from .scheduler import ScheduledBatch, Scheduler
 from .weights import default_model_dir
+
+log = logging.getLogger(__name__)
+PHASES = ("schedule", "prepare", "forward", "sample", "update")
+FINISH_REASONS = (FinishReason.LENGTH, FinishReason.STOP, *FinishReason.FAILED)
+
+
+class EngineStopped(RuntimeError):
+    """The engine takes no more requests: it is stopping, or its loop died (the message says why)."""
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -107,41 +125,82 @@ class LLMEngine:
                                   self.device, self.dtype)
         self.residency.preload(config.num_preload_models)
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[tuple[str, str, str]] = queue.SimpleQueue()
+        self._live: dict[str, Request] = {}       # submitted, not finished (engine thread only)
+        self._next_deadline = math.inf
         self._ids = itertools.count()
         self._step_index = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()             # submit against stop and death: no request slips past both
+        self._accepting = True
+        self.failure: str | None = None           # why the loop died; None while it serves
+        # Every key present from the start: readers on other threads copy these while the engine counts.
+        self.step_errors: Counter[str] = Counter(dict.fromkeys(PHASES, 0))
+        self.finish_reasons: Counter[str] = Counter(dict.fromkeys(FINISH_REASONS, 0))
         self.totals = EngineTotals()
 
     # --- the public API (any thread) ------------------------------------------------------------
     def submit(self, prompt_token_ids: list[int], params: SamplingParams | None = None,
-               model: str | None = None, request_id: str | None = None) -> Request:
-        """Queue a request; returns it at once. Read it with `stream()` or `wait()`."""
+               model: str | None = None, request_id: str | None = None, timeout_s: float | None = None) -> Request:
+        """Queue a request; returns it at once. Read it with `stream()` or `wait()`. With `timeout_s` the
+        request fails (finish reason `timeout`) if it has not finished that many seconds after arrival.
+        Raises ValueError for a request that cannot run, EngineStopped when the engine takes none."""
         model = model or self.model_names[0]
         if model not in self.model_names:
             raise ValueError(f"unknown model {model!r} (served: {', '.join(self.model_names)})")
         vocab = self.config.preset.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_token_ids):
-            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt_token_ids):
+            raise ValueError(f"prompt token ids must be whole numbers in [0, {vocab})")
         if len(prompt_token_ids) >= self.config.max_model_len:
             raise ValueError(f"prompt of {len(prompt_token_ids)} tokens does not fit --max-model-len "
                              f"{self.config.max_model_len} with room for one output token")
-        req = Request(request_id or f"req-{next(self._ids)}", model, prompt_token_ids, params or SamplingParams())
-        self._inbox.put(req)
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        req = Request(request_id or f"req-{next(self._ids)}", model, prompt_token_ids, params or SamplingParams(),
+                      timeout_s=timeout_s)
+        with self._lock:
+            if self.failure is not None:
+                raise EngineStopped(f"the engine is down: {self.failure}")
+            if not self._accepting:
+                raise EngineStopped("the engine is stopping and takes no new requests")
+            self._inbox.put(req)
         self._wake.set()
         return req
+
+    def abort(self, request_id: str, reason: str = FinishReason.ABORT, error: str = "cancelled by the caller") -> None:
+        """Stop a request wherever it is; its KV blocks return to the pool at the next step."""
+        self._aborts.put((request_id, reason, error))
+        self._wake.set()
+
+    @property
+    def serving(self) -> bool:
+        """The loop runs and takes requests."""
+        return self.failure is None and self._accepting and self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
         if self._thread is None:
             self._stop.clear()
+            self._accepting = True
             self._thread = threading.Thread(target=self._loop, name="stagelens-engine", daemon=True)
             self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Take no new requests, give those in flight up to `grace_s` seconds to finish, abort the rest."""
+        with self._lock:
+            self._accepting = False
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and self.failure is None and self._thread is not None \
+                and (self._has_work() or not self._inbox.empty()):
+            time.sleep(0.01)
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
+            if self._thread.is_alive():
+                log.error("the engine loop did not stop within 60 s; abandoning it")
+            else:
+                self._end_all(FinishReason.ABORT, "the engine was stopped before the request finished")
             self._thread = None
         self.residency.close()
 
@@ -151,7 +210,7 @@ class LLMEngine:
         while time.monotonic() < deadline:
             self._wake.clear()
             self._drain_inbox()
-            if not self.scheduler.has_work():
+            if not self._has_work():
                 return
             if self.step().num_scheduled_tokens == 0:
                 self._wake.wait(0.01)   # everyone waits on a model load
@@ -159,40 +218,48 @@ class LLMEngine:
 
     # --- the step loop (engine thread) ------------------------------------------------------------
     def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            self._drain_inbox()
-            if self.scheduler.has_work() and self.step().num_scheduled_tokens:
-                continue
-            self._wake.wait(0.05)
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                self._drain_inbox()
+                if self._has_work() and self.step().num_scheduled_tokens:
+                    continue
+                self._wake.wait(0.05)
+        except BaseException as exc:   # past the step barrier: nothing may be left waiting on us
+            self._die(exc)
+
+    def _has_work(self) -> bool:
+        return self.scheduler.has_work() or not self._aborts.empty()
 
     def _drain_inbox(self) -> None:
         while True:
             try:
-                self.scheduler.add(self._inbox.get_nowait())
+                req = self._inbox.get_nowait()
             except queue.Empty:
                 return
+            self._live[req.request_id] = req
+            if req.deadline is not None:
+                self._next_deadline = min(self._next_deadline, req.deadline)
+            self.scheduler.add(req)
 
     def step(self) -> StepStats:
         stats = StepStats(next(self._step_index), time.monotonic(), token_budget=self.config.max_num_batched_tokens)
-        batch = self.schedule()
+        self._reap(stats)
+        batch = self._schedule_guarded(stats)
         t1 = time.monotonic()
         stats.schedule_s = t1 - stats.start
-        self._fail(batch)
+        for req in batch.failed:
+            error = self.residency.load_errors.get(req.model, "its model could not be loaded")
+            self._fail(req, FinishReason.ERROR, f"model {req.model} could not be loaded: {error}", stats)
         sampled: dict[str, int] = {}
-        for inputs in self.runner.prepare(batch.entries):
-            t2 = time.monotonic()
-            logits = self.runner.forward(inputs)
-            self._sync()
-            t3 = time.monotonic()
-            tokens = self.runner.sample(inputs, logits)
-            t4 = time.monotonic()
-            sampled.update(zip((r.request_id for r in inputs.sample_requests), tokens, strict=True))
-            stats.forward_s += t3 - t2
-            stats.sample_s += t4 - t3
+        for group in self.runner.groups(batch.entries):
+            self._run_group(group, sampled, stats)
         t5 = time.monotonic()
         stats.prepare_s = (t5 - t1) - stats.forward_s - stats.sample_s
-        self._update(batch, sampled, stats, t5)
+        try:
+            self._update(batch, sampled, stats, t5)
+        except Exception as exc:
+            self._step_failed("update", [r for r, _ in batch.entries if not r.finished], exc, stats)
         stats.end = time.monotonic()
         stats.update_s = stats.end - t5
         self.totals.add(stats)
@@ -202,18 +269,50 @@ class LLMEngine:
         """The scheduler's decision for this step (a seam the hooks observe)."""
         return self.scheduler.schedule()
 
+    def _schedule_guarded(self, stats: StepStats) -> ScheduledBatch:
+        try:
+            return self.schedule()
+        except Exception as exc:
+            # The request being scheduled is the suspect; with none, every request this step considered.
+            culprit = self.scheduler.current
+            self._step_failed("schedule", [culprit] if culprit else self.scheduler.requests(), exc, stats)
+            return ScheduledBatch(token_budget=self.config.max_num_batched_tokens)
+
+    def _run_group(self, group: list[tuple[Request, int]], sampled: dict[str, int], stats: StepStats) -> None:
+        """One model's forward pass and sampling; a failure fails this group's requests only."""
+        phase = "prepare"
+        try:
+            inputs = self.runner.prepare(group)
+            phase = "forward"
+            t2 = time.monotonic()
+            logits = self.runner.forward(inputs)
+            self._sync()
+            phase = "sample"
+            t3 = time.monotonic()
+            tokens = self.runner.sample(inputs, logits)
+            t4 = time.monotonic()
+            pairs = list(zip(inputs.sample_requests, tokens, strict=True))
+        except Exception as exc:
+            self._step_failed(phase, [r for r, _ in group], exc, stats)
+            return
+        stats.forward_s += t3 - t2
+        stats.sample_s += t4 - t3
+        for req, token in pairs:
+            if token is None:
+                self.step_errors["sample"] += 1
+                self._fail(req, FinishReason.ERROR, NON_FINITE_LOGITS, stats)
+            else:
+                sampled[req.request_id] = token
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _fail(self, batch: ScheduledBatch) -> None:
-        now = time.monotonic()
-        for req in batch.failed:
-            req.finish("error", now)
-
     def _update(self, batch: ScheduledBatch, sampled: dict[str, int], stats: StepStats, now: float) -> None:
         max_len = self.config.max_model_len
         for req, n in batch.entries:
+            if req.finished:
+                continue   # failed earlier in this step
             if n > 1 or req.num_computed_tokens < req.num_prompt_tokens:
                 stats.num_prefill_tokens += n
                 stats.num_prefill_seqs += 1
@@ -227,8 +326,7 @@ class LLMEngine:
             req.append_token(token, now)
             if len(req.output_token_ids) >= req.params.max_tokens or req.num_tokens >= max_len:
                 self.scheduler.finish(req)
-                req.finish("length", now)
-                stats.finished.append(req.request_id)
+                self._end(req, FinishReason.LENGTH, stats, now)
         stats.num_preempted = len(batch.preempted)
         stats.num_waiting = len(self.scheduler.waiting)
         stats.num_running = len(self.scheduler.running)
@@ -236,6 +334,71 @@ class LLMEngine:
         for req in self.scheduler.running:
             stats.kv_slots_reserved += self.allocator.reserved_blocks(req.request_id) * bs
             stats.kv_tokens_cached += req.num_computed_tokens
+
+    # --- ending requests (engine thread) ------------------------------------------------------------
+    def _reap(self, stats: StepStats) -> None:
+        """Cancelled and overdue requests leave before scheduling, so their blocks serve this step."""
+        while True:
+            try:
+                request_id, reason, error = self._aborts.get_nowait()
+            except queue.Empty:
+                break
+            req = self._live.get(request_id)
+            if req is not None:
+                self._fail(req, reason, error, stats)
+        now = time.monotonic()
+        if now < self._next_deadline:
+            return
+        self._next_deadline = math.inf
+        for req in self.scheduler.requests():
+            if req.deadline is None:
+                continue
+            if req.deadline <= now:
+                self._fail(req, FinishReason.TIMEOUT, f"the request did not finish within its deadline of "
+                           f"{req.deadline - req.arrival_time:g} s", stats)
+            else:
+                self._next_deadline = min(self._next_deadline, req.deadline)
+
+    def _step_failed(self, phase: str, requests: list[Request], exc: Exception, stats: StepStats) -> None:
+        self.step_errors[phase] += 1
+        if self.step_errors[phase] == 1:   # once per phase with the traceback; later ones are counted
+            log.error("an engine step failed in %s; its %d request(s) fail, the engine goes on (further "
+                      "failures in %s are only counted)", phase, len(requests), phase, exc_info=exc)
+        error = f"the engine failed in {phase}: {type(exc).__name__}: {exc}"
+        for req in requests:
+            self._fail(req, FinishReason.ERROR, error, stats)
+
+    def _fail(self, req: Request, reason: str, error: str, stats: StepStats) -> None:
+        try:
+            self.scheduler.abort(req)
+        finally:
+            self._end(req, reason, stats, time.monotonic(), error)
+
+    def _end(self, req: Request, reason: str, stats: StepStats | None, now: float, error: str | None = None) -> None:
+        if req.finished:
+            return
+        req.finish(reason, now, error)
+        self._live.pop(req.request_id, None)
+        self.finish_reasons[reason] += 1
+        if stats is not None:
+            stats.finished.append(req.request_id)
+
+    def _end_all(self, reason: str, error: str) -> None:
+        """Every request still held (queued, waiting or running) ends now; only once the loop is gone."""
+        self._drain_inbox()
+        now = time.monotonic()
+        for req in list(self._live.values()):
+            try:
+                self.scheduler.abort(req)
+            except Exception:   # the scheduler's state may be what broke; the request ends regardless
+                log.debug("could not release %s", req.request_id, exc_info=True)
+            self._end(req, reason, None, now, error)
+
+    def _die(self, exc: BaseException) -> None:
+        with self._lock:
+            self.failure = f"{type(exc).__name__}: {exc}"
+        log.critical("the engine loop died; every request it held fails and it takes no more", exc_info=exc)
+        self._end_all(FinishReason.ERROR, f"the engine stopped: {self.failure}")
 
     def __enter__(self) -> LLMEngine:
         self.start()
@@ -245,4 +408,5 @@ class LLMEngine:
         self.stop()
 
 
-__all__ = ["EngineTotals", "LLMEngine", "EngineConfig", "SamplingParams", "Request", "Status", "StepStats"]
+__all__ = ["EngineStopped", "EngineTotals", "LLMEngine", "EngineConfig", "SamplingParams", "Request", "Status",
+           "StepStats"]

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
 from dataclasses import dataclass
 from enum import Enum
 
+SEED_RANGE = (-2**63, 2**64 - 1)      # what torch.Generator.manual_seed accepts
+
 
 class Status(Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
+
+
+class FinishReason:
+    """Why a request ended. `length`/`stop` are successes; the rest carry `Request.error`."""
+    LENGTH = "length"      # max_tokens or max_model_len reached
+    STOP = "stop"          # a stop sequence matched (decided by the caller, which aborts the rest)
+    ABORT = "abort"        # the caller cancelled it (a client went away) or the engine stopped
+    TIMEOUT = "timeout"    # its deadline passed
+    ERROR = "error"        # it failed: its model could not load, or a step it was in raised
+    FAILED = (ABORT, TIMEOUT, ERROR)
 
 
 @dataclass(frozen=True)
@@ -22,10 +35,15 @@ class SamplingParams:
     seed: int | None = None      # for temperature sampling; None: derived from the request id
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be a whole number of at least 1, got {self.max_tokens!r}")
+        if not (isinstance(self.temperature, int | float) and math.isfinite(self.temperature)
+                and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        lo, hi = SEED_RANGE
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not lo <= self.seed <= hi):
+            raise ValueError(f"seed must be a whole number in [{lo}, {hi}], got {self.seed!r}")
 
 
 _END = object()
@@ -35,7 +53,7 @@ class Request:
     """One generation request. Only the engine thread mutates it; readers get the stream or the result."""
 
     def __init__(self, request_id: str, model: str, prompt_token_ids: list[int], params: SamplingParams,
-                 arrival_time: float | None = None) -> None:
+                 arrival_time: float | None = None, timeout_s: float | None = None) -> None:
         if not prompt_token_ids:
             raise ValueError("a request needs at least one prompt token")
         self.request_id = request_id
@@ -47,7 +65,9 @@ class Request:
         self.num_computed_tokens = 0     # tokens whose K/V are in the cache
         self.num_preemptions = 0
         self.finish_reason: str | None = None
+        self.error: str | None = None    # why it failed, for a finish reason in FinishReason.FAILED
         self.arrival_time = time.monotonic() if arrival_time is None else arrival_time
+        self.deadline = None if timeout_s is None else self.arrival_time + timeout_s
         self.events: list[tuple[float, str]] = [(self.arrival_time, "arrival")]
         self._stream: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
@@ -87,9 +107,12 @@ class Request:
         self.output_token_ids.append(token_id)
         self._stream.put(token_id)
 
-    def finish(self, reason: str, now: float) -> None:
+    def finish(self, reason: str, now: float, error: str | None = None) -> None:
+        if self._done.is_set():
+            return
         self.status = Status.FINISHED
         self.finish_reason = reason
+        self.error = error
         self.mark("finished", now)
         self._stream.put(_END)
         self._done.set()

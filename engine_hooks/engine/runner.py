@@ -42,13 +42,17 @@ class ModelRunner:
         self.device = device
         self.rotary = rotary_tables(preset.head_dim, max_model_len, preset.rope_theta, device, dtype)
 
-    def prepare(self, entries: list[tuple[Request, int]]) -> list[ModelInputs]:
+    @staticmethod
+    def groups(entries: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
+        """A step's entries split by model: each group is one forward pass (and fails on its own)."""
         by_model: dict[str, list[tuple[Request, int]]] = defaultdict(list)
         for req, n in entries:
             by_model[req.model].append((req, n))
-        return [self._prepare_model(model, group) for model, group in by_model.items()]
+        return list(by_model.values())
 
-    def _prepare_model(self, model: str, group: list[tuple[Request, int]]) -> ModelInputs:
+    def prepare(self, group: list[tuple[Request, int]]) -> ModelInputs:
+        """One model's group of (request, tokens to compute) -> its inputs on the device."""
+        model = group[0][0].model
         bs = self.kv_cache.block_size
         ids: list[int] = []
         positions: list[int] = []
@@ -83,5 +87,5 @@ class ModelRunner:
             return hidden.new_empty((0, model.preset.vocab_size))
         return model.logits(hidden[inputs.sample_rows])
 
-    def sample(self, inputs: ModelInputs, logits: torch.Tensor) -> list[int]:
+    def sample(self, inputs: ModelInputs, logits: torch.Tensor) -> list[int | None]:
         return sample(logits, inputs.sample_requests) if inputs.sample_requests else []

@@ -45,6 +45,7 @@ class Scheduler:
         self.residency = residency
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.current: Request | None = None   # the request being scheduled: the one to fail if scheduling raises
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -56,6 +57,7 @@ class Scheduler:
         return {r.model for r in self.running}
 
     def schedule(self) -> ScheduledBatch:
+        self.current = None
         batch = ScheduledBatch(token_budget=self.config.max_num_batched_tokens)
         budget = self._schedule_running(batch, batch.token_budget)
         if batch.preempted:
@@ -64,12 +66,14 @@ class Scheduler:
                 batch.waiting_reasons[req.request_id] = PREEMPTED if req.num_preemptions else NO_FREE_BLOCKS
         else:
             self._schedule_waiting(batch, budget)
+        self.current = None
         return batch
 
     def _schedule_running(self, batch: ScheduledBatch, budget: int) -> int:
         for req in list(self.running):
             if req.status is not Status.RUNNING:
                 continue    # preempted earlier in this loop
+            self.current = req
             if budget == 0:
                 batch.waiting_reasons[req.request_id] = TOKEN_BUDGET
                 continue
@@ -89,6 +93,7 @@ class Scheduler:
         stop_reason = None
         for req in self._in_policy_order():
             rid = req.request_id
+            self.current = req
             if stop_reason is None and len(self.running) >= self.config.max_num_seqs:
                 stop_reason = MAX_NUM_SEQS
             if stop_reason is not None:
@@ -155,6 +160,17 @@ class Scheduler:
     def finish(self, req: Request) -> None:
         self.running.remove(req)
         self.allocator.free(req.request_id)
+
+    def abort(self, req: Request) -> None:
+        """Drop a request wherever it is (running or waiting) and return its KV blocks."""
+        if req in self.running:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.allocator.free(req.request_id)
+
+    def requests(self) -> list[Request]:
+        return [*self.running, *self.waiting]
 
 
 def _bucket(req: Request) -> int:
