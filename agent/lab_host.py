@@ -14,6 +14,7 @@ from engine_hooks.engine import LLMEngine
 from engine_hooks.engine.workload import run_workload
 
 log = logging.getLogger(__name__)
+RESTART_GRACE_S = 5.0    # requests in flight get this long to finish before a restart aborts them
 
 
 class LabHost:
@@ -27,17 +28,24 @@ class LabHost:
         self._stop_workload = threading.Event()
         self._lock = threading.Lock()
 
-    @property
-    def running(self) -> bool:
-        return self.engine is not None
+    def trouble(self) -> str | None:
+        """Why the hosted engine does not serve, or None."""
+        engine = self.engine
+        if engine is None:
+            return "the lab engine is not running (restarting or stopped)"
+        if engine.failure is not None:
+            return f"the lab engine is down: {engine.failure}"
+        return None if engine.serving else "the lab engine is stopping"
 
     def start(self, scenario: str | None = None, overrides: dict | None = None) -> None:
-        """(Re)start the engine with the base flags, a scenario's defaults and `overrides`."""
+        """(Re)start the engine with the base flags, a scenario's defaults and `overrides`. Settings that
+        cannot run raise UserError before the running engine is touched; requests in flight on it get
+        `RESTART_GRACE_S` to finish, then end with reason `abort` (their clients get an answer)."""
         scenario = scenario if scenario is not None else self.settings.scenario
         defaults = SCENARIOS[scenario].defaults if scenario else {}
         engine_cfg, workload_cfg = build_configs({**self.settings.flags, **(overrides or {})}, defaults)
         with self._lock:
-            self._stop_current()
+            self._stop_current(RESTART_GRACE_S)
             engine = LLMEngine(engine_cfg)
             self.recorder = instrument(engine)
             self.sampler.recorder = self.recorder
@@ -55,16 +63,16 @@ class LabHost:
         except Exception:   # the API keeps serving even if a scenario's workload breaks
             log.exception("the scenario workload stopped")
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 0.0) -> None:
         with self._lock:
-            self._stop_current()
+            self._stop_current(grace_s)
 
-    def _stop_current(self) -> None:
+    def _stop_current(self, grace_s: float) -> None:
         self._stop_workload.set()
         if self._workload is not None:
             self._workload.join(timeout=40)
             self._workload = None
         if self.engine is not None:
-            self.engine.stop()
+            self.engine.stop(grace_s)
             uninstrument(self.engine)
             self.engine = None

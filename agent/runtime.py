@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from agent.sampler import Sampler
 
 log = logging.getLogger(__name__)
 TRACE_MEMORY = 4096      # request id -> trace id / traceparent, for exemplars and HTTP clients' parents
+STALE_AFTER_INTERVALS = 5   # a frame older than this many intervals means the sampler is stuck
 
 
 @dataclass
@@ -34,11 +36,13 @@ class LabSettings:
 class AgentRuntime:
     def __init__(self, diagnosis_config: DiagnosisConfig | None = None, interval: float = 1.0,
                  nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None,
-                 vllm_names: bool = False) -> None:
+                 vllm_names: bool = False, request_timeout: float = 600.0) -> None:
         from probes.sample import NodeProbe, open_backend
 
         self.diagnosis_config = diagnosis_config or DiagnosisConfig()
         self.nvml_snapshot = nvml_snapshot
+        self.interval = interval
+        self.request_timeout = request_timeout   # seconds a hosted engine request may live
         try:
             self.backend = open_backend(nvml_snapshot)
         except ValueError as exc:
@@ -65,10 +69,13 @@ class AgentRuntime:
             self.lab.start()
         self.sampler.start()
 
-    def stop(self) -> None:
-        self.sampler.stop()
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Requests in flight get `grace_s` to finish; the last frame's timelines are exported, then the
+        tracer drains and the probes close."""
         if self.lab:
-            self.lab.stop()
+            self.lab.stop(grace_s)
+        self.sampler.stop()
+        self.sampler.tick()      # the requests that ended while stopping reach the traces and the record
         if self.tracer:
             self.tracer.shutdown()
         self.probe.close()
@@ -93,10 +100,19 @@ class AgentRuntime:
         return [t.to_dict() for t in timelines[:n]]
 
     def ready(self) -> tuple[bool, str]:
-        if self.latest_frame() is None:
+        """Ready when a recent sample exists, some collector works and a hosted engine serves."""
+        frame = self.latest_frame()
+        if frame is None:
             return False, "no sample taken yet"
-        if self.lab and not self.lab.running:
-            return False, "the lab engine is not running"
+        age = time.time() - frame.time_unix
+        if age > STALE_AFTER_INTERVALS * self.interval:
+            return False, f"the latest sample is {age:.0f} s old: sampling is stuck"
+        if frame.collectors and not any(c["success"] for c in frame.collectors):
+            failed = "; ".join(f"{c['name']}: {c.get('error')}" for c in frame.collectors)
+            return False, f"every collector failed ({failed})"
+        trouble = self.lab.trouble() if self.lab else None
+        if trouble:
+            return False, trouble
         return True, "ready"
 
     # --- per request -------------------------------------------------------------------------------------

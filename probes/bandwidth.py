@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -92,6 +93,10 @@ def _store(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+_measuring = threading.Lock()     # one measurement at a time: each holds buffers of `size_bytes` twice
+_fresh: dict[str, tuple[float, BandwidthReference]] = {}   # key -> (when measured, monotonic), this process
+
+
 def get_reference_bandwidth(
     device: str = "cpu",
     *,
@@ -100,27 +105,34 @@ def get_reference_bandwidth(
     cache_path: str | os.PathLike[str] | None = None,
     refresh: bool = False,
 ) -> BandwidthReference:
-    """The cached reference for this node and device, measuring (and caching) it if there is none."""
+    """The cached reference for this node and device, measuring (and caching) it if there is none.
+    Concurrent callers share one measurement: whoever waited for a measurement gets its result."""
+    asked = time.monotonic()
     path = Path(cache_path) if cache_path is not None else cache_dir() / CACHE_FILE
     node = socket.gethostname()
     name = _device_name(device)
     key = _key(node, device, name)
-    entries = _load(path)
-    entry = entries.get(key)
-    if entry and not refresh:
-        try:
-            return BandwidthReference(**{**entry, "cached": True})
-        except TypeError:
-            pass  # written by another version: measure again
-    ref = BandwidthReference(
-        node=node,
-        device=device,
-        device_name=name,
-        bytes_per_second=measure_copy_bandwidth(device, size_bytes, runs),
-        size_bytes=size_bytes,
-        runs=runs,
-        measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-    )
-    entries[key] = {k: v for k, v in ref.to_dict().items() if k != "cached"}
-    _store(path, entries)
-    return ref
+    with _measuring:
+        fresh = _fresh.get(key)
+        if fresh is not None and fresh[0] >= asked:
+            return fresh[1]
+        entries = _load(path)
+        entry = entries.get(key)
+        if entry and not refresh:
+            try:
+                return BandwidthReference(**{**entry, "cached": True})
+            except TypeError:
+                pass  # written by another version: measure again
+        ref = BandwidthReference(
+            node=node,
+            device=device,
+            device_name=name,
+            bytes_per_second=measure_copy_bandwidth(device, size_bytes, runs),
+            size_bytes=size_bytes,
+            runs=runs,
+            measured_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        )
+        entries[key] = {k: v for k, v in ref.to_dict().items() if k != "cached"}
+        _store(path, entries)
+        _fresh[key] = (time.monotonic(), ref)
+        return ref

@@ -38,6 +38,17 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
               chunked_prefill=str(bool(config.get("enable_chunked_prefill"))).lower())
     out.gauge("stagelens_engine_window_seconds", "Span of the window the engine's derived figures cover.",
               engine["window"].get("span_s"))
+    health = engine.get("health") or {}
+    out.flag("stagelens_engine_up", "1 while the engine's loop serves; 0 once it died (see the agent's log).",
+             health.get("failure") is None)
+    for phase, count in sorted((health.get("step_errors") or {}).items()):
+        out.counter("stagelens_engine_step_errors_total",
+                    "Engine steps that raised, by phase; their requests failed, the engine went on.", count,
+                    phase=phase)
+    for reason, count in sorted((health.get("finish_reasons") or {}).items()):
+        out.counter("stagelens_engine_requests_ended_total",
+                    "Requests the engine ended, by finish reason (length, stop, abort, timeout, error).", count,
+                    reason=reason)
     errors = engine.get("hook_errors", {})
     for hook in sorted(set(HOOKS) | set(errors)):
         out.counter("stagelens_hook_errors_total", "Hook failures (the engine went on; the figures may be short).",

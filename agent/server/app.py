@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
 
-from agent.server import api, completions, control
+from agent.server import api, completions, control, errors
+from agent.server.limits import MAX_BODY_BYTES, BodyLimit
 
 
-def create_app(runtime, token: str | None = None) -> FastAPI:
+def create_app(runtime, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app = FastAPI(title="stagelens", version="0.1.0", redirect_slashes=False,
                   description="Which LLM-serving bottleneck stage is firing: KV cache, scheduler or cold path.")
     app.state.runtime = runtime
     app.state.token = token
+    errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
 
     @app.get("/metrics", tags=["metrics"], response_class=Response)
     def metrics(request: Request) -> Response:

@@ -7,6 +7,7 @@ import asyncio
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.errors import UserError
 from agent.scenarios import SCENARIOS
 from agent.server.auth import require_token
 
@@ -33,7 +34,11 @@ def start_scenario(body: ScenarioStart, request: Request) -> dict:
 
         d = runtime.latest_diagnosis()
         applied = fix_flags(d) if d else {}
-    runtime.lab.start(body.name, applied)
+    try:
+        runtime.lab.start(body.name, applied)
+    except UserError as exc:   # the running engine was not touched
+        what = f"the fix {applied} for scenario {body.name!r}" if applied else f"scenario {body.name!r}"
+        raise HTTPException(409, f"cannot start {what}: {exc}") from None
     return {"scenario": body.name, "applied": applied}
 
 

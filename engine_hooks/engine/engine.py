@@ -125,7 +125,7 @@ class LLMEngine:
                                   self.device, self.dtype)
         self.residency.preload(config.num_preload_models)
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
-        self._aborts: queue.SimpleQueue[tuple[str, str, str]] = queue.SimpleQueue()
+        self._aborts: queue.SimpleQueue[tuple[str, str, str | None]] = queue.SimpleQueue()
         self._live: dict[str, Request] = {}       # submitted, not finished (engine thread only)
         self._next_deadline = math.inf
         self._ids = itertools.count()
@@ -168,7 +168,8 @@ class LLMEngine:
         self._wake.set()
         return req
 
-    def abort(self, request_id: str, reason: str = FinishReason.ABORT, error: str = "cancelled by the caller") -> None:
+    def abort(self, request_id: str, reason: str = FinishReason.ABORT,
+              error: str | None = "cancelled by the caller") -> None:
         """Stop a request wherever it is; its KV blocks return to the pool at the next step."""
         self._aborts.put((request_id, reason, error))
         self._wake.set()
@@ -368,7 +369,7 @@ class LLMEngine:
         for req in requests:
             self._fail(req, FinishReason.ERROR, error, stats)
 
-    def _fail(self, req: Request, reason: str, error: str, stats: StepStats) -> None:
+    def _fail(self, req: Request, reason: str, error: str | None, stats: StepStats) -> None:
         try:
             self.scheduler.abort(req)
         finally:
