@@ -5,16 +5,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
+# Every Python dependency at the exact version CI tested (torch apart: TORCH_SPEC picks the CPU or CUDA build).
+LOCK := requirements.lock
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench fuzz soak venv lock clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e '.[engine,dev]'
+	$(BIN)/pip install -q -r $(LOCK)
+	$(BIN)/pip install -q --no-deps -e '.[engine,dev]'
 	touch $@
+
+# Re-resolve every dependency (the newest pyproject.toml allows) in a scratch venv and pin the result.
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q "$(TORCH_SPEC)"
+	.lock-venv/bin/pip install -q -e '.[engine,dev]'
+	{ echo "# make lock: every dependency of stagelens[engine,dev] at the version tested; torch comes from TORCH_SPEC"; \
+	  .lock-venv/bin/pip freeze --exclude-editable | grep -v -i '^torch=='; } > $(LOCK)
+	rm -rf .lock-venv
 
 demo: $(STAMP)
 	@if [ -t 0 ]; then $(BIN)/stagelens tui --scenario hol-blocking; else $(BIN)/stagelens lab --scenario hol-blocking --fixed --duration 20; fi
@@ -26,6 +39,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# Fresh, unseeded cases by the thousand against the API and the engine (not part of `make test`).
+fuzz: $(STAMP)
+	STAGELENS_FUZZ_EXAMPLES=$${STAGELENS_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -p no:cacheprovider \
+		tests/test_serve_schemathesis.py tests/test_engine_fuzz.py
+
+# serve --engine lab driven for 10 minutes with normal, streaming, disconnecting and hostile clients.
+soak: $(STAMP)
+	$(BIN)/python bench/soak.py
+
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py --quick
 	$(BIN)/python bench/hooks_overhead.py --quick
@@ -35,4 +57,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/detect.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .lock-venv
