@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+import traceback
 
 import click
 
-from agent.errors import CollectError, UserError
+from agent.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, CollectError, UserError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -49,17 +52,42 @@ def hoist_global_options(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register()
-    argv = hoist_global_options(sys.argv[1:] if argv is None else list(argv))
+    sys.exit(run(sys.argv[1:] if argv is None else list(argv)))
+
+
+def run(argv: list[str]) -> int:
+    """The exit status of one command line (agent.errors): whatever goes wrong ends as one line on stderr."""
     try:
-        code = cli.main(args=argv, prog_name="stagelens", standalone_mode=False)
-    except click.exceptions.Abort:
+        _register()
+        code = cli.main(args=hoist_global_options(argv), prog_name="stagelens", standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("stagelens: interrupted", err=True)
-        code = 130
-    except click.ClickException as exc:
-        click.echo(f"stagelens: error: {exc.format_message()}", err=True)
-        code = exc.exit_code
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:   # the reader went away (`| head`): nothing left to say, and no one to say it to
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except click.ClickException as exc:   # click's usage errors exit 2 by default: CRITICAL to a monitor
+        return _error(exc.format_message())
     except (UserError, CollectError) as exc:
-        click.echo(f"stagelens: error: {exc}", err=True)
-        code = exc.exit_code
-    sys.exit(code or 0)
+        return _error(str(exc))
+    except Exception as exc:
+        debug = os.environ.get("STAGELENS_DEBUG", "") not in ("", "0")
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else " (set STAGELENS_DEBUG=1 for the traceback)"
+        click.echo(f"stagelens: internal error: {type(exc).__name__}: {_one_line(str(exc))}{hint}", err=True)
+        return EXIT_UNKNOWN
+    return code if isinstance(code, int) else EXIT_OK
+
+
+def _error(message: str) -> int:
+    click.echo(f"stagelens: error: {_one_line(message)}", err=True)
+    return EXIT_UNKNOWN
+
+
+def _one_line(text: str) -> str:
+    return re.sub(r"\s*\n\s*", " ", text.strip())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,26 +1,128 @@
-"""Talking to a running `stagelens serve`: plain HTTP GETs with a timeout (standard library only)."""
+"""Talking to a running `stagelens serve`: one GET, standard library only.
+
+The whole exchange (connect, headers, body) has one deadline, and the answer a size cap: a socket
+timeout alone bounds each read, so a server that sent a byte every few seconds held a command for
+minutes, and one that never stopped sending filled memory.
+"""
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
 import json
-import urllib.error
-import urllib.request
+import socket
+import time
+import urllib.parse
 
-from agent.errors import CollectError
+from agent.errors import CollectError, UserError
+
+MAX_ANSWER_BYTES = 16 * 2**20
+_CHUNK = 64 * 2**10
 
 
-def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None = None):
-    url = base_url.rstrip("/") + path
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
+def check_url(base_url: str) -> urllib.parse.SplitResult:
+    """`base_url` split, if it is an http(s) URL with a host; UserError naming it otherwise."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise CollectError(f"{url}: HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CollectError(f"{url}: could not collect: {reason}") from None
-    except json.JSONDecodeError:
+        parts = urllib.parse.urlsplit(base_url)
+        usable = parts.scheme in ("http", "https") and parts.hostname and parts.port != 0   # .port may raise
+    except ValueError as exc:
+        raise UserError(f"{base_url}: not a valid URL ({exc})") from None
+    if not usable:
+        raise UserError(f"{base_url}: expected the http:// or https:// URL of a `stagelens serve`")
+    return parts
+
+
+def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None = None,
+             max_bytes: int = MAX_ANSWER_BYTES):
+    """GET `base_url` + `path` as JSON within `timeout` seconds in all; CollectError when the server does
+    not answer in time, answers an error, too much or not JSON; UserError for a URL that is not http(s)."""
+    url = base_url.rstrip("/") + path
+    parts = check_url(url)
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        body = _get(parts, headers, time.monotonic() + timeout, max_bytes)
+    except _TooLarge:
+        raise CollectError(f"{url}: the answer is larger than {max_bytes} bytes") from None
+    except _Status as exc:
+        raise CollectError(f"{url}: HTTP {exc}") from None
+    except TimeoutError:
+        raise CollectError(f"{url}: could not collect: no complete answer within {timeout:g} s") from None
+    except http.client.HTTPException as exc:   # before OSError: RemoteDisconnected is both
+        raise CollectError(f"{url}: could not collect: not an HTTP answer ({type(exc).__name__})") from None
+    except OSError as exc:
+        raise CollectError(f"{url}: could not collect: {exc.strerror or exc}") from None
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):   # UnicodeDecodeError is a ValueError; deep nesting recurses
         raise CollectError(f"{url}: the answer is not JSON") from None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Status(Exception):
+    pass
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket read with what is left of the deadline as its timeout, set before every read."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        self._raw = sock.makefile("rb", buffering=0)   # holds the socket open, as http.client's own reader
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int | None:
+        self._sock.settimeout(_left(self._deadline))
+        return self._raw.readinto(b)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock: socket.socket, *args, deadline: float, **kwargs) -> None:
+        super().__init__(sock, *args, **kwargs)
+        plain, self.fp = self.fp, io.BufferedReader(_DeadlineReader(sock, deadline))
+        plain.close()
+
+
+def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_bytes: int) -> bytes:
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
+    conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    response = None
+    try:
+        conn.request("GET", target, headers=headers)   # connects, with the time left as its timeout
+        response = conn.getresponse()
+        if not 200 <= response.status < 300:
+            raise _Status(f"{response.status} {response.reason}")
+        length = response.getheader("Content-Length", "")
+        if length.isdigit() and int(length) > max_bytes:
+            raise _TooLarge
+        body = bytearray()
+        while chunk := response.read1(_CHUNK):
+            body += chunk
+            if len(body) > max_bytes:
+                raise _TooLarge
+        return bytes(body)
+    finally:
+        if response is not None:
+            response.close()
+        conn.close()

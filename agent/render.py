@@ -11,6 +11,8 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
     head = f"verdict: {_MARK[d.verdict]}"
     if d.root_stage:
         head += f" — root stage: {d.root_stage}"
+    if d.unavailable:
+        head += f" — {d.unavailable}"
     lines = [head]
     for s in d.stages:
         lines.append(f"\n[{_MARK[s.state]}] {s.stage}" + (f" since {s.since}" if s.since and s.state != "ok" else "")

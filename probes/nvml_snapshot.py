@@ -8,6 +8,7 @@ the driver. A value the snapshot does not hold answers NotSupported, as a driver
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -36,10 +37,20 @@ LINK_SERIES = (
 _REQUIRED = {"name": "nvmlDeviceGetName", "uuid": "nvmlDeviceGetUUID", "pci_bus_id": "nvmlDeviceGetPciInfo"}
 _PCIE_KEYS = ("gen", "gen_max", "width", "width_max")
 _PAIR = re.compile(r"^(\d+)-(\d+)$")
+MAX_SNAPSHOT_BYTES = 256 * 2**20   # a DGX snapshot of many ticks is a few MB; more is not a snapshot
 
 
 def _num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
+    """A finite JSON number: Python's json reads NaN and Infinity, which no NVML call answers."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and (isinstance(x, int) or math.isfinite(x))
+
+
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:40]
 
 
 class _Checker:
@@ -76,11 +87,13 @@ class _Checker:
         for key in ("name", "uuid", "pci_bus_id", "cpu_affinity", "driver_version"):
             if key in dev and not isinstance(dev[key], str):
                 raise self.fail(f"{where}.{key}: expected a string")
-        for key in ("numa_node", "memory_total_bytes"):
-            if key in dev and not _num(dev[key]):
-                raise self.fail(f"{where}.{key}: expected a number")
+        if not _int(dev.get("numa_node", 0)) or dev.get("numa_node", 0) < -1:
+            raise self.fail(f"{where}.numa_node: expected an integer (-1: none), got {_shown(dev['numa_node'])}")
+        if not _int(dev.get("memory_total_bytes", 0)) or dev.get("memory_total_bytes", 0) < 0:
+            raise self.fail(f"{where}.memory_total_bytes: expected a whole number of bytes, "
+                            f"got {_shown(dev['memory_total_bytes'])}")
         pcie = dev.get("pcie", {})
-        if not isinstance(pcie, dict) or not all(isinstance(pcie.get(key, 0), int) for key in _PCIE_KEYS):
+        if not isinstance(pcie, dict) or not all(_int(pcie.get(key, 0)) for key in _PCIE_KEYS):
             raise self.fail(f"{where}.pcie: expected an object of integers {', '.join(_PCIE_KEYS)}")
         self.nvlinks(where, dev.get("nvlinks", []))
         self.device_series(where, dev.get("series", {}))
@@ -93,6 +106,8 @@ class _Checker:
                 raise self.fail(f"{where}.nvlinks[{n}]: missing key 'link' (an integer)")
             if not isinstance(link.get("active", False), bool):
                 raise self.fail(f"{where}.nvlinks[{n}].active: expected true or false")
+            if not _int(link.get("version", 0)):
+                raise self.fail(f"{where}.nvlinks[{n}].version: expected an integer")
             if not isinstance(link.get("remote", ""), str):
                 raise self.fail(f"{where}.nvlinks[{n}].remote: expected \"switch\" or a PCI bus id")
 
@@ -118,7 +133,11 @@ class _Checker:
                 raise self.fail(f"error: unknown NVML error {data['error']!r}")
             return
         if data.get("format") != FORMAT:
-            raise self.fail(f"format: expected {FORMAT!r}, found {data.get('format')!r}")
+            raise self.fail(f"format: expected {FORMAT!r}, found {_shown(data.get('format'))}")
+        if not isinstance(data.get("driver_version", ""), str):
+            raise self.fail("driver_version: expected a string")
+        if not _int(data.get("cuda_driver_version", 0)):
+            raise self.fail("cuda_driver_version: expected an integer (e.g. 12040)")
         devices = data.get("devices")
         if not isinstance(devices, list):
             raise self.fail("missing key 'devices' (a list)")
@@ -144,14 +163,22 @@ class _Checker:
 def load_snapshot(path: str) -> dict[str, Any]:
     """Read and validate a snapshot file; SnapshotError (naming the file, and the line) if it is unusable."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SNAPSHOT_BYTES + 1)
     except OSError as exc:
         raise SnapshotError(path, f"cannot read NVML snapshot: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(path, f"not an NVML snapshot: larger than {MAX_SNAPSHOT_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(path, f"not an NVML snapshot: byte {exc.start} is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SnapshotError(path, f"not valid JSON: {exc.msg} (column {exc.colno})", line=exc.lineno) from exc
+    except RecursionError:
+        raise SnapshotError(path, "not an NVML snapshot: JSON nested too deeply") from None
     _Checker(path).snapshot(data)
     return data
 

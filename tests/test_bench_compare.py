@@ -56,18 +56,18 @@ def test_points_missing_on_one_side_are_listed_not_judged(tmp_path, capsys):
     (json.dumps({"format": "stagelens-bench/1", "points": [{"value": 1, "latency_p99_s": "slow"}]}),
      "malformed point"),
 ])
-def test_a_malformed_file_exits_2_naming_it(tmp_path, capsys, content, words):
+def test_a_malformed_file_exits_3_naming_it(tmp_path, capsys, content, words):
     base = _write(tmp_path / "base.json", [0.30, 0.35, 0.50])
     bad = tmp_path / "bad.json"
     bad.write_text(content)
     code, _, err = _run(capsys, base, str(bad))
-    assert code == 2 and str(bad) in err and words in err and "Traceback" not in err
+    assert code == 3 and str(bad) in err and words in err and "Traceback" not in err
     code, _, err = _run(capsys, str(tmp_path / "missing.json"), base)
-    assert code == 2 and "missing.json" in err
+    assert code == 3 and "missing.json" in err
 
 
 def test_runs_of_different_variables_do_not_compare(tmp_path, capsys):
     base = _write(tmp_path / "base.json", [0.30, 0.35, 0.50])
     other = _write(tmp_path / "other.json", [0.30, 0.35, 0.50], variable="block_size", values=(16, 32, 64))
     code, _, err = _run(capsys, base, other)
-    assert code == 2 and "--block-size" in err
+    assert code == 3 and "--block-size" in err

@@ -52,12 +52,12 @@ def test_a_short_sweep_on_the_tiny_engine_writes_the_three_outputs(tmp_path, cap
     (["--enable-chunked-prefill", "on,maybe"], "not on or off"),
     (["--max-num-seqs", "1,2", "--rate", "2", "--concurrency", "4"], "choose"),
     (["--max-num-seqs", "1,2", "--duration", "2", "--warmup", "3"], "--warmup"),
-    (["--block-size", "16,7"], "--block-size: 7 is not a power of two"),
+    (["--block-size", "16,7"], "--block-size: must be a whole number in [8, 1024] tokens, got 7"),
     (["--max-num-seqs", "1,2", "--p99-factor", "0.9"], "--p99-factor"),
 ])
 def test_bad_sweeps_fail_with_one_line(tmp_path, capsys, args, words):
     code, _, err = _run(capsys, "sweep", *TINY, *args, "--out", str(tmp_path / "o"))
-    assert code == 2 and words in err and "Traceback" not in err
+    assert code == 3 and words in err and "Traceback" not in err
     assert not (tmp_path / "o" / "results.json").exists()
 
 
@@ -68,15 +68,15 @@ def test_bad_sweeps_fail_with_one_line(tmp_path, capsys, args, words):
 ])
 def test_a_remote_endpoint_takes_only_load_settings(tmp_path, capsys, args, words):
     code, _, err = _run(capsys, "sweep", "--url", "http://127.0.0.1:9", *args, "--out", str(tmp_path / "o"))
-    assert code == 2 and words in err and "Traceback" not in err
+    assert code == 3 and words in err and "Traceback" not in err
 
 
 def test_stress_refuses_a_load_it_cannot_raise(tmp_path, capsys):
     code, _, err = _run(capsys, "stress", *TINY, "--vary", "concurrency", "--out", str(tmp_path / "o"))
-    assert code == 2 and "--concurrency" in err
+    assert code == 3 and "--concurrency" in err
 
 
 def test_stress_cannot_raise_a_remote_engine_setting(tmp_path, capsys):
     code, _, err = _run(capsys, "stress", "--url", "http://127.0.0.1:9", "--vary", "max-num-seqs",
                         "--out", str(tmp_path / "o"))
-    assert code == 2 and "engine setting of the remote endpoint" in err
+    assert code == 3 and "engine setting of the remote endpoint" in err

@@ -49,10 +49,10 @@ def test_lab_table_on_a_closed_loop(model_dir):
     (["--prompt-len", "gaussian:3"], "--prompt-len"),
     (["--long-prompt-share", "2"], "--long-prompt-share"),
 ])
-def test_bad_input_is_one_line_and_exit_2(model_dir, args, words):
+def test_bad_input_is_one_line_and_exit_3(model_dir, args, words):
     proc = _run(["lab", "--model", "tiny", "--duration", "1", "--max-model-len", "256", "--model-dir", model_dir]
                 + args, model_dir)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("stagelens: error:") and words in lines[0], proc.stderr

@@ -178,7 +178,7 @@ def test_config_file_and_flags_override_thresholds(tmp_path):
     ("[thresholds.no_such_signal]\nwarn = 1\n", "unknown signal"),
     ("[thresholds.kv_fragmentation_ratio]\nwarn = 'high'\n", "must be a number"),
     ("[thresholds.kv_fragmentation_ratio]\nwarn = 0.5\nfiring = 0.1\n", "must be past warn"),
-    ("[diagnosis]\nrise = 0\n", "positive"),
+    ("[diagnosis]\nrise = 0\n", "rise: must be a whole number in [1, 100] samples"),
     ("[alerts]\nx = 1\n", "unknown section"),
 ])
 def test_a_malformed_config_names_the_file_and_what_is_wrong(tmp_path, text, words):

@@ -96,13 +96,13 @@ def test_a_malformed_snapshot_is_a_user_error(tmp_path):
     bad.write_text('{"format": "stagelens-nvml/0", "devices": []}')
     with pytest.raises(UserError, match="wrong.json: format: expected") as err:
         CliRunner().invoke(cli, ["--nvml-snapshot", str(bad), "topo", "--json"], catch_exceptions=False)
-    assert err.value.exit_code == 2
+    assert err.value.exit_code == 3
 
 
-def test_a_malformed_snapshot_exits_2_naming_the_file(tmp_path):
+def test_a_malformed_snapshot_exits_3_naming_the_file(tmp_path):
     bad = tmp_path / "broken.json"
     bad.write_text('{"format": "stagelens-nvml/1",\n "devices": [\n')
     result = run("--nvml-snapshot", str(bad), "topo")
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert f"{bad}:3" in result.stderr and "not valid JSON" in result.stderr
     assert "Traceback" not in result.stderr

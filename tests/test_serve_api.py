@@ -120,10 +120,10 @@ def test_the_config_route_answers_the_thresholds_the_agent_judges_with():
 @pytest.mark.parametrize("method, path, body, status, words", [
     ("get", "/api/v1/frames?since=-1", None, 422, "greater than or equal"),
     ("get", "/api/v1/requests/slowest?n=0", None, 422, "greater than or equal"),
-    ("post", "/v1/completions", {"max_tokens": 3}, 422, "prompt"),
-    ("post", "/v1/completions", {"prompt": "x", "max_tokens": 0}, 422, "max_tokens"),
-    ("post", "/v1/completions", {"prompt": "x", "model": "gpt-9"}, 422, "unknown model"),
-    ("post", "/v1/completions", {"prompt": [9999]}, 422, "token ids"),
+    ("post", "/v1/completions", {"max_tokens": 3}, 400, "prompt"),
+    ("post", "/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ("post", "/v1/completions", {"prompt": "x", "model": "gpt-9"}, 404, "does not exist"),
+    ("post", "/v1/completions", {"prompt": [9999]}, 400, "token ids"),
 ])
 def test_bad_requests_get_4xx_that_say_what_is_wrong(served, method, path, body, status, words):
     client, _, _ = served
@@ -190,4 +190,4 @@ def test_bad_serve_flags_fail_with_one_line():
     for args, words in ((["--listen", "nowhere"], "--listen"), (["--scenario", "chain"], "--engine lab"),
                         (["--engine", "lab", "--block-size", "7"], "--block-size")):
         out = subprocess.run([stagelens, "serve", *args], capture_output=True, text=True, timeout=30)
-        assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr
+        assert out.returncode == 3 and words in out.stderr and "Traceback" not in out.stderr

@@ -141,7 +141,7 @@ def test_the_event_log_records_transitions_with_the_signals_behind_them():
 def test_bad_flags_fail_before_the_screen_opens(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
-    assert exit_.value.code == 2
+    assert exit_.value.code == 3
     assert message in capsys.readouterr().err
 
 

@@ -16,6 +16,7 @@ import click
 from agent.benchmark.variables import STRESSABLE, VARIABLES, pick_swept
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
 from agent.commands.engine_flags import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs, engine_options
+from agent.commands.sampling_flags import interval_option
 from agent.errors import UserError
 from agent.scenarios import SCENARIOS
 
@@ -40,8 +41,7 @@ _COMMON = [
     click.option("--p99-sla", type=float, help="Knee: P99 above this many seconds."),
     click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency", show_default=True,
                  help="Which P99 the knee and compare judge."),
-    click.option("--interval", type=float, default=0.5, show_default=True,
-                 help="Sampling interval of the bundled engine, seconds."),
+    interval_option(default=0.5, help="Sampling interval of the bundled engine, seconds."),
     click.option("--served-model", help="With --url: the `model` field of each request."),
     click.option("--vocab-size", type=int, default=256, show_default=True,
                  help="With --url: prompt token ids are drawn below this."),
@@ -185,8 +185,6 @@ class _Run:
         if self.flags.get("rate") is not None and self.flags.get("concurrency") is not None:
             raise UserError("--rate and --concurrency: choose open-loop arrivals or a closed loop, not both")
         self.defaults = dict(SCENARIOS[scenario].defaults) if scenario else {}
-        if opt["interval"] <= 0:
-            raise UserError(f"--interval: must be positive, got {opt['interval']}")
         self.dconfig = diagnosis_config(opt.pop("config_path"), opt.pop("thresholds"))
         self.engine, self.workload = self.configs({})
         if opt["p99_sla"] is not None and opt["p99_sla"] <= 0:

@@ -1,4 +1,4 @@
-"""`stagelens diagnose`: one verdict. Exit 0 ok, 1 warn, 2 firing, 3 could not collect."""
+"""`stagelens diagnose`: one verdict, and its exit status (agent.errors, VERDICT_EXIT)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import time
 import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.errors import CollectError, UserError
+from agent.diagnosis.model import STATES, VERDICT_EXIT, verdict_exit_code
+from agent.errors import EXIT_UNKNOWN, CollectError, UserError
+from agent.numbers import Number
+
+EXIT_STATUS = ("Exit status, as a monitoring check's: "
+               + ", ".join(f"{code} {verdict}" for verdict, code in VERDICT_EXIT.items())
+               + f" (the verdict); {EXIT_UNKNOWN} unknown: nothing to diagnose, a server that did not answer, "
+               "bad input or an internal error.")
 
 
-@click.command()
+@click.command(epilog=EXIT_STATUS)
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False), help="Diagnose a recorded bundle.")
 @click.option("--connect", "url", help="Ask a running `stagelens serve` (its base URL).")
-@click.option("--duration", type=float, default=3.0, show_default=True,
+@click.option("--duration", type=Number(min=0, max=3600, min_open=True, unit="s"), default=3.0, show_default=True,
               help="Without --replay or --connect: seconds to sample this node.")
 @diagnosis_options
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
@@ -23,6 +30,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
              as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from agent.diagnosis import diagnose as diagnose_frames
+    from agent.diagnosis.evaluate import NOTHING_OBSERVED
     from agent.diagnosis.model import Diagnosis
 
     if replay_path and url:
@@ -33,7 +41,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     config = diagnosis_config(config_path, thresholds)
     if url:
         data = fetch_diagnosis(url)
-        return _emit(data, as_json, {"ok": 0, "warn": 1, "firing": 2}.get(data.get("verdict"), 3))
+        return _emit(data, as_json, verdict_exit_code(data["verdict"]))
     if replay_path:
         from agent.record import read_bundle
 
@@ -43,9 +51,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     else:
         frames = _sample_node((ctx.obj or {}).get("nvml_snapshot"), duration)
     result: Diagnosis = diagnose_frames(frames, config)
-    if result.verdict == "unknown" or not any(f.engine or f.gpus() for f in frames):
-        raise CollectError("nothing to diagnose: no engine is observed and no GPU signal could be read "
-                           "(use --connect URL of a `stagelens serve`, or --replay FILE)")
+    if result.unavailable or result.verdict == "unknown":
+        hint = "" if replay_path else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
+        raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -66,20 +74,38 @@ def _emit(data: dict, as_json: bool, code: int) -> int:
 
 
 def fetch_diagnosis(url: str) -> dict:
+    """The server's diagnosis, checked to be one; CollectError when it is not, or has nothing to say."""
     from agent.remote import get_json
 
     data = get_json(url, "/api/v1/diagnosis")
-    if not isinstance(data, dict) or "verdict" not in data:
-        raise CollectError(f"{url}: the answer is not a stagelens diagnosis")
+    problem = _not_a_diagnosis(data)
+    if problem:
+        raise CollectError(f"{url}: the answer is not a stagelens diagnosis ({problem})")
+    if data["verdict"] not in VERDICT_EXIT:
+        why = data.get("unavailable") if isinstance(data.get("unavailable"), str) else "nothing to diagnose yet"
+        raise CollectError(f"{url}: {why[:300]} (the server's verdict is {data['verdict']!r})")
     return data
+
+
+def _not_a_diagnosis(data) -> str | None:
+    """What makes `data` unlike `Diagnosis.to_dict()` in the fields this command prints, or None."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    if data.get("verdict") not in STATES:
+        return f"verdict {str(data.get('verdict'))[:40]!r} is not one of {', '.join(STATES)}"
+    if not isinstance(data.get("stages"), list):
+        return "no list of stages"
+    for stage in data["stages"]:
+        if not (isinstance(stage, dict) and stage.get("state") in STATES
+                and all(isinstance(stage.get(k), str) for k in ("stage", "explanation"))):
+            return "a stage without its name, state and explanation"
+    return None
 
 
 def _sample_node(snapshot: str | None, duration: float) -> list:
     from agent.sampler import Sampler
     from probes.sample import NodeProbe, open_backend
 
-    if duration <= 0:
-        raise UserError(f"--duration: must be positive, got {duration}")
     try:
         probe = NodeProbe(open_backend(snapshot))
     except ValueError as exc:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import click
 
 from agent.errors import UserError
-from engine_hooks.engine.config import ALLOCATORS, DTYPES, POLICIES, ConfigError, EngineConfig
+from agent.numbers import Number
+from engine_hooks.engine.config import ALLOCATORS, DTYPES, ENGINE_BOUNDS, POLICIES, ConfigError, EngineConfig
 from engine_hooks.engine.presets import PRESETS
-from engine_hooks.engine.workload import LengthDist, WorkloadConfig
+from engine_hooks.engine.workload import WORKLOAD_BOUNDS, LengthDist, WorkloadConfig
 
 ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
                  "long_prefill_token_threshold",
@@ -19,35 +20,46 @@ ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batch
                  "kv_cache_memory", "device", "dtype", "seed", "model_dir")
 WORKLOAD_FIELDS = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
                    "models", "duration", "seed", "temperature")
+BOUNDS = {**ENGINE_BOUNDS, **WORKLOAD_BOUNDS}
+
+
+def _numeric(flag: str, help: str):
+    """A numeric flag typed by the engine's own bound on it, so a bad value fails as the flag is read;
+    EngineConfig and WorkloadConfig check the bound again for configs built other ways (scenarios,
+    `--fixed`, the API, bench sweeps)."""
+    b = BOUNDS[flag[2:].replace("-", "_")]
+    return click.option(flag, type=Number(min=b.low, max=b.high, integer=b.integer, unit=b.unit, min_open=b.low_open),
+                        help=help)
+
 
 _OPTIONS = [
     click.option("--model", type=click.Choice(list(PRESETS)), help="Model size preset [small]."),
-    click.option("--models", type=int, help="Models registered, and the workload spread over them [1]."),
-    click.option("--block-size", type=int, help="Tokens per KV block, a power of two [16]."),
-    click.option("--max-num-seqs", type=int, help="Most requests running at once: the batch size [16]."),
-    click.option("--max-num-batched-tokens", type=int, help="Token budget per step [512 chunked, else 2048]."),
+    _numeric("--models", help="Models registered, and the workload spread over them [1]."),
+    _numeric("--block-size", help="Tokens per KV block, a power of two [16]."),
+    _numeric("--max-num-seqs", help="Most requests running at once: the batch size [16]."),
+    _numeric("--max-num-batched-tokens", help="Token budget per step [512 chunked, else 2048]."),
     click.option("--enable-chunked-prefill/--no-enable-chunked-prefill", default=None,
                  help="Split long prefills across steps and mix them with decodes [on]."),
-    click.option("--long-prefill-token-threshold", type=int,
-                 help="With chunked prefill, most prefill tokens one request gets per step; 0 for no cap [0]."),
-    click.option("--num-preload-models", type=int, help="Models loaded before serving starts [1]."),
-    click.option("--max-resident-models", type=int, help="Models kept resident at once [all]."),
+    _numeric("--long-prefill-token-threshold",
+             help="With chunked prefill, most prefill tokens one request gets per step; 0 for no cap [0]."),
+    _numeric("--num-preload-models", help="Models loaded before serving starts [1]."),
+    _numeric("--max-resident-models", help="Models kept resident at once [all]."),
     click.option("--allocator", type=click.Choice(ALLOCATORS), help="KV allocator [paged]."),
     click.option("--policy", type=click.Choice(POLICIES), help="Order of admission from the queue [fcfs]."),
-    click.option("--max-model-len", type=int, help="Longest sequence, prompt plus output [2048]."),
+    _numeric("--max-model-len", help="Longest sequence, prompt plus output [2048]."),
     click.option("--kv-cache-memory", help="KV cache size in bytes; 256MiB, 1GB accepted [128MiB]."),
-    click.option("--device", help="cpu, cuda, cuda:N or auto [auto]."),
+    click.option("--device", help="cpu, cuda, cuda:N, mps or auto [auto]."),
     click.option("--dtype", type=click.Choice(DTYPES), help="Weights and KV dtype [auto: float32 on CPU]."),
     click.option("--model-dir", type=click.Path(file_okay=False), help="Where weight files are kept."),
-    click.option("--rate", type=float, help="Open-loop arrivals, requests per second [2]."),
-    click.option("--concurrency", type=int, help="Closed loop with this many requests in flight."),
+    _numeric("--rate", help="Open-loop arrivals, requests per second [2]."),
+    _numeric("--concurrency", help="Closed loop with this many requests in flight."),
     click.option("--prompt-len", help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [lognormal:160:0.6]."),
     click.option("--output-len", help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [uniform:16:64]."),
-    click.option("--long-prompt-share", type=float, help="Share of requests with a long prompt [0]."),
-    click.option("--long-prompt-len", type=int, help="Tokens in a long prompt [1536]."),
-    click.option("--duration", type=float, help="Seconds of arrivals [30]."),
-    click.option("--seed", type=int, help="Seed of weights and workload [0]."),
-    click.option("--temperature", type=float, help="Sampling temperature, 0 for greedy [0]."),
+    _numeric("--long-prompt-share", help="Share of requests with a long prompt [0]."),
+    _numeric("--long-prompt-len", help="Tokens in a long prompt [1536]."),
+    _numeric("--duration", help="Seconds of arrivals [30]."),
+    _numeric("--seed", help="Seed of weights and workload [0]."),
+    _numeric("--temperature", help="Sampling temperature, 0 for greedy [0]."),
 ]
 
 

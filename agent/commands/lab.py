@@ -12,7 +12,7 @@ import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
 from agent.commands.engine_flags import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs, engine_options
-from agent.errors import UserError
+from agent.commands.sampling_flags import interval_option
 from agent.scenarios import SCENARIOS
 
 
@@ -21,7 +21,7 @@ from agent.scenarios import SCENARIOS
 @click.option("--fixed", is_flag=True, help="Then apply the diagnosis's recommendations and run again.")
 @engine_options
 @diagnosis_options
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds.")
+@interval_option()
 @click.option("--record", "record_path", type=click.Path(dir_okay=False),
               help="Also write the frames and request timelines to this bundle (JSON lines).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -29,15 +29,14 @@ from agent.scenarios import SCENARIOS
 def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thresholds, interval: float,
         record_path: str | None, as_json: bool, **flags) -> int:
     """Run the bundled engine: throughput, TTFT, TPOT, P50/P99 latency, preemptions, and the diagnosis."""
-    from agent.lab import run_lab  # imports torch: only when the lab really runs
-    from agent.record import BundleWriter
-
-    if interval <= 0:
-        raise UserError(f"--interval: must be positive, got {interval}")
     spec = SCENARIOS.get(scenario) if scenario else None
     defaults = dict(spec.defaults) if spec else {}
     dconfig = diagnosis_config(config_path, thresholds)
     engine_cfg, workload_cfg = build_configs(flags, defaults)
+
+    from agent.lab import run_lab  # imports torch: only once the flags are known to be good
+    from agent.record import BundleWriter
+
     snapshot = (ctx.obj or {}).get("nvml_snapshot")
     writer = BundleWriter.open(record_path, source=f"lab {scenario or ''}".strip()) if record_path else None
     try:

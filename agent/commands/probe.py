@@ -6,6 +6,7 @@ import click
 
 from agent.commands.topo import backend_from_ctx
 from agent.errors import CollectError, UserError
+from agent.numbers import Number
 from probes.errors import NoDriverError
 from probes.nvml_record import dump_snapshot, record_snapshot
 
@@ -16,9 +17,9 @@ def probe() -> None:
 
 
 @probe.command()
-@click.option("--ticks", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--ticks", type=Number(min=1, max=3600, integer=True, unit="samples"), default=5, show_default=True,
               help="Samples of the changing values (utilisation, throughput, counters).")
-@click.option("--interval", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+@click.option("--interval", type=Number(min=0, max=3600, unit="s"), default=1.0, show_default=True,
               help="Seconds between samples.")
 @click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default="-", show_default=True,
               help="File to write; - for stdout.")

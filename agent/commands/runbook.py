@@ -12,12 +12,14 @@ RUNBOOK_DIR = Path(__file__).resolve().parents[2] / "runbooks"
 
 
 def runbook_path(name: str) -> Path:
-    stem = Path(name).name.removesuffix(".md")
-    path = RUNBOOK_DIR / f"{stem}.md"
-    if not path.is_file():
-        known = sorted(p.stem for p in RUNBOOK_DIR.glob("*.md"))
-        raise UserError(f"no runbook named {stem!r} (known: {', '.join(known) or 'none'})")
-    return path
+    """The runbook NAME (or NAME.md, or a path ending in it), looked up among the runbooks there are:
+    the name never becomes a path of its own, so no name (too long, a NUL, `..`) reaches the filesystem."""
+    runbooks = {p.stem: p for p in RUNBOOK_DIR.glob("*.md")}
+    stem = Path(name).name.removesuffix(".md")   # a pure path: no system call
+    if stem not in runbooks:
+        shown = stem if len(stem) <= 60 else stem[:57] + "..."
+        raise UserError(f"no runbook named {shown!r} (known: {', '.join(sorted(runbooks)) or 'none'})")
+    return runbooks[stem]
 
 
 @click.command()

@@ -8,7 +8,9 @@ import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
 from agent.commands.engine_flags import engine_options
+from agent.commands.sampling_flags import interval_option
 from agent.errors import UserError
+from agent.numbers import Number
 from agent.scenarios import SCENARIOS
 
 EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
@@ -28,28 +30,34 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="With --engine lab: run a scenario's workload.")
 @engine_options
 @diagnosis_options
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds.")
+@interval_option()
 @click.option("--token", envvar="STAGELENS_TOKEN", help="Bearer token for the endpoints that change state.")
 @click.option("--otel-exporter", type=click.Choice(EXPORTERS),
               help="Trace exporter [OTEL_TRACES_EXPORTER; otlp-http when an OTLP endpoint is set, else none].")
 @click.option("--otel-endpoint", help="OTLP endpoint [OTEL_EXPORTER_OTLP_ENDPOINT].")
 @click.option("--otel-jsonl", type=click.Path(dir_okay=False), help="With --otel-exporter jsonl: the file.")
 @click.option("--vllm-metric-names", is_flag=True, help="Also export vLLM-named metrics (vLLM's meaning).")
+@click.option("--request-timeout", type=Number(min=0, max=86400.0, min_open=True, unit="s"), default=600.0,
+              show_default=True, help="With --engine lab: seconds a completion may take before it fails (504).")
+@click.option("--shutdown-grace", type=Number(min=0, max=3600.0, unit="s"), default=10.0, show_default=True,
+              help="On SIGTERM/SIGINT: seconds requests in flight get to finish before they are cancelled.")
+@click.option("--max-connections", type=Number(min=1, max=65536, integer=True, unit="connections"), default=1024,
+              show_default=True, help="Connections served at once; more get 503.")
 @click.pass_context
 def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | None, config_path, thresholds,
           interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
-          otel_jsonl: str | None, vllm_metric_names: bool, **flags) -> int:
-    """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs)."""
+          otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float, shutdown_grace: float,
+          max_connections: int, **flags) -> int:
+    """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs). SIGTERM or SIGINT stops it
+    gracefully (exit 0)."""
     import prometheus_client
-    import uvicorn
 
     from agent.runtime import AgentRuntime, LabSettings
     from agent.server.app import create_app
+    from agent.server.run import listen_socket, serve_until_stopped
 
     prometheus_client.disable_created_metrics()   # `_created` series only double every counter
     host, port = parse_listen(listen)
-    if interval <= 0:
-        raise UserError(f"--interval: must be positive, got {interval}")
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario) if engine_kind == "lab" else None
@@ -57,16 +65,15 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | Non
         from agent.commands.engine_flags import build_configs
 
         build_configs(lab.flags, SCENARIOS[scenario].defaults if scenario else {})   # bad flags fail now, not later
+    sock = listen_socket(host, port)
     runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval, (ctx.obj or {}).get("nvml_snapshot"),
-                           lab=lab, vllm_names=vllm_metric_names)
+                           lab=lab, vllm_names=vllm_metric_names, request_timeout=request_timeout)
     runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
     runtime.start()
     click.echo(f"stagelens serving on http://{host}:{port} (engine: {engine_kind}"
                f"{', scenario ' + scenario if scenario else ''}; docs at /docs)", err=True)
-    try:
-        uvicorn.run(create_app(runtime, token), host=host, port=port, log_level="warning")
-    finally:
-        runtime.stop()
+    serve_until_stopped(create_app(runtime, token), sock, runtime, shutdown_grace, max_connections)
+    click.echo("stagelens: stopped", err=True)
     return 0
 
 

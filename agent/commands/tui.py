@@ -10,17 +10,18 @@ import click
 
 from agent.commands.diagnosis_flags import diagnosis_options
 from agent.commands.engine_flags import engine_options
+from agent.commands.sampling_flags import interval_option
 from agent.diagnosis import DiagnosisConfig, load_config
 from agent.diagnosis.config import apply_document
 from agent.errors import CollectError, UserError
-from agent.remote import get_json
+from agent.remote import check_url, get_json
 from agent.scenarios import SCENARIOS
 
 
 @click.command()
 @click.option("--connect", "url", help="Watch a running `stagelens serve` (its base URL).")
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False), help="Play back a recorded bundle.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Refresh interval in seconds.")
+@interval_option(help="Refresh interval in seconds.")
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)),
               help="Local mode: run the lab engine on this scenario.")
 @click.option("--screenshot-dir", type=click.Path(file_okay=False), default=".", show_default=True,
@@ -33,8 +34,8 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local mode."""
     if url and replay_path:
         raise UserError("--connect and --replay are alternatives: give one")
-    if interval <= 0:
-        raise UserError(f"--interval: must be positive, got {interval}")
+    if url:
+        check_url(url)   # a URL that can never answer fails here, not as a screen that stays STALE
     given = sorted(k for k, v in flags.items() if v is not None)
     if (url or replay_path) and (given or scenario):
         names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"

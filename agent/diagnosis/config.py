@@ -17,6 +17,14 @@ from dataclasses import dataclass, field, replace
 
 from agent.diagnosis.signals import SIGNALS_BY_ID
 from agent.errors import UserError
+from agent.numbers import checked_number
+
+MAX_CONFIG_BYTES = 2**20   # a config file is a few lines; this refuses a device or a wrong file whole
+# The [diagnosis] settings and their bounds: a window the sampler's history can hold (900 samples),
+# hysteresis of at most a hundred samples.
+SETTINGS = {"window_s": dict(min=0, min_open=True, max=3600, unit="s"),
+            "rise": dict(min=1, max=100, integer=True, unit="samples"),
+            "clear": dict(min=1, max=100, integer=True, unit="samples")}
 
 
 @dataclass(frozen=True)
@@ -24,14 +32,32 @@ class Threshold:
     warn: float | None
     firing: float | None
 
+    def __post_init__(self) -> None:
+        for name in ("warn", "firing"):
+            value = getattr(self, name)
+            if isinstance(value, str):   # a reader parses text first; a Threshold holds numbers only
+                raise UserError(f"threshold {name}: must be a number, got {value[:40]!r}")
+            if value is not None:
+                checked_number(f"threshold {name}", value, min=0)
+
 
 @dataclass
 class DiagnosisConfig:
+    """Every setting passes `checked_number` on the way in, whichever way it comes (constructor,
+    `replace`, assignment): a config never holds a NaN, an infinity or an out-of-range window."""
     window_s: float = 10.0
     rise: int = 2
     clear: int = 3
     thresholds: dict[str, Threshold] = field(
         default_factory=lambda: {s.id: Threshold(s.warn, s.firing) for s in SIGNALS_BY_ID.values()})
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in SETTINGS:
+            value = checked_number(f"[diagnosis] {name}", value, **SETTINGS[name])
+        elif name == "thresholds" and not (isinstance(value, dict) and set(value) <= set(SIGNALS_BY_ID) and all(
+                isinstance(t, Threshold) for t in value.values())):
+            raise TypeError("DiagnosisConfig.thresholds: a dict of signal id -> Threshold")
+        super().__setattr__(name, value)
 
     def threshold(self, signal_id: str) -> Threshold:
         return self.thresholds[signal_id]
@@ -57,9 +83,15 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
 def _apply_file(config: DiagnosisConfig, path: str) -> None:
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the config file: {exc.strerror}") from None
+        raise UserError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UserError(f"{path}: not a config file: larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not a TOML text file: byte {exc.start} is not UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
     apply_document(config, path, data)
@@ -71,20 +103,20 @@ def apply_document(config: DiagnosisConfig, source: str, data: dict) -> None:
         raise UserError(f"{source}: expected a table with [diagnosis] and [thresholds.*]")
     unknown = set(data) - {"diagnosis", "thresholds"}
     if unknown:
-        raise UserError(f"{source}: unknown section [{sorted(unknown)[0]}] (expected [diagnosis] and [thresholds.*])")
+        raise UserError(f"{source}: unknown section [{str(sorted(unknown)[0])[:40]}] "
+                        f"(expected [diagnosis] and [thresholds.*])")
     section, thresholds = data.get("diagnosis", {}), data.get("thresholds", {})
     if not isinstance(section, dict) or not isinstance(thresholds, dict):
         raise UserError(f"{source}: [diagnosis] and [thresholds] must be tables")
     for key, value in section.items():
-        if key not in ("window_s", "rise", "clear"):
-            raise UserError(f"{source}: [diagnosis] has no setting {key!r} (window_s, rise, clear)")
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            raise UserError(f"{source}: [diagnosis] {key} must be a positive number, got {value!r}")
-        if key in ("rise", "clear") and not isinstance(value, int):
-            raise UserError(f"{source}: [diagnosis] {key} must be a whole number of samples, got {value!r}")
-        setattr(config, key, value)
+        if key not in SETTINGS:
+            raise UserError(f"{source}: [diagnosis] has no setting {str(key)[:40]!r} ({', '.join(SETTINGS)})")
+        try:
+            setattr(config, key, value)
+        except UserError as exc:
+            raise UserError(f"{source}: {exc}") from None
     for signal_id, table in thresholds.items():
-        at = f"{source}: [thresholds.{signal_id}]"
+        at = f"{source}: [thresholds.{str(signal_id)[:40]}]"
         if signal_id not in SIGNALS_BY_ID:
             raise UserError(f"{at}: unknown signal (known: {', '.join(SIGNALS_BY_ID)})")
         if not isinstance(table, dict) or set(table) - {"warn", "firing"}:
@@ -97,9 +129,9 @@ def apply_document(config: DiagnosisConfig, source: str, data: dict) -> None:
 def _apply_flag(config: DiagnosisConfig, text: str) -> None:
     signal_id, _, levels = text.partition("=")
     warn_text, _, firing_text = levels.partition(":")
-    where = f"--threshold {text}"
+    where = f"--threshold {text[:80]}"
     if signal_id not in SIGNALS_BY_ID:
-        raise UserError(f"{where}: unknown signal {signal_id!r} (known: {', '.join(SIGNALS_BY_ID)})")
+        raise UserError(f"{where}: unknown signal {signal_id[:40]!r} (known: {', '.join(SIGNALS_BY_ID)})")
     try:
         warn = float(warn_text) if warn_text else None
         firing = float(firing_text) if firing_text else None
@@ -109,11 +141,12 @@ def _apply_flag(config: DiagnosisConfig, text: str) -> None:
 
 
 def _checked(where: str, warn, firing, signal_id: str) -> Threshold:
-    for name, value in (("warn", warn), ("firing", firing)):
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
-            raise UserError(f"{where}: {name} must be a number, got {value!r}")
+    """A signal's thresholds: finite, not negative (no signal is), in the signal's unit, in its order."""
+    signal = SIGNALS_BY_ID[signal_id]
+    warn, firing = (None if value is None else checked_number(f"{where}: {name}", value, min=0, unit=signal.unit)
+                    for name, value in (("warn", warn), ("firing", firing)))
     if warn is not None and firing is not None:
-        worse_first = SIGNALS_BY_ID[signal_id].direction == "above"
+        worse_first = signal.direction == "above"
         if (worse_first and firing < warn) or (not worse_first and firing > warn):
             raise UserError(f"{where}: firing ({firing}) must be past warn ({warn}) for a signal where "
                             f"{'higher' if worse_first else 'lower'} is worse")

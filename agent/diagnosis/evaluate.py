@@ -9,6 +9,7 @@ level, the root is the one whose state began first, the chain's order breaking t
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections import deque
 
 from agent.diagnosis.config import DiagnosisConfig, Threshold
@@ -67,14 +68,27 @@ class StageTracker:
             self.state, self.since = state, t
 
 
+def read_signal(signal: Signal, frame: Frame, window: list[Frame]):
+    """The signal's value in this frame; UNKNOWN unless it is a finite number (or a marker): a NaN
+    compares false with every threshold, so it would otherwise be judged ok."""
+    try:
+        value = signal.read(frame, window)
+    except (KeyError, TypeError, AttributeError, ZeroDivisionError):
+        return UNKNOWN    # a frame from an older or partial source: the signal is unknown, not wrong
+    if value is UNKNOWN or value is NOT_APPLICABLE:
+        return value
+    number = value.value if isinstance(value, NotJudged) else value
+    if isinstance(number, bool) or not isinstance(number, int | float) or (
+            isinstance(number, float) and not math.isfinite(number)):
+        return UNKNOWN
+    return value
+
+
 def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> tuple[dict, dict]:
     """(signal id -> (value, state), stage -> raw level) for one frame."""
     values = {}
     for signal in SIGNALS:
-        try:
-            value = signal.read(frame, window)
-        except (KeyError, TypeError, ZeroDivisionError):
-            value = UNKNOWN    # a frame from an older or partial source: the signal is unknown, not wrong
+        value = read_signal(signal, frame, window)
         values[signal.id] = (value, signal_state(signal, config.threshold(signal.id), value))
     raw = {}
     for stage in STAGES:
@@ -82,6 +96,24 @@ def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> 
                  if state not in ("unknown", "info")]
         raw[stage] = max(known, key=severity) if known else "unknown"
     return values, raw
+
+
+NOTHING_OBSERVED = "nothing to diagnose: no engine is observed and no GPU signal could be read"
+
+
+def engine_failure(frame: Frame | None) -> str | None:
+    """Why the engine this frame observes stopped serving (its loop died), or None."""
+    return ((frame.engine or {}).get("health") or {}).get("failure") if frame else None
+
+
+def unavailable_reason(frame: Frame) -> str | None:
+    """Why this frame cannot be judged at all: the engine it observes is down, or it observes nothing."""
+    failure = engine_failure(frame)
+    if failure:
+        return f"the engine is down: {failure}"
+    if frame.engine is None and not frame.gpus():
+        return NOTHING_OBSERVED
+    return None
 
 
 class LiveDiagnosis:
@@ -93,6 +125,7 @@ class LiveDiagnosis:
         self.trackers = {stage: StageTracker(self.config.rise, self.config.clear) for stage in STAGES}
         self.values: dict = {}
         self.last: Frame | None = None
+        self.unavailable: str | None = None
         self._window: deque[Frame] = deque()
 
     def add(self, frame: Frame) -> dict[str, tuple[str, str]]:
@@ -101,6 +134,9 @@ class LiveDiagnosis:
         while self._window[0].time_unix < frame.time_unix - self.config.window_s:
             self._window.popleft()
         self.values, raw = frame_levels(frame, list(self._window), self.config)
+        self.unavailable = unavailable_reason(frame)
+        if self.unavailable:   # a dead engine's last window is history, not the node's state
+            raw = dict.fromkeys(raw, "unknown")
         changes = {}
         for stage, tracker in self.trackers.items():
             old = tracker.state
@@ -114,7 +150,8 @@ class LiveDiagnosis:
         stages = [_stage_result(stage, self.trackers[stage], self.values, self.last, self.config) for stage in STAGES]
         _mark_consequences(stages, self.last)
         verdict = max((s.state for s in stages), key=severity)
-        return Diagnosis(verdict, _root(stages), stages, self.last.time_unix if self.last else None)
+        return Diagnosis(verdict, _root(stages), stages, self.last.time_unix if self.last else None,
+                         self.unavailable)
 
 
 def stage_states(frames: list[Frame], config: DiagnosisConfig | None = None) -> list[tuple[float, dict]]:
@@ -164,7 +201,10 @@ def _root(stages: list[StageDiagnosis]) -> str | None:
 def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame | None,
                   config: DiagnosisConfig) -> StageDiagnosis:
     evidence = []
-    span = frame.engine["window"]["span_s"] if frame and frame.engine else config.window_s
+    window = frame.window if frame else None
+    span = window.get("span_s") if isinstance(window, dict) else None
+    if not (isinstance(span, int | float) and math.isfinite(span)):   # no engine, or a frame that lies about it
+        span = config.window_s
     for signal in (s for s in SIGNALS if s.stage == stage):
         value, state = values.get(signal.id, (UNKNOWN, "unknown"))
         threshold = config.threshold(signal.id)

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
+
 STATES = ("unknown", "ok", "warn", "firing")
+# A verdict as a monitoring check's exit status; "unknown" (no data) and anything else: UNKNOWN.
+VERDICT_EXIT = {"ok": EXIT_OK, "warn": EXIT_WARNING, "firing": EXIT_CRITICAL}
 RUNBOOKS = {"kv_cache": "runbooks/KVCacheStageFiring.md", "scheduler": "runbooks/SchedulerStageFiring.md",
             "cold_path": "runbooks/ColdPathStageFiring.md"}
 
 
 def severity(state: str) -> int:
     return STATES.index(state)
+
+
+def verdict_exit_code(verdict: str | None) -> int:
+    return VERDICT_EXIT.get(verdict, EXIT_UNKNOWN)
 
 
 @dataclass
@@ -61,15 +69,17 @@ class Diagnosis:
     root_stage: str | None
     stages: list[StageDiagnosis]
     time_unix: float | None = None
+    unavailable: str | None = None        # why there is no verdict (the engine is down, nothing observed)
 
     def stage(self, name: str) -> StageDiagnosis:
         return next(s for s in self.stages if s.stage == name)
 
     def to_dict(self) -> dict:
-        return {"verdict": self.verdict, "root_stage": self.root_stage,
-                "stages": [s.to_dict() for s in self.stages]}
+        out = {"verdict": self.verdict, "root_stage": self.root_stage, "stages": [s.to_dict() for s in self.stages]}
+        if self.unavailable:
+            out["unavailable"] = self.unavailable
+        return out
 
     @property
     def exit_code(self) -> int:
-        """`diagnose`: 0 ok, 1 warn, 2 firing, 3 could not collect."""
-        return {"ok": 0, "warn": 1, "firing": 2}.get(self.verdict, 3)
+        return verdict_exit_code(self.verdict)

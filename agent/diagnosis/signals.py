@@ -7,6 +7,7 @@ no request waiting to make low utilisation a problem), which counts as healthy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,13 +102,22 @@ def _share_of_frames(window: list[Frame], happened: Callable[[Frame, Frame | Non
 
 
 def _free_memory_refusals(frame: Frame, previous: Frame | None) -> bool | None:
+    """Whether a refusal with KV memory free happened since the previous frame; None: no data (no
+    engine, or a counter that is not a finite number, which would compare as "none happened")."""
     if frame.engine is None:
+        return None
+    keys = ("preemptions_with_free_memory_total", "allocation_failures_with_free_memory_total")
+    now = [frame.engine["counters"].get(k, 0) for k in keys]
+    if not all(_finite(v) for v in now):
         return None
     if previous is None or previous.engine is None:
         return False
-    c, p = frame.engine["counters"], previous.engine["counters"]
-    keys = ("preemptions_with_free_memory_total", "allocation_failures_with_free_memory_total")
-    return sum(c.get(k, 0) - p.get(k, 0) for k in keys) > 0
+    before = [previous.engine["counters"].get(k, 0) for k in keys]
+    return None if not all(_finite(v) for v in before) else sum(now) - sum(before) > 0
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:

@@ -8,6 +8,10 @@ from agent.frame import Frame, FrameError
 from agent.remote import get_json
 from agent.tui.source import Poll, Source
 
+# The first poll asks for the server's whole history (the sampler keeps 900 frames; one of a busy
+# 8-GPU node runs to tens of KB), so frames may weigh more than remote.py's default cap.
+FRAMES_MAX_BYTES = 256 * 2**20
+
 
 class RemoteSource(Source):
     kind = "remote"
@@ -28,7 +32,7 @@ class RemoteSource(Source):
             return Poll()
         since = 0 if self.since is None else self.since
         try:
-            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout)
+            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout, max_bytes=FRAMES_MAX_BYTES)
             if not isinstance(data, list):
                 raise CollectError(f"{self.url}/api/v1/frames: the answer is not a list of frames")
             frames = [Frame.from_dict(d) for d in data]

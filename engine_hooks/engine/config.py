@@ -12,6 +12,64 @@ class ConfigError(ValueError):
     """A configuration value that the engine cannot run with; the message names the flag."""
 
 
+# Bounds on the work one run may ask for (a few flags once asked for thousands of weight files or
+# an endless stream of requests); every scenario and the report's settings sit well inside them.
+MAX_MODELS = 64
+MAX_TOKENS = 2**17                 # 128K: longest sequence, largest step budget, longest prompt
+DEVICE_SHAPE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The values one setting may take. The CLI builds its flag types from these, so a flag and the
+    engine refuse the same values with the same words."""
+    low: float
+    high: float
+    unit: str = ""
+    integer: bool = True
+    low_open: bool = False
+
+    def check(self, flag: str, value) -> None:
+        """ConfigError naming the flag, the bounds and the unit unless `value` lies in them (NaN never does)."""
+        kind = int if self.integer else int | float
+        if not (isinstance(value, kind) and not isinstance(value, bool)
+                and (self.low < value if self.low_open else self.low <= value) and value <= self.high):
+            raise ConfigError(f"{flag}: must be {self.describe()}, got {shown(value)}")
+
+    def describe(self) -> str:
+        number = "a whole number" if self.integer else "a number"
+        return (f"{number} in {'(' if self.low_open else '['}{shown(self.low)}, {shown(self.high)}]"
+                f"{' ' + self.unit if self.unit else ''}")
+
+
+def shown(value) -> str:
+    """A value in a message: numbers as numbers, never thousands of digits."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value) if value.bit_length() <= 80 else f"a {value.bit_length()}-bit number"
+    text = f"{value:g}" if isinstance(value, float) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+MODELS = Bound(1, MAX_MODELS, "models")
+SEED = Bound(0, 2**63 - 1)         # model i is seeded with seed + i, inside what torch.Generator takes
+ENGINE_BOUNDS = {
+    "models": MODELS,
+    "num_preload_models": Bound(0, MAX_MODELS, "models"),
+    "max_resident_models": MODELS,
+    "block_size": Bound(8, 1024, "tokens"),
+    "max_num_seqs": Bound(1, 1024, "requests"),
+    "max_num_batched_tokens": Bound(1, MAX_TOKENS, "tokens"),
+    "long_prefill_token_threshold": Bound(0, MAX_TOKENS, "tokens"),
+    "max_model_len": Bound(2, MAX_TOKENS, "tokens"),   # a request needs a prompt token and an output token
+    "kv_cache_memory": Bound(1, 2**40, "bytes"),
+    "seed": SEED,
+}
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 ALLOCATORS = ("paged", "contiguous")
 POLICIES = ("fcfs", "short-first", "length-bucket")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -26,7 +84,11 @@ def parse_bytes(text: str | int) -> int:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
         raise ConfigError(f"--kv-cache-memory: cannot read {text!r} as a size (examples: 268435456, 256MiB, 1GB)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not size <= ENGINE_BOUNDS["kv_cache_memory"].high:   # also keeps a 400-digit number from overflowing int()
+        raise ConfigError(f"--kv-cache-memory: must be {ENGINE_BOUNDS['kv_cache_memory'].describe()}, "
+                          f"got {shown(text)}")
+    return int(size)
 
 
 @dataclass
@@ -53,14 +115,18 @@ class EngineConfig:
     def __post_init__(self) -> None:
         self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
         if self.max_num_batched_tokens is None:
-            self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(2048, self.max_model_len)
+            longest = self.max_model_len if isinstance(self.max_model_len, int) else 0   # validate() judges it
+            self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(2048, longest)
         self.validate()
 
     def validate(self) -> None:
         if self.model not in PRESETS:
             raise ConfigError(f"--model: unknown preset {self.model!r} (choose from {', '.join(PRESETS)})")
+        for name, bound in ENGINE_BOUNDS.items():
+            if not (name == "max_resident_models" and self.max_resident_models is None):   # None: all of them
+                bound.check(flag(name), getattr(self, name))
         bs = self.block_size
-        if not (8 <= bs <= 1024 and bs & (bs - 1) == 0):
+        if bs & (bs - 1):
             raise ConfigError(f"--block-size: {bs} is not a power of two between 8 and 1024")
         if self.allocator not in ALLOCATORS:
             raise ConfigError(f"--allocator: {self.allocator!r} is not one of {', '.join(ALLOCATORS)}")
@@ -68,23 +134,16 @@ class EngineConfig:
             raise ConfigError(f"--dtype: {self.dtype!r} is not one of {', '.join(DTYPES)}")
         if self.policy not in POLICIES:
             raise ConfigError(f"--policy: {self.policy!r} is not one of {', '.join(POLICIES)}")
-        for flag, value in (("--max-num-seqs", self.max_num_seqs), ("--max-model-len", self.max_model_len),
-                            ("--models", self.models), ("--max-num-batched-tokens", self.max_num_batched_tokens)):
-            if value < 1:
-                raise ConfigError(f"{flag}: must be at least 1, got {value}")
         if self.max_num_batched_tokens < bs:
             raise ConfigError(f"--max-num-batched-tokens: {self.max_num_batched_tokens} is smaller than one "
                               f"block ({bs} tokens)")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ConfigError(f"--max-num-batched-tokens: without chunked prefill it must be >= --max-model-len "
                               f"({self.max_model_len}), got {self.max_num_batched_tokens}")
-        if not 0 <= self.num_preload_models <= self.models:
+        if self.num_preload_models > self.models:
             raise ConfigError(f"--num-preload-models: {self.num_preload_models} is not between 0 and --models "
                               f"({self.models})")
-        if self.long_prefill_token_threshold < 0:
-            raise ConfigError(f"--long-prefill-token-threshold: must be >= 0, got {self.long_prefill_token_threshold}")
-        if self.max_resident_models is not None and self.max_resident_models < 1:
-            raise ConfigError(f"--max-resident-models: must be at least 1, got {self.max_resident_models}")
+        self.check_device()
         per_token = self.kv_bytes_per_token()
         if self.kv_cache_memory < per_token * bs:
             raise ConfigError(f"--kv-cache-memory: {self.kv_cache_memory} bytes hold less than one block "
@@ -93,6 +152,25 @@ class EngineConfig:
             raise ConfigError(f"--kv-cache-memory: {self.kv_cache_memory} bytes hold {self.num_blocks() * bs} "
                               f"tokens, too few for one request of --max-model-len {self.max_model_len} "
                               f"({per_token * self.max_model_len} bytes needed)")
+
+    def check_device(self) -> None:
+        """The device is one torch can name, and one this machine has: before any engine is built."""
+        if not isinstance(self.device, str) or not DEVICE_SHAPE.fullmatch(self.device):
+            raise ConfigError(f"--device: {self.device!r} is not cpu, cuda, cuda:N, mps or auto")
+        if self.device in ("auto", "cpu"):
+            return
+        import torch  # only for a device asked for by name: configuration is read without torch
+
+        if self.device == "mps" and not torch.backends.mps.is_available():
+            raise ConfigError("--device: mps asked for, but torch sees no MPS device")
+        if self.device.startswith("cuda"):
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            index = int(self.device.partition(":")[2] or 0)
+            if count == 0:
+                raise ConfigError(f"--device: {self.device} asked for, but torch sees no CUDA device")
+            if index >= count:
+                raise ConfigError(f"--device: {self.device} asked for, but torch sees {count} CUDA device"
+                                  f"{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})")
 
     @property
     def preset(self):

@@ -10,49 +10,83 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .config import ConfigError
+from .config import MAX_TOKENS, MODELS, SEED, Bound, ConfigError, flag
 from .request import Request, SamplingParams
 
 if TYPE_CHECKING:
     from .engine import LLMEngine
 
 
+WORKLOAD_BOUNDS = {
+    "rate": Bound(0, 1000, "requests/s", integer=False, low_open=True),
+    "concurrency": Bound(1, 1024, "requests in flight"),
+    "duration": Bound(0, 86400, "s", integer=False, low_open=True),   # a day: the TUI's endless local run
+    "long_prompt_share": Bound(0, 1, integer=False),
+    "long_prompt_len": Bound(1, MAX_TOKENS, "tokens"),
+    "models": MODELS,
+    "seed": SEED,
+    "temperature": Bound(0, 10, integer=False),
+}
+_LENGTH = Bound(1, MAX_TOKENS, "tokens")
+_MEDIAN = Bound(1, MAX_TOKENS, "tokens", integer=False)
+_SIGMA = Bound(0, 4, integer=False)     # real prompt lengths spread by 0.5-1.5
+
+
 @dataclass(frozen=True)
 class LengthDist:
-    """`N`, `uniform:A:B` or `lognormal:MEDIAN:SIGMA`."""
+    """`N`, `uniform:A:B` or `lognormal:MEDIAN:SIGMA`; every length drawn lies in [1, MAX_TOKENS]."""
     kind: str
     a: float
     b: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_dist(self.kind, self.a, self.b, "length")
 
     @classmethod
     def parse(cls, text: str, flag: str = "length") -> LengthDist:
         parts = str(text).split(":")
         try:
             if len(parts) == 1:
-                dist = cls("fixed", int(parts[0]))
+                kind, a, b = "fixed", int(parts[0]), 0.0
             elif parts[0] == "uniform" and len(parts) == 3:
-                dist = cls("uniform", int(parts[1]), int(parts[2]))
+                kind, a, b = "uniform", int(parts[1]), int(parts[2])
             elif parts[0] == "lognormal" and len(parts) == 3:
-                dist = cls("lognormal", float(parts[1]), float(parts[2]))
+                kind, a, b = "lognormal", float(parts[1]), float(parts[2])
             else:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"{flag}: cannot read {text!r} (use N, uniform:A:B or lognormal:MEDIAN:SIGMA)") from None
-        if dist.a < 1 or (dist.kind == "uniform" and dist.b < dist.a) or (dist.kind == "lognormal" and dist.b < 0):
-            raise ConfigError(f"{flag}: {text!r} must give lengths of at least 1")
-        return dist
+            raise ConfigError(f"{flag}: cannot read {str(text)[:40]!r} (use N, uniform:A:B or "
+                              f"lognormal:MEDIAN:SIGMA)") from None
+        _check_dist(kind, a, b, flag)
+        return cls(kind, a, b)
 
     def sample(self, rng: random.Random) -> int:
         if self.kind == "fixed":
             return int(self.a)
         if self.kind == "uniform":
             return rng.randint(int(self.a), int(self.b))
-        return max(1, round(math.exp(rng.gauss(math.log(self.a), self.b))))
+        # the exponent is capped first: a draw far in the tail would overflow exp() before min() could
+        return max(1, round(math.exp(min(rng.gauss(math.log(self.a), self.b), math.log(MAX_TOKENS)))))
 
     def __str__(self) -> str:
         if self.kind == "fixed":
             return str(int(self.a))
         return f"{self.kind}:{self.a:g}:{self.b:g}"
+
+
+def _check_dist(kind: str, a, b, where: str) -> None:
+    if kind == "fixed":
+        _LENGTH.check(where, a)
+    elif kind == "uniform":
+        _LENGTH.check(f"{where} uniform:A", a)
+        _LENGTH.check(f"{where} uniform:A:B", b)
+        if b < a:
+            raise ConfigError(f"{where} uniform:A:B: B ({b}) is below A ({a})")
+    elif kind == "lognormal":
+        _MEDIAN.check(f"{where} lognormal:MEDIAN", a)
+        _SIGMA.check(f"{where} lognormal:MEDIAN:SIGMA", b)
+    else:
+        raise ConfigError(f"{where}: unknown distribution {kind!r} (use N, uniform:A:B or lognormal:MEDIAN:SIGMA)")
 
 
 @dataclass
@@ -70,19 +104,16 @@ class WorkloadConfig:
     temperature: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.concurrency is not None:
-            if self.concurrency < 1:
-                raise ConfigError(f"--concurrency: must be at least 1, got {self.concurrency}")
-        elif self.rate is None or not self.rate > 0:
-            raise ConfigError(f"--rate: must be a positive number of requests per second, got {self.rate}")
-        if not 0.0 <= self.long_prompt_share <= 1.0:
-            raise ConfigError(f"--long-prompt-share: must lie in [0, 1], got {self.long_prompt_share}")
-        if self.duration <= 0:
-            raise ConfigError(f"--duration: must be positive, got {self.duration}")
-        if not 0 <= self.warmup < self.duration:
-            raise ConfigError(f"--warmup: must lie in [0, --duration), got {self.warmup}")
-        if self.models < 1:
-            raise ConfigError(f"--models: must be at least 1, got {self.models}")
+        if self.concurrency is None and self.rate is None:
+            raise ConfigError("--rate: give requests per second, or --concurrency for a closed loop")
+        for name, bound in WORKLOAD_BOUNDS.items():
+            if not (name in ("rate", "concurrency") and getattr(self, name) is None):
+                bound.check(flag(name), getattr(self, name))
+        for name in ("prompt_len", "output_len"):
+            if not isinstance(getattr(self, name), LengthDist):
+                raise ConfigError(f"{flag(name)}: expected N, uniform:A:B or lognormal:MEDIAN:SIGMA")
+        if not (isinstance(self.warmup, int | float) and 0 <= self.warmup < self.duration):
+            raise ConfigError(f"--warmup: must lie in [0, --duration) s, got {self.warmup!r}")
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from agent.diagnosis.evaluate import engine_failure
 from agent.tui.fmt import clock
 from agent.tui.state import TuiState
 from agent.tui.widgets.lines import RenderedLines
 
 
-def source_badge(info: dict) -> tuple[str, str]:
+def source_badge(info: dict, engine_down: bool = False) -> tuple[str, str]:
     """(text, style) of the source's condition."""
     kind = info.get("kind")
+    if engine_down and kind != "replay":
+        return "✖ ENGINE DOWN", "bold white on red"
     if info.get("error"):
         return "▲ STALE", "bold white on red"
     if kind == "replay":
@@ -37,7 +40,7 @@ class TopBar(RenderedLines):
     def refresh_from(self, state: TuiState, info: dict) -> None:
         width = self.size.width or 80
         last = state.last
-        badge, style = source_badge(info)
+        badge, style = source_badge(info, engine_failure(last) is not None)
         sep = ("│", "grey50")
         # the pieces, least important last: dropped from the end of this list until the line fits
         pieces = [

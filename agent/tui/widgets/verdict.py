@@ -45,6 +45,8 @@ class VerdictStrip(RenderedLines):
             head.append(f"  since {clock(root.since_unix)}", style="grey70")
         elif verdict == "ok":
             head.append(" no stage is firing", style="bold")
+        elif d.unavailable:
+            head.append(f" {d.unavailable}", style="bold red")
         else:
             head.append(" not enough data to judge every stage", style="bold")
         chips = Text(" ")

@@ -1,0 +1,81 @@
+"""Numbers that enter from the command line and from config files: finite, whole where they count
+things, in range, and refused in one line that names where they came from, the bounds and the unit.
+
+`checked_number` is for values a reader already holds (TOML, JSON, the text after `--threshold S=`);
+`Number` is the same rule as a click parameter type. Engine and workload bounds are not here: the
+engine's configs hold those (engine_hooks/engine/config.py), this only makes sure they get numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from agent.errors import UserError
+
+
+def checked_number(where: str, value, *, min: float | None = None, max: float | None = None,
+                   integer: bool = False, unit: str = "", min_open: bool = False) -> int | float:
+    """`value` (a number, or its text) as an int or float; UserError starting with `where` otherwise."""
+    problem, number = _check(value, min, max, integer, unit, min_open)
+    if problem:
+        raise UserError(f"{where}: {problem}")
+    return number
+
+
+class Number(click.ParamType):
+    """A click parameter type: `checked_number` for a flag's value."""
+
+    def __init__(self, min: float | None = None, max: float | None = None, *,
+                 integer: bool = False, unit: str = "", min_open: bool = False) -> None:
+        self.min, self.max, self.integer, self.unit, self.min_open = min, max, integer, unit, min_open
+        self.name = "integer" if integer else "number"
+
+    def convert(self, value, param, ctx):
+        problem, number = _check(value, self.min, self.max, self.integer, self.unit, self.min_open)
+        if problem:
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            raise click.UsageError(f"{flag}: {problem}", ctx)
+        return number
+
+
+def _check(value, low, high, integer: bool, unit: str, low_open: bool) -> tuple[str | None, int | float]:
+    """(what is wrong or None, the number)."""
+    wanted = _describe(low, high, integer, unit, low_open)
+    number = value
+    if isinstance(value, str):
+        try:
+            number = int(value.strip()) if integer else float(value.strip())
+        except ValueError:
+            return f"must be {wanted}, got {_shown(value)}", value
+    if isinstance(number, bool) or not isinstance(number, int if integer else int | float):
+        return f"must be {wanted}, got {_shown(value)}", value
+    if isinstance(number, float) and not math.isfinite(number):
+        return f"must be {wanted.replace('a number', 'a finite number', 1)}, got {number}", number
+    if (low is not None and (number <= low if low_open else number < low)) or (high is not None and number > high):
+        return f"must be {wanted}, got {_text(number)}", number
+    return None, number
+
+
+def _describe(low, high, integer: bool, unit: str, low_open: bool) -> str:
+    """'a whole number in [1, 64] models', 'a number (ratio)': the words engine_hooks' Bound uses too."""
+    number = "a whole number" if integer else "a number"
+    if low is not None and high is not None:
+        return f"{number} in {'(' if low_open else '['}{_text(low)}, {_text(high)}]{' ' + unit if unit else ''}"
+    if low is not None:
+        number += f" {'>' if low_open else '>='} {_text(low)}"
+    elif high is not None:
+        number += f" <= {_text(high)}"
+    return f"{number} ({unit})" if unit else number
+
+
+def _text(x) -> str:
+    if isinstance(x, int):
+        return str(x) if x.bit_length() <= 80 else f"a {x.bit_length()}-bit number"
+    return f"{x:g}"
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

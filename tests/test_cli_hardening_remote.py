@@ -1,0 +1,152 @@
+"""`diagnose --connect` and `tui --connect` against servers that misbehave: tiny real servers on
+127.0.0.1 answering garbage, the wrong JSON, too much, or one byte every few seconds."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+
+import pytest
+from frame_builders import engine_snapshot, frame
+from test_cli_hardening import assert_one_line_error, stagelens
+
+from agent.diagnosis import diagnose
+from agent.errors import EXIT_CRITICAL
+from agent.remote import MAX_ANSWER_BYTES
+from agent.tui.remote_source import RemoteSource
+
+
+@contextlib.contextmanager
+def tcp_server(answer):
+    """A server on 127.0.0.1 that reads each request's head, then calls `answer(conn, stop)`."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            with contextlib.suppress(OSError):   # the client gave up: what these servers are for
+                answer(conn, stop)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def http_answer(body: bytes, status: str = "200 OK"):
+    def answer(conn, _stop):
+        conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     f"Connection: close\r\n\r\n".encode() + body)
+    return answer
+
+
+def dribble(conn, stop):
+    """One byte every 3 s for up to a minute: no single read ever times out."""
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" * 4:
+        if stop.wait(3):
+            return
+        conn.sendall(bytes([byte]))
+
+
+def flood(conn, stop):
+    """A body that never ends."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
+    block = b"1," * 32768
+    while not stop.is_set():
+        conn.sendall(block)
+
+
+def _diagnosis(verdict: str = "firing") -> dict:
+    d = diagnose([frame(i, engine_snapshot(kv={"fragmentation_ratio": 0.6})) for i in range(4)]).to_dict()
+    return {**d, "verdict": verdict}
+
+
+def test_a_real_diagnosis_still_gives_its_verdict():
+    with tcp_server(http_answer(json.dumps(_diagnosis()).encode())) as url:
+        proc = stagelens("diagnose", "--connect", url)
+    assert proc.returncode == EXIT_CRITICAL, proc.stderr
+    assert "verdict: firing" in proc.stdout and "kv_cache" in proc.stdout
+
+
+@pytest.mark.parametrize("body, words", [
+    (b"{not json", ["the answer is not JSON"]),
+    (b"\xff\xfe\x00garbage", ["the answer is not JSON"]),
+    (b"[" * 100000, ["the answer is not JSON"]),
+    (b"[1, 2, 3]", ["not a stagelens diagnosis"]),
+    (b'{"verdict": "ok", "stages": [{}]}', ["not a stagelens diagnosis"]),
+    (b'{"verdict": "great", "stages": []}', ["not a stagelens diagnosis"]),
+    (b'{"stages": []}', ["not a stagelens diagnosis"]),
+], ids=["malformed", "binary", "nested", "list", "bare-stage", "bad-verdict", "no-verdict"])
+def test_an_answer_that_is_not_a_diagnosis_is_one_line(body, words):
+    with tcp_server(http_answer(body)) as url:
+        assert_one_line_error(stagelens("diagnose", "--connect", url), url, *words)
+
+
+def test_a_server_with_nothing_to_diagnose_is_unknown():
+    with tcp_server(http_answer(json.dumps(_diagnosis("unknown")).encode())) as url:
+        assert_one_line_error(stagelens("diagnose", "--connect", url), "nothing to diagnose", "unknown")
+
+
+def test_an_http_error_is_one_line():
+    with tcp_server(http_answer(b'{"detail": "no"}', "503 Service Unavailable")) as url:
+        assert_one_line_error(stagelens("diagnose", "--connect", url), "HTTP 503")
+
+
+def test_garbage_instead_of_http_is_one_line():
+    with tcp_server(lambda conn, _stop: conn.sendall(b"\x00\x01 not http at all\r\n\r\n")) as url:
+        assert_one_line_error(stagelens("diagnose", "--connect", url), url, "could not collect")
+
+
+@pytest.mark.parametrize("command", ["diagnose", "tui"])
+@pytest.mark.parametrize("url, words", [
+    ("http://[::1", ["not a valid URL"]),
+    ("http://127.0.0.1:99999", ["not a valid URL"]),
+    ("ftp://127.0.0.1/", ["http:// or https://"]),
+    ("127.0.0.1:9481", ["http:// or https://"]),
+])
+def test_a_url_that_cannot_be_asked_is_one_line(command, url, words):
+    assert_one_line_error(stagelens(command, "--connect", url), *words)
+
+
+def test_a_dribbling_server_costs_the_deadline_not_minutes():
+    with tcp_server(dribble) as url:
+        started = time.monotonic()
+        proc = stagelens("diagnose", "--connect", url, timeout=60)
+        took = time.monotonic() - started
+    assert_one_line_error(proc, url, "no complete answer within 5 s")
+    assert took < 20          # the server would have dribbled for a minute
+
+
+def test_an_endless_answer_stops_at_the_cap():
+    with tcp_server(flood) as url:
+        proc = stagelens("diagnose", "--connect", url, timeout=60)
+    assert_one_line_error(proc, url, f"larger than {MAX_ANSWER_BYTES} bytes")
+
+
+def test_the_tui_remote_source_gives_up_on_a_dribbling_server_in_time():
+    with tcp_server(dribble) as url:
+        started = time.monotonic()
+        poll = RemoteSource(url, timeout=2.0).poll()
+        took = time.monotonic() - started
+    assert poll.error and "no complete answer within 2 s" in poll.error and not poll.frames
+    assert took < 10
