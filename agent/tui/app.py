@@ -7,7 +7,9 @@ same messages with the worker off (`autopoll=False`) and the clock is always a f
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import signal
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,6 +39,7 @@ from agent.tui.widgets.topbar import TopBar
 from agent.tui.widgets.verdict import VerdictStrip
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 WIDE = 120          # columns from which the panels sit in two columns
 TALL = 40           # rows from which plots and lists get taller
 STAGE_PANEL = {"kv_cache": "2", "scheduler": "3", "cold_path": "4"}
@@ -102,6 +105,10 @@ class StagelensApp(App[int]):
         return self.query_one(f"#panel-{key}")
 
     def on_mount(self) -> None:
+        if not self.is_headless:   # SIGTERM/SIGHUP/SIGINT quit like `q`: the terminal restored, a local engine stopped
+            loop = asyncio.get_running_loop()
+            for sig in STOP_SIGNALS:
+                loop.add_signal_handler(sig, self.exit)
         self._apply_size()
         self.redraw()
         if self.notice:
@@ -110,6 +117,9 @@ class StagelensApp(App[int]):
             self.run_worker(self.poller.run, thread=True, name="poller", group="poller", exit_on_error=False)
 
     def on_unmount(self) -> None:
+        if not self.is_headless:
+            for sig in STOP_SIGNALS:
+                asyncio.get_running_loop().remove_signal_handler(sig)
         self.poller.stop()
 
     def on_resize(self) -> None:
