@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from agent.numbers import is_finite_number, shown
+
 FRAME_VERSION = 1
+MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show
 
 
 def busier_direction(link: dict | None) -> float | None:
@@ -18,7 +21,7 @@ def busier_direction(link: dict | None) -> float | None:
 
 
 class FrameError(ValueError):
-    """A frame that cannot be read (wrong version, missing fields)."""
+    """A frame that cannot be read (wrong version, missing fields, a field of the wrong type)."""
 
 
 @dataclass
@@ -36,14 +39,16 @@ class Frame:
 
     @classmethod
     def from_dict(cls, data: dict) -> Frame:
+        """A frame read back (a bundle, the HTTP API); FrameError naming the field that is not as written."""
         if not isinstance(data, dict):
             raise FrameError("a frame must be a JSON object")
-        if data.get("version") != FRAME_VERSION:
+        if type(data.get("version")) is not int or data["version"] != FRAME_VERSION:   # True == 1 in Python
             raise FrameError(f"frame version {data.get('version')!r} is not {FRAME_VERSION}")
         missing = [k for k in ("time_unix", "time_monotonic", "node") if k not in data]
         if missing:
             raise FrameError(f"frame lacks {', '.join(missing)}")
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        _check_shape(known)
         return cls(**known)
 
     # --- convenient readers; None when the frame lacks the data -------------------------------------
@@ -54,4 +59,67 @@ class Frame:
     def gpus(self) -> list[dict]:
         if not self.node_sample:
             return []
-        return [g for g in self.node_sample.get("gpus", []) if not g.get("lost")]
+        return [g for g in self.node_sample.get("gpus") or [] if not g.get("lost")]
+
+
+def _check_shape(data: dict) -> None:
+    """What the readers of a frame rely on without looking: finite times, objects where they index by
+    key, lists where they iterate, numbers where the diagnosis computes; the rest is left to its reader."""
+    for key in ("time_unix", "time_monotonic"):
+        _check_number(data[key], key)
+    if not 0 <= data["time_unix"] < MAX_TIME_UNIX:
+        raise FrameError(f"time_unix: must be seconds since 1970 before the year 5000, got {shown(data['time_unix'])}")
+    if not isinstance(data["node"], str):
+        raise FrameError(f"node: must be a string, got {shown(data['node'])}")
+    node, engine = data.get("node_sample"), data.get("engine")
+    _check(node, "node_sample", dict, optional=True)
+    if node is not None:
+        _check_items(node.get("gpus"), "node_sample.gpus", optional=True)
+        _check(node.get("host"), "node_sample.host", dict, optional=True)
+    _check(engine, "engine", dict, optional=True)
+    if engine is not None:      # what the diagnosis reads by key and computes with (agent/diagnosis/)
+        _check(engine.get("engine"), "engine.engine", dict)
+        _check(engine["engine"].get("device"), "engine.engine.device", str)
+        _check_numbers(engine.get("counters"), "engine.counters")
+        window = engine.get("window")
+        _check(window, "engine.window", dict)
+        _check_number(window.get("span_s"), "engine.window.span_s")
+        for section in ("kv", "scheduler", "cold_path"):
+            figures = window.get(section)
+            _check(figures, f"engine.window.{section}", dict)
+            for key, value in figures.items():     # a list or an object is its own reader's to judge
+                if isinstance(value, str | bool):
+                    raise FrameError(f"engine.window.{section}.{key}: must be a number or null, got {shown(value)}")
+        _check_numbers(window["scheduler"].get("wait_seconds_by_reason", {}),
+                       "engine.window.scheduler.wait_seconds_by_reason")
+        lengths = window["kv"].get("sequence_lengths") or []
+        if not isinstance(lengths, list) or not all(is_finite_number(n) for n in lengths):
+            raise FrameError(f"engine.window.kv.sequence_lengths: must be a list of numbers, got {shown(lengths)}")
+    if "collectors" in data:
+        _check_items(data["collectors"], "collectors")
+
+
+def _check(value, where: str, kind: type, optional: bool = False) -> None:
+    if not (isinstance(value, kind) or (optional and value is None)):
+        what = {dict: "an object", str: "a string", list: "a list"}[kind]
+        raise FrameError(f"{where}: must be {what}{' or null' if optional else ''}, got {shown(value)}")
+
+
+def _check_number(value, where: str) -> None:
+    if not is_finite_number(value):
+        raise FrameError(f"{where}: must be a finite number, got {shown(value)}")
+
+
+def _check_numbers(value, where: str) -> None:
+    """An object of counts or seconds by name."""
+    _check(value, where, dict)
+    for key, item in value.items():
+        _check_number(item, f"{where}.{key}")
+
+
+def _check_items(value, where: str, optional: bool = False) -> None:
+    """A list of objects (or null, where its readers take null for an empty list)."""
+    _check(value, where, list, optional)
+    for i, item in enumerate(value or []):
+        _check(item, f"{where}[{i}]", dict)
+

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 from agent.diagnosis import DiagnosisConfig, diagnose
 from agent.diagnosis.evaluate import stage_states
 from agent.diagnosis.model import Diagnosis
+from agent.errors import CollectError
 from agent.frame import Frame
 from agent.sampler import Sampler
 from engine_hooks import instrument, uninstrument
-from engine_hooks.engine import EngineConfig, LLMEngine
+from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
 from engine_hooks.engine.summary import percentile, summarize
 from engine_hooks.engine.workload import WorkloadConfig, run_workload
 from probes.sample import NodeProbe, open_backend
@@ -66,8 +68,10 @@ class ProgressLine:
 
 def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False,
             interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
-            listeners: tuple = ()) -> LabResult:
-    """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose."""
+            listeners: tuple = (), stop: threading.Event | None = None) -> LabResult:
+    """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose.
+    Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written); the requests in
+    flight still finish and the last frame is taken, as at the end of the duration."""
     engine = LLMEngine(engine_cfg)
     recorder = instrument(engine)
     probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
@@ -78,7 +82,9 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     started = time.time()
     sampler.start()
     try:
-        run = run_workload(engine, workload_cfg, on_progress=line)
+        run = run_workload(engine, workload_cfg, on_progress=line, stop=stop)
+    except EngineStopped as exc:     # its loop died: every request has already failed with the reason
+        raise CollectError(f"the lab engine stopped serving: {exc}") from None
     finally:
         sampler.stop()
         sampler.tick()          # one last frame with the drained state

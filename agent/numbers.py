@@ -48,9 +48,9 @@ def _check(value, low, high, integer: bool, unit: str, low_open: bool) -> tuple[
         try:
             number = int(value.strip()) if integer else float(value.strip())
         except ValueError:
-            return f"must be {wanted}, got {_shown(value)}", value
+            return f"must be {wanted}, got {shown(value)}", value
     if isinstance(number, bool) or not isinstance(number, int if integer else int | float):
-        return f"must be {wanted}, got {_shown(value)}", value
+        return f"must be {wanted}, got {shown(value)}", value
     if isinstance(number, float) and not math.isfinite(number):
         return f"must be {wanted.replace('a number', 'a finite number', 1)}, got {number}", number
     if (low is not None and (number <= low if low_open else number < low)) or (high is not None and number > high):
@@ -76,6 +76,12 @@ def _text(x) -> str:
     return f"{x:g}"
 
 
-def _shown(value) -> str:
-    text = repr(value)
+def shown(value) -> str:
+    """A value as an error message quotes it: JSON's null, and short."""
+    text = "null" if value is None else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def is_finite_number(value) -> bool:
+    """A number arithmetic can use: not a boolean, not NaN or an infinity (Python's json reads both)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -8,47 +8,84 @@ most the last second, and read back (with errors that name the file and line) fo
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 from agent.errors import UserError
 from agent.frame import Frame, FrameError
+from agent.numbers import is_finite_number, shown
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
+MAX_LINE_BYTES = 64 * 2**20    # a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)
+
 
 
 class BundleWriter:
-    def __init__(self, f, path: str) -> None:
-        self._f, self.path = f, path
+    """Each frame, with the timelines finished since the last, goes to disk in one write and one fsync.
+    The first write that fails (a full disk) ends the bundle: the writer keeps the reason, sets `stop`
+    so that the run ends early, takes no more frames, and `close()` raises the reason as one line."""
+
+    def __init__(self, fd: int, path: str, stop: threading.Event | None = None) -> None:
+        self._fd, self.path, self.stop = fd, path, stop
         self.frames = self.timelines = 0
+        self.failed: str | None = None      # why the bundle ends early
+        self._fsync = True
 
     @classmethod
-    def open(cls, path: str, source: str) -> BundleWriter:
+    def open(cls, path: str, source: str, stop: threading.Event | None = None) -> BundleWriter:
         try:
-            f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         except OSError as exc:
             raise UserError(f"{path}: cannot write the bundle: {exc.strerror}") from None
-        writer = cls(f, path)
-        writer._write({"format": BUNDLE_FORMAT, "created_unix": time.time(), "source": source})
+        writer = cls(fd, path, stop)
+        writer._write([{"format": BUNDLE_FORMAT, "created_unix": time.time(), "source": source}])
+        if writer.failed:
+            writer.close()
         return writer
 
     def on_frame(self, frame: Frame, timelines: list) -> None:
-        """A sampler listener: one frame (and the timelines finished since the last), flushed to disk."""
-        for t in timelines:
-            self._f.write(json.dumps({"kind": "timeline", "timeline": t.to_dict()}) + "\n")
-            self.timelines += 1
-        self._write({"kind": "frame", "frame": frame.to_dict()})
-        self.frames += 1
+        """A sampler listener: one frame (and the timelines finished since the last), on disk on return."""
+        records = [{"kind": "timeline", "timeline": t.to_dict()} for t in timelines]
+        if self._write([*records, {"kind": "frame", "frame": frame.to_dict()}]):
+            self.timelines += len(timelines)
+            self.frames += 1
 
-    def _write(self, record: dict) -> None:
-        self._f.write(json.dumps(record) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+    def _write(self, records: list[dict]) -> bool:
+        if self.failed:
+            return False
+        data = "".join(json.dumps(r) + "\n" for r in records).encode()
+        try:
+            view = memoryview(data)
+            while view:                     # a short write is not a failure: write the rest
+                view = view[os.write(self._fd, view):]
+            if self._fsync:
+                self._sync()
+        except OSError as exc:
+            self.failed = f"{self.path}: cannot write the bundle: {exc.strerror} ({self.frames} frames written)"
+            if self.stop is not None:
+                self.stop.set()
+            return False
+        return True
+
+    def _sync(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            self._fsync = False         # a pipe or a terminal: nothing to sync, and written already
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+        if self.failed:
+            raise UserError(self.failed)
 
 
 @dataclass
@@ -57,44 +94,123 @@ class Bundle:
     source: str
     frames: list[Frame] = field(default_factory=list)
     timelines: list[dict] = field(default_factory=list)
+    torn_tail: str | None = None      # a last record cut short (a crash while writing): file:line, what was lost
 
 
 def read_bundle(path: str) -> Bundle:
+    """Every whole record of the bundle. A last line cut short is what a crash leaves: it is left out,
+    said in `torn_tail` (`read_bundle_warned` prints it); any other line that cannot be read is a UserError."""
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a directory, not a bundle")
     try:
-        f = open(path, encoding="utf-8")  # noqa: SIM115 - closed below
+        f = open(path, "rb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise UserError(f"{path}: cannot read the bundle: {exc.strerror}") from None
     with f:
-        lines = iter(enumerate(f, start=1))
-        header = _parse(path, next(lines, (1, "")))
+        lines = _lines(f, path)
+        number, line, whole = next(lines, (1, b"", True))
+        header = _parse(path, number, line)
         if header.get("format") != BUNDLE_FORMAT:
             raise UserError(f"{path}:1: not a stagelens bundle (expected format {BUNDLE_FORMAT!r})")
         bundle = Bundle(path, str(header.get("source", "")))
-        for number, line in lines:
+        for number, line, whole in lines:
             if not line.strip():
                 continue
-            record = _parse(path, (number, line))
-            kind = record.get("kind")
-            if kind == "frame":
-                try:
-                    bundle.frames.append(Frame.from_dict(record.get("frame")))
-                except (FrameError, TypeError) as exc:
-                    raise UserError(f"{path}:{number}: bad frame: {exc}") from None
-            elif kind == "timeline":
-                if not isinstance(record.get("timeline"), dict):
-                    raise UserError(f"{path}:{number}: a timeline record needs a 'timeline' object")
-                bundle.timelines.append(record["timeline"])
-            else:
-                raise UserError(f"{path}:{number}: unknown record kind {kind!r} (frame or timeline)")
+            try:
+                record = _parse(path, number, line)
+            except UserError:
+                if whole:
+                    raise
+                bundle.torn_tail = _torn(path, number, line, len(bundle.frames))
+                break
+            _add(bundle, path, number, record)
     return bundle
 
 
-def _parse(path: str, numbered: tuple[int, str]) -> dict:
-    number, line = numbered
+def _lines(f, path: str):
+    """(number, bytes, whole) for each line; `whole` is False for a last line without its newline."""
+    number = 0
+    while True:
+        try:
+            line = f.readline(MAX_LINE_BYTES + 1)
+        except OSError as exc:
+            raise UserError(f"{path}:{number + 1}: cannot read the bundle: {exc.strerror}") from None
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            raise UserError(f"{path}:{number}: line {number} longer than {MAX_LINE_BYTES // 2**20} MiB: "
+                            f"not a stagelens bundle")
+        whole = line.endswith(b"\n")
+        yield number, line, whole
+
+
+def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
+    kind = record.get("kind")
+    if kind == "frame":
+        try:
+            bundle.frames.append(Frame.from_dict(record.get("frame")))
+        except (FrameError, TypeError) as exc:
+            raise UserError(f"{path}:{number}: bad frame: {exc}") from None
+    elif kind == "timeline":
+        problem = _timeline_problem(record.get("timeline"))
+        if problem:
+            raise UserError(f"{path}:{number}: bad timeline: {problem}")
+        bundle.timelines.append(record["timeline"])
+    else:
+        raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame or timeline)")
+
+
+# What replay reads of a timeline (agent/tui: replay_source, figures, render/waterfall): name -> may be null.
+_TIMELINE_TIMES = {"arrival": False, "finished": True, "first_token": True, "ttft_s": True, "latency_s": True}
+_TIMELINE_SPANS = {"waits": ("start", "end", "reason"), "chunks": ("start", "end")}   # lists of objects, or null
+
+
+def _timeline_problem(t) -> str | None:
+    if not isinstance(t, dict):
+        return "a timeline record needs a 'timeline' object"
+    for key, nullable in _TIMELINE_TIMES.items():
+        value = t.get(key)
+        if not (is_finite_number(value) or (nullable and value is None)):
+            return f"{key}: must be a finite number{' or null' if nullable else ''}, got {shown(value)}"
+    for key, fields in _TIMELINE_SPANS.items():
+        spans = t.get(key)
+        if spans is not None and not isinstance(spans, list):
+            return f"{key}: must be a list, got {shown(spans)}"
+        for i, span in enumerate(spans or []):
+            if not (isinstance(span, dict) and all(k in span for k in fields)
+                    and is_finite_number(span["start"]) and is_finite_number(span["end"])):
+                return f"{key}[{i}]: must be an object with {', '.join(fields)} (finite times), got {shown(span)}"
+    return None
+
+
+def _parse(path: str, number: int, line: bytes) -> dict:
     try:
-        record = json.loads(line)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}:{number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1}): "
+                        f"not a stagelens bundle") from None
+    try:
+        record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{number}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise UserError(f"{path}:{number}: not valid JSON: nested too deeply") from None
     if not isinstance(record, dict):
         raise UserError(f"{path}:{number}: each line must be a JSON object")
     return record
+
+
+def _torn(path: str, number: int, line: bytes, frames: int) -> str:
+    what = "a frame" if line.startswith(b'{"kind": "frame"') else \
+        "a timeline" if line.startswith(b'{"kind": "timeline"') else "a record"
+    return (f"{path}:{number}: the last line is cut short ({len(line)} bytes of {what}), as a crash or a full "
+            f"disk while recording leaves it: replaying the {frames} frames before it")
+
+
+def read_bundle_warned(path: str) -> Bundle:
+    """`read_bundle` for a command: a torn tail is one warning line on stderr, and the replay goes on."""
+    bundle = read_bundle(path)
+    if bundle.torn_tail:
+        print(f"stagelens: warning: {bundle.torn_tail}", file=sys.stderr)
+    return bundle

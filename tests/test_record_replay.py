@@ -10,7 +10,7 @@ import pytest
 from frame_builders import engine_snapshot, frame
 
 from agent.diagnosis import diagnose
-from agent.errors import UserError
+from agent.errors import EXIT_UNKNOWN, UserError
 from agent.record import BundleWriter, read_bundle
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
@@ -76,7 +76,7 @@ def test_nothing_to_collect_exits_3():
 
 def test_diagnose_connect_refuses_thresholds_it_would_not_apply():
     proc = _stagelens("diagnose", "--connect", "http://127.0.0.1:9", "--threshold", "kv_fragmentation_ratio=0.1:0.2")
-    assert proc.returncode == 2 and "the server judges" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == EXIT_UNKNOWN and "the server judges" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("content, where", [
@@ -92,7 +92,7 @@ def test_a_malformed_bundle_names_file_and_line(tmp_path, content, where):
     with pytest.raises(UserError, match=where):
         read_bundle(str(path))
     proc = _stagelens("diagnose", "--replay", str(path))
-    assert proc.returncode == 2 and f"{path}{where}" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == EXIT_UNKNOWN and f"{path}{where}" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_bundle_frames_diagnose_like_the_originals(tmp_path):

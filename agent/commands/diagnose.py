@@ -43,9 +43,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
         data = fetch_diagnosis(url)
         return _emit(data, as_json, verdict_exit_code(data["verdict"]))
     if replay_path:
-        from agent.record import read_bundle
+        from agent.record import read_bundle_warned
 
-        frames = read_bundle(replay_path).frames
+        frames = read_bundle_warned(replay_path).frames
         if not frames:
             raise UserError(f"{replay_path}: the bundle holds no frames")
     else:

@@ -7,6 +7,7 @@ recommendations and prints the before/after table.
 from __future__ import annotations
 
 import json
+import threading
 
 import click
 
@@ -38,10 +39,11 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     from agent.record import BundleWriter
 
     snapshot = (ctx.obj or {}).get("nvml_snapshot")
-    writer = BundleWriter.open(record_path, source=f"lab {scenario or ''}".strip()) if record_path else None
+    stop = threading.Event()    # a bundle that cannot be written (a full disk) ends the run
+    writer = BundleWriter.open(record_path, source=f"lab {scenario or ''}".strip(), stop=stop) if record_path else None
     try:
         listeners = (writer.on_frame,) if writer else ()
-        before = run_lab(engine_cfg, workload_cfg, progress=not as_json, interval=interval,
+        before = run_lab(engine_cfg, workload_cfg, progress=not as_json, interval=interval, stop=stop,
                          diagnosis_config=dconfig, nvml_snapshot=snapshot, listeners=listeners)
         after, applied = None, {}
         if fixed:

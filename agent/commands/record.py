@@ -1,18 +1,29 @@
-"""`stagelens record --out FILE`: the lab engine with its agent, written to a bundle as it runs."""
+"""`stagelens record --out FILE`: the lab engine with its agent, written to a bundle as it runs.
+
+SIGTERM or SIGINT ends the run early and cleanly (arrivals stop, the requests in flight finish, a
+last frame is written, exit 0); a second one acts as it would have without us. A bundle that cannot
+be written (a full disk) ends the run at once and exits with one line."""
 
 from __future__ import annotations
+
+import queue
+import signal
+import threading
+from contextlib import contextmanager
 
 import click
 
 from agent.commands.engine_flags import build_configs, engine_options
-from agent.errors import UserError
+from agent.commands.sampling_flags import interval_option
 from agent.scenarios import SCENARIOS
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @click.command()
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="The bundle to write.")
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Run one of the lab's scenarios.")
-@click.option("--interval", type=float, default=1.0, show_default=True, help="Sampling interval in seconds.")
+@interval_option()
 @engine_options
 @click.pass_context
 def record(ctx: click.Context, out_path: str, scenario: str | None, interval: float, **flags) -> int:
@@ -20,15 +31,55 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, interval: fl
     from agent.lab import run_lab
     from agent.record import BundleWriter
 
-    if interval <= 0:
-        raise UserError(f"--interval: must be positive, got {interval}")
     engine_cfg, workload_cfg = build_configs(flags, SCENARIOS[scenario].defaults if scenario else {})
-    writer = BundleWriter.open(out_path, source=f"record {scenario or 'lab'}")
-    try:
-        result = run_lab(engine_cfg, workload_cfg, progress=True, interval=interval,
-                         nvml_snapshot=(ctx.obj or {}).get("nvml_snapshot"), listeners=(writer.on_frame,))
-    finally:
-        writer.close()
+    stop = threading.Event()
+    writer = BundleWriter.open(out_path, source=f"record {scenario or 'lab'}", stop=stop)
+    with stop_on_signals(stop) as caught:
+        try:
+            result = run_lab(engine_cfg, workload_cfg, progress=True, interval=interval,
+                             nvml_snapshot=(ctx.obj or {}).get("nvml_snapshot"), listeners=(writer.on_frame,),
+                             stop=stop)
+        finally:
+            writer.close()          # raises, as one line, the write that failed
+    if caught:
+        click.echo(f"stagelens: {caught[0]}: stopped early, the bundle is complete", err=True)
     click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to {out_path} "
                f"(verdict {result.diagnosis.verdict})")
     return 0
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event):
+    """Within: the first SIGTERM or SIGINT sets `stop` and gives the signals back their previous
+    handlers. Yields the list that receives the signal's name."""
+    caught: list[str] = []
+    # A handler runs on the main thread between any two bytecodes, maybe inside `stop.wait()` holding
+    # the event's lock: setting the event there could deadlock. SimpleQueue.put is safe in a handler;
+    # a thread sets the event.
+    signals: queue.SimpleQueue = queue.SimpleQueue()
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def restore() -> None:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+    def handler(signum, _frame) -> None:
+        restore()
+        signals.put(signal.Signals(signum).name)
+
+    def relay() -> None:
+        name = signals.get()
+        if name is not None:
+            caught.append(name)
+            stop.set()
+
+    relay_thread = threading.Thread(target=relay, name="stagelens-record-signals", daemon=True)
+    relay_thread.start()
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield caught
+    finally:
+        restore()
+        signals.put(None)
+        relay_thread.join()

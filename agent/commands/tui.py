@@ -70,10 +70,10 @@ def _source(ctx: click.Context, url, replay_path, scenario, interval: float, fla
 
         return RemoteSource(url, timeout=max(1.0, min(5.0, interval * 2)))
     if replay_path:
-        from agent.record import read_bundle
+        from agent.record import read_bundle_warned
         from agent.tui.replay_source import ReplaySource
 
-        bundle = read_bundle(replay_path)
+        bundle = read_bundle_warned(replay_path)
         if not bundle.frames:
             raise UserError(f"{replay_path}: the bundle holds no frames")
         return ReplaySource(bundle)
