@@ -2,7 +2,7 @@
 
 Every surface reads the same frames: the HTTP API, `/metrics`, the traces, the TUI's remote source.
 Listener order matters: traces first (they mint the trace ids), then metrics (exemplars use them),
-then the diagnosis.
+then the diagnosis, published with its frame, and the exposition rendered for the scrapers.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class LabSettings:
 class AgentRuntime:
     def __init__(self, diagnosis_config: DiagnosisConfig | None = None, interval: float = 1.0,
                  nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None,
-                 vllm_names: bool = False, request_timeout: float = 600.0) -> None:
+                 vllm_names: bool = False, request_timeout: float = 600.0, history: int = 900) -> None:
         from probes.sample import NodeProbe, open_backend
 
         self.diagnosis_config = diagnosis_config or DiagnosisConfig()
@@ -48,16 +48,18 @@ class AgentRuntime:
         except ValueError as exc:
             raise UserError(str(exc)) from None
         self.probe = NodeProbe(self.backend, pid=os.getpid())
-        self.sampler = Sampler(node_probe=self.probe, interval=interval)
+        self.sampler = Sampler(node_probe=self.probe, interval=interval, history=history)
         self.tracer = tracer
         self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
         self.lab = None
         self._lock = threading.Lock()
-        self._diagnosis: Diagnosis | None = None
+        # The latest frame and its diagnosis, published together (one assignment): a scrape or an API call never
+        # sees a new frame with the previous frame's diagnosis.
+        self._published: tuple[Frame | None, Diagnosis | None] = (None, None)
         self._live = LiveDiagnosis(self.diagnosis_config)
         self._trace_ids: OrderedDict[str, str] = OrderedDict()
         self._traceparents: OrderedDict[str, str] = OrderedDict()
-        self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._update_diagnosis]
+        self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._publish]
         if lab is not None:
             from agent.lab_host import LabHost
 
@@ -82,11 +84,10 @@ class AgentRuntime:
 
     # --- what every surface reads ----------------------------------------------------------------------
     def latest_frame(self) -> Frame | None:
-        frames = self.sampler.frames()
-        return frames[-1] if frames else None
+        return self._published[0]
 
     def latest_diagnosis(self) -> Diagnosis | None:
-        return self._diagnosis
+        return self._published[1]
 
     def frames(self, since: float | None) -> list[Frame]:
         return self.sampler.frames(since)
@@ -137,9 +138,10 @@ class AgentRuntime:
                 with self._lock:
                     _bounded_put(self._trace_ids, t.request_id, trace_id)
 
-    def _update_diagnosis(self, frame: Frame, _timelines: list) -> None:
+    def _publish(self, frame: Frame, _timelines: list) -> None:
         self._live.add(frame)
-        self._diagnosis = self._live.result()
+        self._published = (frame, self._live.result())
+        self.metrics.prerender()
 
 
 def _bounded_put(store: OrderedDict, key: str, value: str) -> None:

@@ -166,7 +166,7 @@ def test_14_a_fix_that_conflicts_with_the_new_scenario_is_a_409_and_nothing_stop
     try:
         runtime.sampler.listeners.clear()      # the diagnosis below is the recorded cold-load run's
         for frame in read_bundle("tests/fixtures/bundles/cold-load.jsonl").frames:
-            runtime._update_diagnosis(frame, [])
+            runtime._publish(frame, [])
         assert runtime.latest_diagnosis().root_stage == "cold_path"
         engine = runtime.lab.engine
         client = TestClient(create_app(runtime, token="t"))

@@ -41,13 +41,15 @@ def parse_listen(text: str) -> tuple[str, int]:
               show_default=True, help="With --engine lab: seconds a completion may take before it fails (504).")
 @click.option("--shutdown-grace", type=Number(min=0, max=3600.0, unit="s"), default=10.0, show_default=True,
               help="On SIGTERM/SIGINT: seconds requests in flight get to finish before they are cancelled.")
+@click.option("--history", type=Number(min=10, max=100000, integer=True, unit="frames"), default=900,
+              show_default=True, help="Frames kept in memory for /api/v1/frames and the TUI (900: 15 min at 1 s).")
 @click.option("--max-connections", type=Number(min=1, max=65536, integer=True, unit="connections"), default=1024,
               show_default=True, help="Connections served at once; more get 503.")
 @click.pass_context
 def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | None, config_path, thresholds,
           interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
           otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float, shutdown_grace: float,
-          max_connections: int, **flags) -> int:
+          history: int, max_connections: int, **flags) -> int:
     """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs). SIGTERM or SIGINT stops it
     gracefully (exit 0)."""
     import prometheus_client
@@ -67,7 +69,8 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | Non
         build_configs(lab.flags, SCENARIOS[scenario].defaults if scenario else {})   # bad flags fail now, not later
     sock = listen_socket(host, port)
     runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval, (ctx.obj or {}).get("nvml_snapshot"),
-                           lab=lab, vllm_names=vllm_metric_names, request_timeout=request_timeout)
+                           lab=lab, vllm_names=vllm_metric_names, request_timeout=request_timeout,
+                           history=history)
     runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
     runtime.start()
     click.echo(f"stagelens serving on http://{host}:{port} (engine: {engine_kind}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
@@ -22,6 +23,7 @@ class MetricsExporter:
         self.waits = WaitMetrics(self.registry, trace_id_for, vllm_names)
         self._latest_frame = latest_frame
         self._cache: dict[str, tuple[object, bytes, str]] = {}   # accept header -> (frame, body, content type)
+        self._asked: dict[str, float] = {}                       # accept header -> when a scraper last asked
 
     def on_frame(self, frame, timelines: list) -> None:
         self.waits.on_frame(frame, timelines)
@@ -30,12 +32,26 @@ class MetricsExporter:
         """The exposition as of the latest frame. Everything in it changes only when a frame arrives
         (the trace counters excepted, which lag by at most one interval), so each frame is rendered once
         per format and scrapes in between are served from that rendering."""
-        frame = self._latest_frame()
         key = accept or ""
+        if len(self._asked) > 8:
+            self._asked.clear()
+        self._asked[key] = time.monotonic()
+        return self._rendered(key)
+
+    def prerender(self, recent_s: float = 60.0) -> None:
+        """Render the latest frame now (on the sampler's thread) in every format a scraper asked for in the
+        last `recent_s`: a regular scrape then reads a finished page instead of building one."""
+        now = time.monotonic()
+        for key, asked in list(self._asked.items()):
+            if now - asked <= recent_s:
+                self._rendered(key)
+
+    def _rendered(self, key: str) -> tuple[bytes, str]:
+        frame = self._latest_frame()
         cached = self._cache.get(key)
         if cached is not None and cached[0] is frame and frame is not None:
             return cached[1], cached[2]
-        body, content_type = render(self.registry, accept)
+        body, content_type = render(self.registry, key or None)
         if len(self._cache) > 8:
             self._cache.clear()
         self._cache[key] = (frame, body, content_type)

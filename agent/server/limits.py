@@ -11,6 +11,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from agent.server.errors import error_body
 
 MAX_BODY_BYTES = 1 << 20          # our bodies are prompts and small JSON; 1 MiB is generous
+DRAIN_BYTES = 16 << 20            # after a 413, read (and drop) this much of the rest: a client still sending
+                                  # then reads its 413 instead of a reset connection
 REQUEST_READ_TIMEOUT_S = 10.0     # from connection (or the previous response) to the whole request read
 
 
@@ -26,7 +28,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            return await self._refuse(scope, send)
+            return await self._refuse(scope, receive, send)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -35,7 +37,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                return await self._refuse(scope, send)
+                return await self._refuse(scope, receive, send)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -50,13 +52,19 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope, send) -> None:
+    async def _refuse(self, scope, receive, send) -> None:
         payload = json.dumps(error_body(scope["path"], 413, f"the request body is larger than {self.max_bytes} "
                                                                 "bytes")).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
                                 (b"content-length", str(len(payload)).encode())]})
         await send({"type": "http.response.body", "body": payload})
+        drained = 0
+        while drained < DRAIN_BYTES:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+            drained += len(message.get("body", b""))
 
 
 class BoundedH11Protocol(H11Protocol):
