@@ -8,9 +8,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.diagnosis import DiagnosisConfig, diagnose
+from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.evaluate import stage_states
 from agent.diagnosis.model import Diagnosis
+from agent.diagnosis.run import RunDiagnosis, judge_run
 from agent.errors import CollectError
 from agent.frame import Frame
 from agent.sampler import Sampler
@@ -27,8 +28,9 @@ class LabResult:
     workload: WorkloadConfig
     figures: dict
     frames: list[Frame] = field(default_factory=list)
-    diagnosis: Diagnosis | None = None
+    diagnosis: Diagnosis | None = None      # the run's verdict (agent.diagnosis.run)
     started_unix: float = 0.0
+    run: RunDiagnosis | None = None          # ... with the tail explained, the episodes and the end's state
 
     def first_firing_s(self, stage: str, config: DiagnosisConfig | None = None) -> float | None:
         """Seconds from the start of the workload to the first sample where `stage` was reported firing."""
@@ -96,15 +98,18 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     frames = sampler.frames()
     figures = summarize(run.requests, run.elapsed, run.window_s, run.window_tokens)
     figures.update(_engine_figures(engine, recorder, run.elapsed))
-    # The verdict is on the loaded engine, as the report's steady-state method: the drain is left out.
+    # The windows are judged on the loaded engine, as the report's steady-state method: the drain is left out;
+    # the tail is every request's, as the P99 printed is.
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
-    return LabResult(engine_cfg, workload_cfg, figures, frames, diagnose(loaded, diagnosis_config), started)
+    judged = judge_run(loaded, recorder.recent_timelines(), diagnosis_config)
+    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged)
 
 
 def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:
     totals = engine.totals
     run = recorder.run_figures()
     timelines = recorder.recent_timelines()
+    loads = recorder.loads.items()
     return {
         "kv_waste_ratio": totals.kv_waste_ratio,
         "kv_fragmentation_ratio": run["kv"]["fragmentation_ratio"],
@@ -114,7 +119,10 @@ def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:
         "scheduler_wait_p99_s": percentile([t.decided_wait_s for t in timelines], 99),
         "head_of_line_share": run["scheduler"]["head_of_line_share"],
         "step_time_inflation": run["cold_path"]["step_time_inflation"],
-        "model_loads": len(recorder.loads.items()),
+        "model_loads": len(loads),
+        "model_load_seconds_mean": sum(ld["seconds"] for ld in loads) / len(loads) if loads else None,
+        "model_load_seconds_max": max((ld["seconds"] for ld in loads), default=None),
+        "model_load_bytes": sum(ld["bytes"] for ld in loads),
         "steps": totals.steps,
         "kv_cache_blocks": engine.config.num_blocks(),
         "kv_cache_bytes": engine.kv_cache.total_bytes,

@@ -30,6 +30,31 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
     return "\n".join(lines)
 
 
+def render_run(run) -> str:
+    """A run's account (agent.diagnosis.run.RunDiagnosis): its tail, its episodes, and, where the verdict
+    comes from the tail, the last window's state."""
+    import datetime as dt
+
+    def clock(t: float) -> str:
+        return dt.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+    lines = []
+    if run.tail is not None:
+        lines.append(f"tail: {run.tail.sentence()}")
+    for i, ep in enumerate(run.episodes):
+        peak = f"; peak {ep.peak.label} {ep.peak.value:.3g}" if ep.peak and ep.peak.value is not None else ""
+        mark = "  <- the tail's requests" if i in run.tail_episodes else ""
+        lines.append(f"episode: {ep.stage} {_MARK[ep.state]} {clock(ep.start_unix)}-{clock(ep.end_unix)}"
+                     f"{' (still on at the end)' if ep.open else ''}{peak}{mark}")
+    if not run.episodes:
+        lines.append("episodes: none (no stage left ok)")
+    if run.basis == "tail":
+        end = run.at_end
+        lines.append(f"verdict from the tail: {run.diagnosis.root_stage} explains the run's P99; at the end of the "
+                     f"run: {_MARK[end.verdict]}" + (f" (root {end.root_stage})" if end.root_stage else ""))
+    return "\n".join(lines)
+
+
 def _limit(value) -> str:
     return "-" if value is None else f"{value:g}"
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.evaluate import LiveDiagnosis
 from agent.diagnosis.model import Diagnosis
+from agent.diagnosis.tail import with_stages
 from agent.errors import UserError
 from agent.frame import Frame
 from agent.metrics.exporter import MetricsExporter
@@ -98,7 +99,7 @@ class AgentRuntime:
             return []
         timelines = [t for t in recorder.recent_timelines() if t.finished is not None]
         timelines.sort(key=lambda t: t.finished - t.arrival, reverse=True)
-        return [t.to_dict() for t in timelines[:n]]
+        return [with_stages(t.to_dict()) for t in timelines[:n]]
 
     def ready(self) -> tuple[bool, str]:
         """Ready when a recent sample exists, some collector works and a hosted engine serves."""

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import asdict, dataclass
+from itertools import takewhile
 
 from engine_hooks.access import AccessStats, access_stats
+from engine_hooks.attribution import SlowStep, components
 from engine_hooks.engine.request import FinishReason, Request, Status
-from engine_hooks.engine.scheduler import MODEL_LOADING, TOKEN_BUDGET, ScheduledBatch
+from engine_hooks.engine.scheduler import ScheduledBatch
+from engine_hooks.engine.waits import MODEL_LOADING, TOKEN_BUDGET
 from engine_hooks.ring import Ring
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
 from engine_hooks.window import window_stats
@@ -50,8 +53,10 @@ class Recorder:
         self.started = time.monotonic()
         self._active: dict[str, tuple[Request, RequestTimeline]] = {}
         self._waits = WaitTracker()
-        self._loading: dict[str, float] = {}
+        self._loading: dict[str, tuple[float, bool]] = {}   # model -> (load start, serving when it started)
         self._last_load_end = 0.0
+        self._usual_decode_s: float | None = None      # a decode step with no load beside it (moving mean)
+        self._slow_steps: deque[SlowStep] = deque(maxlen=c.steps_capacity)   # decode steps beside a load
         self._step_index = 0
         self._last_step_end: float | None = None
         self._previous_step: tuple[int, float, str | None] | None = None   # index, end, long prefill
@@ -119,8 +124,20 @@ class Recorder:
             c["kv_gathered_bytes_total"] += a.gathered_bytes
             c["attention_seconds_total"] += self._step_attention_s
             c["h2d_bytes_total"] += self._step_h2d
+        self._note_decode_step(stats, loading)
         self._last_step_end = now
         self._previous_step = (self._step_index, now, self._step_long_prefill)
+
+    def _note_decode_step(self, stats, loading: bool) -> None:
+        """Learn what a decode step usually takes; keep what one beside a model load took beyond it."""
+        if not stats.num_decode_tokens or stats.num_prefill_tokens:
+            return
+        duration = stats.end - stats.start
+        if not loading:
+            usual = self._usual_decode_s
+            self._usual_decode_s = duration if usual is None else 0.9 * usual + 0.1 * duration
+        elif self._usual_decode_s is not None:
+            self._slow_steps.append(SlowStep(stats.start, stats.end, max(0.0, duration - self._usual_decode_s)))
 
     def _finish(self, rid: str) -> None:
         entry = self._active.pop(rid, None)
@@ -128,6 +145,7 @@ class Recorder:
             return
         req, timeline = entry
         self._fill_from_request(timeline, req)
+        self._attribute(timeline)
         failed = req.finish_reason in FinishReason.FAILED
         left_waiting = len(req.events) >= 2 and req.events[-2][1] in ("arrival", "preempted")
         if failed and left_waiting and timeline.finished is not None:
@@ -135,6 +153,14 @@ class Recorder:
         self._waits.scheduled(rid)
         self.timelines.append(timeline)
         self.counters["requests_failed_total" if failed else "requests_finished_total"] += 1
+
+    def _attribute(self, timeline: RequestTimeline) -> None:
+        """Split its TTFT and latency into components (engine_hooks.attribution)."""
+        slow = list(takewhile(lambda s: s.end > timeline.arrival, reversed(self._slow_steps)))
+        if timeline.first_token is not None:
+            timeline.ttft_components = components(timeline, timeline.first_token, slow)
+        if timeline.finished is not None:
+            timeline.latency_components = components(timeline, timeline.finished, slow)
 
     def _charge(self, req: Request, timeline: RequestTimeline, now: float) -> None:
         charged = self._waits.charge(timeline, now, self._previous_step, preempted=req.num_preemptions > 0)

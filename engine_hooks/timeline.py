@@ -50,6 +50,9 @@ class RequestTimeline:
     chunks: list[PrefillChunk] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     preemptions: int = 0
+    # where its time went (engine_hooks.attribution): component -> seconds, up to the first token and to the end
+    ttft_components: dict[str, float] | None = None
+    latency_components: dict[str, float] | None = None
 
     @property
     def scheduler_wait_s(self) -> float:
@@ -67,6 +70,17 @@ class RequestTimeline:
         for w in self.waits:
             out[w.reason] = out.get(w.reason, 0.0) + w.seconds
         return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RequestTimeline:
+        """Back from `to_dict` (a recorded bundle, an API answer); the derived fields are recomputed."""
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        known["events"] = [(e["t"], e["event"]) for e in d.get("events") or []]
+        known["chunks"] = [PrefillChunk(c["start"], c["end"], c.get("tokens", 0), c.get("step", 0))
+                           for c in d.get("chunks") or []]
+        known["waits"] = [Wait(**{k: w.get(k) for k in ("start", "end", "reason", "step", "held_by")})
+                          for w in d.get("waits") or []]
+        return cls(**known)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import statistics
 
+from engine_hooks.attribution import tail
 from engine_hooks.engine.summary import percentile
 from engine_hooks.reference import reference_at
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, RequestTimeline
@@ -118,4 +119,5 @@ def window_stats(steps, finished, in_flight, loads, loading, usage, block_size, 
         "kv": kv,
         "scheduler": scheduler_figures(steps, finished, in_flight, span, long_prefill_tokens),
         "cold_path": cold_path_figures(steps, loads, loading, now, now - span, span),
+        "tail": {metric: tail(finished, metric) for metric in ("ttft", "latency")},
     }

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from engine_hooks import instrument
+from engine_hooks import instrument, uninstrument
 from engine_hooks.engine import EngineConfig, EngineStopped, FinishReason, LLMEngine, SamplingParams
 from engine_hooks.engine.sampler import NON_FINITE_LOGITS
 
@@ -188,7 +188,10 @@ def test_a_hook_that_raises_is_counted_and_serving_goes_on(model_dir):
     recorder = instrument(engine)
     recorder.on_forward = lambda inputs: 1 / 0
     healthy, poisoned = _submit_mix(engine)
-    _run(engine)
+    try:
+        _run(engine)
+    finally:
+        uninstrument(engine)     # the attention patch is process-wide
     assert all(r.finish_reason == FinishReason.LENGTH for r in [*healthy, poisoned])
     assert recorder.guard.errors["forward"] > 0
     assert sum(engine.step_errors.values()) == 0

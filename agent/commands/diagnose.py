@@ -29,9 +29,9 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
 def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, config_path, thresholds,
              as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
-    from agent.diagnosis import diagnose as diagnose_frames
     from agent.diagnosis.evaluate import NOTHING_OBSERVED
     from agent.diagnosis.model import Diagnosis
+    from agent.diagnosis.run import judge_run
 
     if replay_path and url:
         raise UserError("--replay and --connect are alternatives: give one")
@@ -42,24 +42,31 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     if url:
         data = fetch_diagnosis(url)
         return _emit(data, as_json, verdict_exit_code(data["verdict"]))
+    timelines: list = []
     if replay_path:
         from agent.record import read_bundle_warned
+        from engine_hooks.timeline import RequestTimeline
 
-        frames = read_bundle_warned(replay_path).frames
-        if not frames:
+        bundle = read_bundle_warned(replay_path)
+        if not bundle.frames:
             raise UserError(f"{replay_path}: the bundle holds no frames")
+        frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
         frames = _sample_node((ctx.obj or {}).get("nvml_snapshot"), duration)
-    result: Diagnosis = diagnose_frames(frames, config)
+    run = judge_run(frames, timelines, config)
+    result: Diagnosis = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
         hint = "" if replay_path else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
         raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        click.echo(json.dumps({**result.to_dict(), "run": run.to_dict()} if replay_path else result.to_dict(),
+                              indent=2))
     else:
-        from agent.render import render_diagnosis
+        from agent.render import render_diagnosis, render_run
 
         click.echo(render_diagnosis(result))
+        if replay_path:
+            click.echo("\n" + render_run(run))
     return result.exit_code
 
 

@@ -89,7 +89,7 @@ def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
     from agent.commands.lab_config import config_dict
 
     out = {"scenario": scenario, "config": config_dict(engine_cfg, workload_cfg), **before.figures,
-           "diagnosis": before.diagnosis.to_dict()}
+           "diagnosis": before.diagnosis.to_dict(), "run": before.run.to_dict()}
     if after is not None:
         out["fixed"] = {"applied": applied, "applied_flags": _as_flags(applied),
                         "config": config_dict(after.engine, after.workload), **after.figures,
@@ -99,12 +99,13 @@ def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
 
 def _text(spec, before, after, applied) -> str:
     from agent.commands.lab_config import render_figures
-    from agent.render import render_before_after, render_diagnosis
+    from agent.render import render_before_after, render_diagnosis, render_run
 
     parts = []
     if spec:
         parts.append(f"scenario {spec.name}: {spec.summary}\n")
     parts.append(render_figures(before.engine, before.workload, before.figures))
+    parts.append("\n" + render_run(before.run))
     parts.append("\n" + render_diagnosis(before.diagnosis, verbose=False))
     if after is not None:
         parts.append(f"\napplied: {_as_flags(applied)}\n")

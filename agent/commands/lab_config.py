@@ -41,5 +41,9 @@ def render_figures(engine_cfg, workload_cfg, f: dict) -> str:
         ("KV waste", f"{f['kv_waste_ratio']:.1%} of reserved slots hold no token"),
         ("engine busy", f"{f['engine_busy_ratio']:.0%}"),
     ]
+    if f.get("model_loads"):
+        rows.append(("model loads", f"{f['model_loads']}, {f['model_load_seconds_mean']:.2f} s mean / "
+                                    f"{f['model_load_seconds_max']:.2f} s max, {f['model_load_bytes'] / 1e6:.0f} MB "
+                                    f"read from storage"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -45,6 +45,8 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, interval: fl
         click.echo(f"stagelens: {caught[0]}: stopped early, the bundle is complete", err=True)
     click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to {out_path} "
                f"(verdict {result.diagnosis.verdict})")
+    if result.run is not None and result.run.tail is not None:
+        click.echo(f"tail: {result.run.tail.sentence()}")
     return 0
 
 

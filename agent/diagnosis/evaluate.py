@@ -15,8 +15,9 @@ from collections import deque
 from agent.diagnosis.config import DiagnosisConfig, Threshold
 from agent.diagnosis.explain import explain
 from agent.diagnosis.model import RUNBOOKS, Diagnosis, Evidence, StageDiagnosis, severity
-from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, STAGES, UNKNOWN, NotJudged, Signal
+from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, UNKNOWN, NotJudged, Signal
 from agent.frame import Frame
+from agent.vocabulary import STAGES
 
 
 def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 from agent.diagnosis.model import Evidence, Recommendation
+from agent.diagnosis.signals import window_tail
 from agent.frame import Frame
+from agent.vocabulary import STAGE_NAMES
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 TARGET_BLOCK_WASTE = 0.10
@@ -17,21 +19,23 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
     bad = [e for e in evidence if e.state in ("warn", "firing")]
     ctx = _Context(frame)
     if not bad:
-        return f"{_STAGE_NAMES[stage]} healthy: " + ", ".join(_fmt_row(e) for e in evidence if e.value is not None
+        return f"{STAGE_NAMES[stage]} healthy: " + ", ".join(_fmt_row(e) for e in evidence if e.value is not None
                                                              and e.applicable)[:200] or "no data", []
-    sentences = [_SENTENCES[stage](e, ctx) for e in bad[:2]]
+    sentences = [_tail_sentence(e, ctx) if e.signal.endswith("_tail_share") else _SENTENCES[stage](e, ctx)
+                 for e in bad[:2]]
     return "; ".join(sentences), _RECOMMEND[stage](bad, ctx)
 
 
-_STAGE_NAMES = {"kv_cache": "KV cache", "scheduler": "scheduler", "cold_path": "cold path"}
+def _tail_sentence(e: Evidence, ctx: _Context) -> str:
+    return f"{_head(e)}: {ctx.tail.sentence()}" if ctx.tail is not None else _head(e)
 
 
 def _unknown_sentence(stage: str, frame: Frame | None) -> str:
     if frame is None:
         return "no samples yet"
     if frame.engine is None:
-        return f"{_STAGE_NAMES[stage]}: no engine is observed and no GPU signal is available"
-    return f"{_STAGE_NAMES[stage]}: no data for any of its signals"
+        return f"{STAGE_NAMES[stage]}: no engine is observed and no GPU signal is available"
+    return f"{STAGE_NAMES[stage]}: no data for any of its signals"
 
 
 class _Context:
@@ -48,6 +52,7 @@ class _Context:
         self.lengths = lengths
         self.mean_length = sum(lengths) / len(lengths) if lengths else None
         self.device = self.cfg.get("device", "cpu")
+        self.tail = window_tail(frame) if frame is not None else None
 
 
 def _cmp(e: Evidence) -> str:
@@ -112,7 +117,7 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
                 f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean {ctx.mean_length:.0f} tokens) "
                 f"it leaves {block_waste(ctx.lengths, best):.0%} of KV slots empty, against {waste_now:.0%} at "
                 f"{cfg['block_size']}", {"block_size": best}))
-    if any(e.signal == "preemption_with_free_memory" for e in bad) and cfg.get("max_num_seqs"):
+    if any(e.signal in ("preemption_with_free_memory", "kv_cache_tail_share") for e in bad) and cfg.get("max_num_seqs"):
         lower = max(1, cfg["max_num_seqs"] * 3 // 4)
         out.append(Recommendation(f"--max-num-seqs {lower}: admit fewer requests at once so running ones are not "
                                   f"preempted (or give the cache more memory with --kv-cache-memory)",

@@ -11,10 +11,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.diagnosis.tail import Tail
 from agent.frame import Frame, busier_direction
-
-KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
-STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
+from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
 
 class _Marker:
@@ -169,6 +168,25 @@ def threads_blocked_on_data(frame: Frame, _window) -> object:
     return max(values) if values else UNKNOWN
 
 
+def window_tail(frame: Frame, metric: str = "ttft") -> Tail | None:
+    """The window's tail, explained (agent.diagnosis.tail); None without one."""
+    w = frame.window
+    return Tail.from_figures(metric, (w.get("tail") or {}).get(metric)) if w else None
+
+
+def tail_share(stage: str):
+    """The share of the window's P99 TTFT tail charged to `stage`; judged only when the tail is slow."""
+    def read(frame: Frame, _window) -> object:
+        if frame.window is None or "tail" not in frame.window:
+            return UNKNOWN     # no engine, or a source that does not split requests' time
+        tail = window_tail(frame)
+        return tail.share(stage) if tail is not None and tail.slow else NOT_APPLICABLE
+    return read
+
+
+TAIL_SHARE = "{}_tail_share"     # one signal a stage: its share of the slow tail's time
+_TAIL_LABEL = "share of the P99 TTFT tail's time"
+
 SIGNALS: tuple[Signal, ...] = (
     Signal("kv_fragmentation_ratio", KV_CACHE, "KV fragmentation", "above", 0.20, 0.30, "ratio",
            lambda f, _w: _kv(f, "fragmentation_ratio")),
@@ -182,6 +200,7 @@ SIGNALS: tuple[Signal, ...] = (
            memory_bandwidth_utilisation),
     Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
            "share of samples", preemption_with_free_memory),
+    Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE)),
     Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
            lambda f, _w: _sched(f, "decided_wait_p99_s")),
     Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
@@ -190,6 +209,7 @@ SIGNALS: tuple[Signal, ...] = (
            lambda f, _w: _sched(f, "head_of_line_share")),
     Signal("token_budget_use", SCHEDULER, "token budget use while requests wait", "below", 0.50, None, "ratio",
            token_budget_use),
+    Signal(TAIL_SHARE.format(SCHEDULER), SCHEDULER, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(SCHEDULER)),
     Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure),
     Signal("step_time_inflation", COLD_PATH, "step-time inflation during model loads", "above", 1.20, 1.50, "ratio",
            step_time_inflation),
@@ -198,5 +218,6 @@ SIGNALS: tuple[Signal, ...] = (
            "requests", requests_waiting_on_model),
     Signal("threads_blocked_on_data", COLD_PATH, "threads blocked on data", "above", 0.10, 0.25, "ratio",
            threads_blocked_on_data),
+    Signal(TAIL_SHARE.format(COLD_PATH), COLD_PATH, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(COLD_PATH)),
 )
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}

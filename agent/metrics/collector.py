@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.registry import Collector
 
-from agent.metrics import agent, cold_path, diagnosis, gpu, host, kv, links, scheduler, topology
+from agent.metrics import agent, cold_path, diagnosis, gpu, host, kv, links, scheduler, tail, topology
 from agent.metrics.families import Scrape
 
 log = logging.getLogger(__name__)
@@ -23,6 +23,7 @@ SECTIONS = (
     ("kv", kv.collect),
     ("scheduler", scheduler.collect),
     ("cold_path", cold_path.collect),
+    ("tail", tail.collect),
     ("gpu", gpu.collect),
     ("links", links.collect),
     ("topology", topology.collect),

@@ -16,13 +16,7 @@ from .allocator import BlockAllocator
 from .config import EngineConfig
 from .request import Request, Status
 from .residency import ModelResidency
-
-# Why a request was not scheduled in a step.
-NO_FREE_BLOCKS = "no_free_blocks"
-TOKEN_BUDGET = "token_budget"
-MAX_NUM_SEQS = "max_num_seqs"
-MODEL_LOADING = "model_loading"
-PREEMPTED = "preempted"
+from .waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS, PREEMPTED, TOKEN_BUDGET
 
 
 @dataclass

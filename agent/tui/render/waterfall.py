@@ -7,10 +7,24 @@ from itertools import groupby
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
+from agent.diagnosis.tail import OWN, by_stage
 from agent.tui.fmt import seconds
 
 KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
 _PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column
+SHORT = {"kv_cache": "kv", "scheduler": "sched", "cold_path": "cold", OWN: "own"}
+BLAME_W = 10
+
+
+def blame(timeline: dict) -> str:
+    """The stage that took most of the request's latency and its share ("cold 91%"); "own" when its own
+    work did; "" when the timeline carries no split (an older bundle)."""
+    stages = by_stage(timeline.get("latency_components"))
+    total = sum(stages.values())
+    if not total:
+        return ""
+    top = max(stages, key=stages.get)
+    return f"{SHORT.get(top, top)} {stages[top] / total:.0%}"
 
 
 def legend() -> Text:
@@ -64,9 +78,11 @@ class Waterfall:
         width = options.max_width
         label_w = 22 if width >= 70 else 12
         total_w = 8
-        cells = max(8, width - label_w - total_w - 2)
+        blames = [blame(t) for t in self.timelines]
+        blame_w = BLAME_W if width >= 60 and any(blames) else 0     # older sources carry no split
+        cells = max(8, width - label_w - total_w - blame_w - 2)
         scale = max((t.get("latency_s") or 0.0) for t in self.timelines) or 1.0
-        for t in self.timelines:
+        for t, who in zip(self.timelines, blames, strict=True):
             rid = str(t.get("request_id", "?"))
             tokens = f"{t.get('prompt_tokens', 0)}→{t.get('output_tokens', 0)}"
             label = f"{rid[-8:]:<8} {tokens:>12}" if label_w == 22 else f"{tokens:>{label_w - 1}}"
@@ -77,6 +93,8 @@ class Waterfall:
                 line.append(char * len(list(run)), style=color)
             line.append(" " * (cells - len(phases)))
             line.append(f" {seconds(t.get('latency_s')):>{total_w - 1}}")
+            if blame_w:
+                line.append(f" {who:>{blame_w - 1}}", style="bold")
             yield line
         yield from (Text("") for _ in range(blank))
         yield legend()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from agent.diagnosis.signals import window_tail
 from agent.tui.figures import COMPARED
 from agent.tui.fmt import STATE_COLOR, pct, ratio, seconds
 from agent.tui.render.cell_table import CellTable, Column
@@ -91,6 +92,9 @@ class SchedulerPanel(Panel):
             return Text("no engine is observed: the scheduler signals need the engine hooks", style="grey50")
         parts = [settings_line(state), figures_grid(state)]
         parts.append(reasons_line(state))
+        tail = window_tail(last)
+        if tail is not None:
+            parts.append(Text(f"tail: {tail.sentence()}", style="bold" if tail.blamed else "grey70"))
         if state.fix is not None:
             parts.append(before_after(state))
         n = 8 if app_info.get("tall") else 4

@@ -1,0 +1,185 @@
+"""A run judged whole, not only by its last window: each stage's episodes (when it was warn or firing,
+with its peak evidence), the tail of the run's requests explained, and a verdict that names the stage
+behind the run's P99 when the tail is attributable. The last window's diagnosis stays as "at the end".
+
+A lab run, a recorded bundle and a replay all come here with their frames and request timelines.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from dataclasses import dataclass, field
+
+from agent.diagnosis.config import DiagnosisConfig
+from agent.diagnosis.evaluate import LiveDiagnosis, threshold_level
+from agent.diagnosis.explain import explain
+from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
+from agent.diagnosis.signals import SIGNALS_BY_ID, TAIL_SHARE
+from agent.diagnosis.tail import Tail
+from agent.frame import Frame
+from agent.vocabulary import STAGES
+from engine_hooks.attribution import tail as tail_figures
+from engine_hooks.timeline import RequestTimeline
+
+TAIL_QUANTILE = 0.99
+
+
+@dataclass
+class Episode:
+    """A stretch of samples in which a stage was reported warn or firing."""
+    stage: str
+    state: str                  # the worst it reached
+    start_unix: float
+    end_unix: float             # its last sample
+    peak_unix: float
+    peak: Evidence | None       # the signal furthest past its threshold, at the peak
+    open: bool = False          # still on at the end of the run
+    window_s: float = 0.0       # the diagnosis window: the episode judges requests from this long before it
+    peak_key: tuple = field(default=(0, 0.0), repr=False)   # (severity, pressure) at the peak
+
+    def covers(self, t_unix: float) -> bool:
+        return self.start_unix - self.window_s <= t_unix <= self.end_unix
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "state": self.state, "from": _rfc3339(self.start_unix),
+                "to": _rfc3339(self.end_unix), "seconds": self.end_unix - self.start_unix,
+                "open_at_end": self.open, "peak_at": _rfc3339(self.peak_unix),
+                "peak": self.peak.to_dict() if self.peak else None}
+
+
+@dataclass
+class RunDiagnosis:
+    diagnosis: Diagnosis               # the run's verdict
+    at_end: Diagnosis                  # the last window's
+    basis: str                         # "tail": the stage the tail blames; "end": the last window
+    tail: Tail | None
+    episodes: list[Episode] = field(default_factory=list)
+    tail_episodes: list[int] = field(default_factory=list)   # indexes of the episodes the tail fell in
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.diagnosis.to_dict(), "basis": self.basis,
+                "tail": self.tail.to_dict() if self.tail else None,
+                "episodes": [e.to_dict() for e in self.episodes], "tail_episodes": self.tail_episodes,
+                "at_end": self.at_end.to_dict()}
+
+
+def judge_run(frames: list[Frame], timelines: list[RequestTimeline], config: DiagnosisConfig | None = None,
+              ) -> RunDiagnosis:
+    config = config or DiagnosisConfig()
+    live = LiveDiagnosis(config)
+    seen: list[Diagnosis] = []
+    for frame in frames:
+        live.add(frame)
+        seen.append(live.result())
+    at_end = seen[-1] if seen else live.result()
+    episodes = find_episodes(seen, config.window_s)
+    tail = Tail.from_figures("ttft", tail_figures(timelines, "ttft", TAIL_QUANTILE))
+    in_tail = _tail_episodes(tail, timelines, frames, episodes)
+    blamed = _blamed(tail, config)
+    if blamed is None:
+        return RunDiagnosis(at_end, at_end, "end", tail, episodes, in_tail)
+    base_index = _peak_index(seen, episodes, blamed)
+    verdict = _blame(seen[base_index] if base_index is not None else at_end,
+                     frames[base_index] if base_index is not None else (frames[-1] if frames else None),
+                     blamed, tail, config)
+    return RunDiagnosis(verdict, at_end, "tail", tail, episodes, in_tail)
+
+
+def find_episodes(diagnoses: list[Diagnosis], window_s: float = 0.0) -> list[Episode]:
+    out: list[Episode] = []
+    current: dict[str, Episode] = {}
+    for d in diagnoses:
+        t = d.time_unix or 0.0
+        for s in d.stages:
+            ep = current.get(s.stage)
+            if s.state in ("warn", "firing"):
+                peak = _worst_evidence(s)
+                key = (severity(s.state), _pressure(peak))
+                if ep is None:
+                    ep = current[s.stage] = Episode(s.stage, s.state, t, t, t, peak, window_s=window_s, peak_key=key)
+                    out.append(ep)
+                ep.end_unix = t
+                if key > ep.peak_key:
+                    ep.state, ep.peak_unix, ep.peak, ep.peak_key = s.state, t, peak, key
+            elif ep is not None:
+                del current[s.stage]
+    for ep in current.values():
+        ep.open = True
+    return out
+
+
+def _worst_evidence(stage: StageDiagnosis) -> Evidence | None:
+    judged = [e for e in stage.evidence if e.state in ("warn", "firing")]
+    return max(judged, key=lambda e: (severity(e.state), _pressure(e)), default=None)
+
+
+def _pressure(e: Evidence | None) -> float:
+    """How far past its warn threshold a value is, as a ratio (1 = at the threshold)."""
+    if e is None or e.value is None or e.warn is None:
+        return 0.0
+    signal = SIGNALS_BY_ID.get(e.signal)
+    if signal is not None and signal.direction == "below":
+        return e.warn / e.value if e.value > 0 else float("inf")
+    return e.value / e.warn if e.warn > 0 else (float("inf") if e.value > 0 else 0.0)
+
+
+def _blamed(tail: Tail | None, config: DiagnosisConfig) -> str | None:
+    """The stage holding at least its tail-share firing threshold of a slow tail (the largest such)."""
+    if tail is None or not tail.slow:
+        return None
+    over = [s for s in STAGES if tail.share(s) >= (config.threshold(TAIL_SHARE.format(s)).firing or 1.0)]
+    return max(over, key=tail.share, default=None)
+
+
+def _peak_index(seen: list[Diagnosis], episodes: list[Episode], stage: str) -> int | None:
+    """The sample at the peak of the stage's worst episode, or None if it never left ok."""
+    mine = [e for e in episodes if e.stage == stage]
+    if not mine:
+        return None
+    worst = max(mine, key=lambda e: e.peak_key)
+    return next(i for i, d in enumerate(seen) if d.time_unix == worst.peak_unix)
+
+
+def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config: DiagnosisConfig) -> Diagnosis:
+    """`base` with `stage` judged on the run's tail as well: its share of the tail is evidence, the stage is
+    at least at that evidence's level, and it is the root."""
+    signal = SIGNALS_BY_ID[TAIL_SHARE.format(stage)]
+    threshold = config.threshold(signal.id)
+    share = tail.share(stage)
+    level = threshold_level(share, threshold.warn, threshold.firing, signal.direction)
+    row = Evidence(signal.id, "share of the run's P99 TTFT tail", share, threshold.warn, threshold.firing,
+                   signal.unit, "run", level)
+    out = copy.deepcopy(base)
+    target = out.stage(stage)
+    target.evidence = [row] + [e for e in target.evidence if e.signal != signal.id]
+    state = max(target.state, level, key=severity)
+    if state != target.state or not target.recommendations:
+        explanation, target.recommendations = explain(stage, state, target.evidence, frame)
+        target.explanation = explanation
+        target.state = state
+    target.explanation = f"{tail.sentence()} — {target.explanation}"
+    target.consequence_of = None
+    out.root_stage = stage
+    out.verdict = max((s.state for s in out.stages), key=severity)
+    return out
+
+
+def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], frames: list[Frame],
+                   episodes: list[Episode]) -> list[int]:
+    """The episodes the tail's requests arrived in or waited through (monotonic times made wall-clock)."""
+    if tail is None or not frames or not episodes:
+        return []
+    to_unix = frames[0].time_unix - frames[0].time_monotonic
+    members = [t for t in timelines if t.first_token is not None and t.first_token - t.arrival >= tail.threshold_s]
+    hit = set()
+    for t in members:
+        start, end = t.arrival + to_unix, t.first_token + to_unix
+        for i, ep in enumerate(episodes):
+            if ep.covers(start) or ep.covers(end) or (start <= ep.start_unix and ep.end_unix <= end):
+                hit.add(i)
+    return sorted(hit)
+
+
+def _rfc3339(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,39 @@
+"""The words every surface shares, written once: the stages and their order, the states, what each wait
+reason and time component is charged to, and each stage's runbook.
+
+The engine names its reasons (engine_hooks.engine.waits, engine_hooks.timeline, engine_hooks.attribution);
+charging them to a stage is the diagnosis's judgement, made here.
+"""
+
+from __future__ import annotations
+
+from engine_hooks import attribution
+from engine_hooks.engine import waits
+from engine_hooks.timeline import BEHIND_LONG_PREFILL, STEP_BOUNDARY
+
+KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
+STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
+STAGE_NAMES = {KV_CACHE: "KV cache", SCHEDULER: "scheduler", COLD_PATH: "cold path"}
+STATES = ("unknown", "ok", "warn", "firing")   # in order of severity
+
+# The stage a request's waiting time is charged to; None: no stage's fault (iteration-level scheduling).
+WAIT_STAGE: dict[str, str | None] = {
+    waits.NO_FREE_BLOCKS: KV_CACHE, waits.PREEMPTED: KV_CACHE,
+    waits.TOKEN_BUDGET: SCHEDULER, waits.MAX_NUM_SEQS: SCHEDULER, BEHIND_LONG_PREFILL: SCHEDULER,
+    waits.MODEL_LOADING: COLD_PATH,
+    STEP_BOUNDARY: None,
+}
+# ... and every component of a request's time (engine_hooks.attribution); None: the request's own compute.
+COMPONENT_STAGE: dict[str, str | None] = {
+    **WAIT_STAGE, attribution.RECOMPUTE: KV_CACHE, attribution.LOAD_SLOWDOWN: COLD_PATH, attribution.COMPUTE: None,
+}
+COMPONENT_NAMES = {**{k: k.replace("_", " ") for k in COMPONENT_STAGE}, waits.MODEL_LOADING: "model loads",
+                   attribution.RECOMPUTE: "recomputed prefill", attribution.LOAD_SLOWDOWN: "steps slowed by loads"}
+
+# The alert of each stage; its runbook is runbooks/<alert>.md
+STAGE_ALERTS = {KV_CACHE: "KVCacheStageFiring", SCHEDULER: "SchedulerStageFiring", COLD_PATH: "ColdPathStageFiring"}
+
+
+def stage_of(component: str) -> str | None:
+    """The stage a component is charged to; an unknown one (a newer engine's) is charged to none."""
+    return COMPONENT_STAGE.get(component)
