@@ -14,6 +14,8 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
     if d.unavailable:
         head += f" — {d.unavailable}"
     lines = [head]
+    if d.disagreement:
+        lines.append(f"note: {d.disagreement}")
     for s in d.stages:
         lines.append(f"\n[{_MARK[s.state]}] {s.stage}" + (f" since {s.since}" if s.since and s.state != "ok" else "")
                      + (f" (a consequence of {s.consequence_of})" if s.consequence_of else ""))

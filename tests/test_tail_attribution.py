@@ -162,3 +162,30 @@ def test_the_issues_cold_start_run_is_diagnosed_cold_path_with_its_tail_on_model
     assert result["diagnosis"]["root_stage"] == "cold_path" and result["diagnosis"]["verdict"] == "firing"
     assert any(e["stage"] == "cold_path" for e in run["episodes"]) and run["tail_episodes"]
     assert result["model_loads"] >= 1 and result["model_load_seconds_max"] > 0
+
+
+def test_live_the_root_is_the_stage_the_tail_blames_and_a_disagreement_is_said():
+    """Two stages firing; the window's tail is mostly model loads: the cold path is the root. Before the
+    cold path's state has caught up, the signals' root stands and the disagreement is said."""
+    from agent.diagnosis import diagnose
+    from agent.diagnosis.config import load_config
+
+    timelines = _population()
+    hol = dict(scheduler={"decided_wait_p99_s": 0.9, "head_of_line_share": 0.8, "waiting_share": 0.6,
+                          "wait_seconds_by_reason": {"behind_long_prefill": 4.0}})
+    frames = []
+    for t in range(8):
+        engine = engine_snapshot(**hol)
+        if t >= 2:     # the scheduler fired first; the slow requests arrive later
+            engine["window"]["tail"] = {"ttft": tail(timelines, "ttft"), "latency": tail(timelines, "latency")}
+        frames.append(frame(t, engine))
+    d = diagnose(frames)
+    assert d.stage("scheduler").state == d.stage("cold_path").state == "firing"
+    assert d.root_stage == "cold_path" and d.disagreement is None
+    # the first sample with the slow tail: the cold path has not yet held its level for `rise` samples
+    d = diagnose(frames[:3])
+    assert d.root_stage == "scheduler" and d.stage("cold_path").state == "ok"
+    assert d.disagreement.startswith("the window's P99 tail blames cold_path, the signals point at scheduler")
+    config = load_config(overrides=["cold_path_tail_share=0.3:0.99"])
+    d = diagnose(frames, config)
+    assert d.root_stage == "scheduler" and d.disagreement is None   # past its threshold, the tail blames no one

@@ -15,7 +15,8 @@ from collections import deque
 from agent.diagnosis.config import DiagnosisConfig, Threshold
 from agent.diagnosis.explain import explain
 from agent.diagnosis.model import RUNBOOKS, Diagnosis, Evidence, StageDiagnosis, severity
-from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, UNKNOWN, NotJudged, Signal
+from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, TAIL_SHARE, UNKNOWN, NotJudged, Signal, window_tail
+from agent.diagnosis.tail import Tail
 from agent.frame import Frame
 from agent.vocabulary import STAGES
 
@@ -151,8 +152,13 @@ class LiveDiagnosis:
         stages = [_stage_result(stage, self.trackers[stage], self.values, self.last, self.config) for stage in STAGES]
         _mark_consequences(stages, self.last)
         verdict = max((s.state for s in stages), key=severity)
-        return Diagnosis(verdict, _root(stages), stages, self.last.time_unix if self.last else None,
-                         self.unavailable)
+        blamed = _tail_blames(self.last, self.config)
+        root = _root(stages, blamed)
+        d = Diagnosis(verdict, root, stages, self.last.time_unix if self.last else None, self.unavailable)
+        if blamed is not None and blamed != root:
+            d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at {root or 'no stage'}: "
+                              f"{window_tail(self.last).sentence()}")
+        return d
 
 
 def stage_states(frames: list[Frame], config: DiagnosisConfig | None = None) -> list[tuple[float, dict]]:
@@ -190,13 +196,27 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
         scheduler.consequence_of = cause
 
 
-def _root(stages: list[StageDiagnosis]) -> str | None:
-    """The most severe stage that is not another's consequence; then the earliest; then the chain's order."""
+def blamed_stage(tail: Tail | None, config: DiagnosisConfig) -> str | None:
+    """The stage holding at least its tail-share firing threshold of a slow tail (the largest such), or None."""
+    if tail is None or not tail.slow:
+        return None
+    over = [s for s in STAGES if tail.share(s) >= (config.threshold(TAIL_SHARE.format(s)).firing or 1.0)]
+    return max(over, key=tail.share, default=None)
+
+
+def _tail_blames(frame: Frame | None, config: DiagnosisConfig) -> str | None:
+    return blamed_stage(window_tail(frame), config) if frame is not None else None
+
+
+def _root(stages: list[StageDiagnosis], blamed: str | None = None) -> str | None:
+    """The most severe stage that is not another's consequence, the one the P99 tail blames first among
+    equals; then the earliest; then the chain's order."""
     troubled = [s for s in stages if s.state in ("warn", "firing")]
     causes = [s for s in troubled if s.consequence_of is None] or troubled
     if not causes:
         return None
-    return min(causes, key=lambda s: (-severity(s.state), s.since_unix or 0.0, STAGES.index(s.stage))).stage
+    return min(causes, key=lambda s: (-severity(s.state), s.stage != blamed, s.since_unix or 0.0,
+                                      STAGES.index(s.stage))).stage
 
 
 def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame | None,

@@ -70,6 +70,7 @@ class Diagnosis:
     stages: list[StageDiagnosis]
     time_unix: float | None = None
     unavailable: str | None = None        # why there is no verdict (the engine is down, nothing observed)
+    disagreement: str | None = None       # the P99 tail blames another stage than the root the signals give
 
     def stage(self, name: str) -> StageDiagnosis:
         return next(s for s in self.stages if s.stage == name)
@@ -78,6 +79,8 @@ class Diagnosis:
         out = {"verdict": self.verdict, "root_stage": self.root_stage, "stages": [s.to_dict() for s in self.stages]}
         if self.unavailable:
             out["unavailable"] = self.unavailable
+        if self.disagreement:
+            out["disagreement"] = self.disagreement
         return out
 
     @property

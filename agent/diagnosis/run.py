@@ -12,13 +12,12 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from agent.diagnosis.config import DiagnosisConfig
-from agent.diagnosis.evaluate import LiveDiagnosis, threshold_level
+from agent.diagnosis.evaluate import LiveDiagnosis, blamed_stage, threshold_level
 from agent.diagnosis.explain import explain
 from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
 from agent.diagnosis.signals import SIGNALS_BY_ID, TAIL_SHARE
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame
-from agent.vocabulary import STAGES
 from engine_hooks.attribution import tail as tail_figures
 from engine_hooks.timeline import RequestTimeline
 
@@ -76,7 +75,7 @@ def judge_run(frames: list[Frame], timelines: list[RequestTimeline], config: Dia
     episodes = find_episodes(seen, config.window_s)
     tail = Tail.from_figures("ttft", tail_figures(timelines, "ttft", TAIL_QUANTILE))
     in_tail = _tail_episodes(tail, timelines, frames, episodes)
-    blamed = _blamed(tail, config)
+    blamed = blamed_stage(tail, config)
     if blamed is None:
         return RunDiagnosis(at_end, at_end, "end", tail, episodes, in_tail)
     base_index = _peak_index(seen, episodes, blamed)
@@ -122,14 +121,6 @@ def _pressure(e: Evidence | None) -> float:
     if signal is not None and signal.direction == "below":
         return e.warn / e.value if e.value > 0 else float("inf")
     return e.value / e.warn if e.warn > 0 else (float("inf") if e.value > 0 else 0.0)
-
-
-def _blamed(tail: Tail | None, config: DiagnosisConfig) -> str | None:
-    """The stage holding at least its tail-share firing threshold of a slow tail (the largest such)."""
-    if tail is None or not tail.slow:
-        return None
-    over = [s for s in STAGES if tail.share(s) >= (config.threshold(TAIL_SHARE.format(s)).firing or 1.0)]
-    return max(over, key=tail.share, default=None)
 
 
 def _peak_index(seen: list[Diagnosis], episodes: list[Episode], stage: str) -> int | None:

@@ -65,6 +65,8 @@ class VerdictStrip(RenderedLines):
                               f"{clock(last.time_unix if last else None)}", style="bold red"))
         shown = root or next((s for s in d.stages if s.state == "unknown"), None) or d.stages[0]
         lines.append(Text(shown.explanation, style="bold" if root else ""))
+        if d.disagreement:
+            lines.append(Text(f"⚠ {d.disagreement}", style="bold yellow"))
         actions = Text()
         if root is not None:
             actions.append(" ⏎ ", style="bold reverse")
