@@ -1,7 +1,7 @@
 """Host side of a node: per-core CPU busy and iowait, memory, and the engine process's threads.
 
 Threads in uninterruptible sleep (state D) are threads blocked on I/O or a driver call: the
-"threads blocked on data" signal of the cold path (STAGES.md).
+"threads blocked on data" signal of the cold path (docs/stages.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The NVML backend that replays a `stagelens-nvml/1` snapshot (DESIGN.md, "NVML snapshot format").
+"""The NVML backend that replays a `stagelens-nvml/1` snapshot (docs/design.md, "NVML snapshot format").
 
 Series advance one element per `begin_tick()` and hold their last element after the end. Errors
 are raised as pynvml's own NVMLError subclasses, so replay goes through the same error policy as

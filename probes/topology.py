@@ -1,8 +1,8 @@
 """The GPU topology matrix of `nvidia-smi topo -m`, with CPU/NUMA affinity and the link table.
 
-Matrix rule (DESIGN.md): NV# = active links from one GPU whose remote is the other; when both reach
-the NVSwitch fabric, NV# = the smaller count of their active switch links; otherwise the PCIe level
-of their common ancestor.
+Matrix rule (docs/design.md, "NVML snapshot format"): NV# = active links from one GPU whose remote is
+the other; when both reach the NVSwitch fabric, NV# = the smaller count of their active switch links;
+otherwise the PCIe level of their common ancestor.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def collect_topology(backend: NvmlBackend) -> Topology:
 
 
 def topology_json(backend: NvmlBackend) -> dict[str, Any]:
-    """The `topo --json` document of DESIGN.md."""
+    """The `topo --json` document (docs/design.md)."""
     return collect_topology(backend).to_dict()
 
 

@@ -1,4 +1,4 @@
-"""Diagnosis settings: thresholds (STAGES.md defaults), hysteresis and window, from a TOML file and flags.
+"""Diagnosis settings: thresholds (defaults in docs/stages.md), hysteresis and window, from a TOML file and flags.
 
     [diagnosis]
     window_s = 10        # frames the share-of-samples signals look back over

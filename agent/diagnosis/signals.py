@@ -1,4 +1,4 @@
-"""The signals of each stage (STAGES.md), with default thresholds, and how to read each from frames.
+"""The signals of each stage (docs/stages.md), with default thresholds, and how to read each from frames.
 
 A reader returns a number, `UNKNOWN` when the data is missing (no GPU, no engine, a collector that
 failed) or `NOT_APPLICABLE` when the situation it judges is absent (no model load to inflate steps,
@@ -213,7 +213,7 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure),
     Signal("step_time_inflation", COLD_PATH, "step-time inflation during model loads", "above", 1.20, 1.50, "ratio",
            step_time_inflation),
-    # "any" warns; "sustained" (STAGES.md) read as: on average 0.3 requests waiting through the window
+    # "any" warns; "sustained" (docs/stages.md) read as: on average 0.3 requests waiting through the window
     Signal("requests_waiting_on_model", COLD_PATH, "requests waiting on a model load", "above", 0.0, 0.3,
            "requests", requests_waiting_on_model),
     Signal("threads_blocked_on_data", COLD_PATH, "threads blocked on data", "above", 0.10, 0.25, "ratio",

@@ -1,4 +1,4 @@
-"""Prometheus exposition of frames and diagnoses (DESIGN.md conventions: `stagelens_` prefix, base units)."""
+"""Prometheus exposition of frames and diagnoses (docs/design.md, Conventions: `stagelens_` prefix, base units)."""
 
 from agent.metrics.exporter import MetricsExporter
 from agent.metrics.exposition import render

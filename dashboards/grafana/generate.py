@@ -33,7 +33,7 @@ STATES = [dm.ValueMap(options={
     "1": dm.ValueMappingResult(text="warn", color="orange", index=2),
     "2": dm.ValueMappingResult(text="firing", color="red", index=3)})]
 STATE_STEPS = ((None, "gray"), (0, "green"), (1, "orange"), (2, "red"))
-# The agent's default thresholds (agent/diagnosis/signals.py, STAGES.md): direction, warn, firing. The panels
+# The agent's default thresholds (agent/diagnosis/signals.py, docs/stages.md): direction, warn, firing. The panels
 # colour by these; the dashed lines are the thresholds the node's agent really uses (stagelens_signal_threshold),
 # which differ where an operator overrode them. tests/test_dashboard_grafana.py keeps these equal to the agent's.
 SIGNALS = {
@@ -261,7 +261,7 @@ def agent_row(b: Board) -> None:
 
 def build() -> db.Dashboard:
     d = (db.Dashboard("stagelens node").uid("stagelens-node").tags(["stagelens", "gpu", "llm-inference"])
-         .description("The three bottleneck stages of an LLM-inference node side by side (STAGES.md).")
+         .description("The three bottleneck stages of an LLM-inference node side by side (docs/stages.md).")
          .editable().refresh("30s").time("now-1h", "now").version(1)
          .with_variable(db.QueryVariable("instance").label("Node").datasource(DS)
                         .query({"query": "label_values(stagelens_frame_timestamp_seconds, instance)",

@@ -10,17 +10,16 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Markdown, Static
 
+from agent.runbooks import find_runbook, runbook_stem
+
 
 def load_runbook(name: str, directory: Path | None = None) -> tuple[str, str | None]:
-    """(path or name shown, Markdown text or None when there is no such runbook)."""
-    stem = Path(name).name.removesuffix(".md")
+    """(path or name shown, Markdown text or None when there is no such runbook); `directory` instead of
+    the installed runbooks (agent.runbooks)."""
+    stem = runbook_stem(name)
     if directory is None:
-        from agent.commands.runbook import runbook_path
-        from agent.errors import UserError
-
-        try:
-            path = runbook_path(stem)
-        except UserError:
+        path = find_runbook(stem)
+        if path is None:
             return f"runbooks/{stem}.md", None
     else:
         path = Path(directory) / f"{stem}.md"

@@ -1,0 +1,55 @@
+"""The runbooks: one Markdown file per alert, `runbooks/<AlertName>.md`, read as the `runbooks` package's data.
+
+The alert rules' `runbook_url`s point at that folder in the repository; the wheel carries the same files as
+package data, so `stagelens runbook NAME` and the TUI read them in any install (importlib.resources).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path, PurePath
+
+from agent.errors import UserError
+
+PACKAGE = "runbooks"
+
+
+def runbook_dir() -> Traversable:
+    """Where the runbooks are: the `runbooks` package's files."""
+    try:
+        return resources.files(PACKAGE)
+    except ModuleNotFoundError:
+        # An editable install made before runbooks/ became a package maps only agent, probes and
+        # engine_hooks: the runbooks are the checkout's folder beside agent/ (`make venv` refreshes it).
+        return Path(__file__).resolve().parents[1] / PACKAGE
+
+
+def runbooks() -> dict[str, Traversable]:
+    """Every runbook there is, by name (the alert's)."""
+    return {p.name.removesuffix(".md"): p for p in runbook_dir().iterdir() if p.name.endswith(".md") and p.is_file()}
+
+
+def find_runbook(name: str) -> Traversable | None:
+    """The runbook NAME (or NAME.md, or a path ending in it), or None. Looked up among the runbooks there
+    are: the name never becomes a path of its own, so no name (too long, a NUL, `..`) reaches the filesystem."""
+    return runbooks().get(runbook_stem(name))
+
+
+def runbook_stem(name: str) -> str:
+    return PurePath(name).name.removesuffix(".md")   # a pure path: no system call
+
+
+def runbook_path(name: str) -> Traversable:
+    """The runbook NAME; UserError naming the known ones when there is none."""
+    found = find_runbook(name)
+    if found is None:
+        stem = runbook_stem(name)
+        shown = stem if len(stem) <= 60 else stem[:57] + "..."
+        raise UserError(f"no runbook named {shown!r} (known: {', '.join(sorted(runbooks())) or 'none'})")
+    return found
+
+
+def read_runbook(name: str) -> str:
+    """The runbook NAME's Markdown text; UserError when there is none."""
+    return runbook_path(name).read_text(encoding="utf-8")

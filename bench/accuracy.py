@@ -1,0 +1,172 @@
+"""Accuracy: the run's diagnosis on a matrix of lab configurations (agent.benchmark.accuracy_matrix),
+each stage reached by several causes and healthy runs at several loads, each with several seeds.
+
+    python bench/accuracy.py [--quick] [--json] [--seeds N] [--only NAME,...]
+
+Prints the confusion matrix (expected root x diagnosed root), one line per run (so a miss can be read),
+then the figures beside their targets. Never pass/fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _report import emit  # noqa: E402  (bench/ is the script's own directory)
+
+from agent.benchmark.accuracy_matrix import CASES, MATRIX, QUICK  # noqa: E402
+from agent.commands.engine_flags import build_configs  # noqa: E402
+from agent.lab import run_lab  # noqa: E402
+from agent.vocabulary import STAGES  # noqa: E402
+
+NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine is judged
+NONE = "none"                  # healthy expected, or all-OK diagnosed
+EXPLODED = 5.0                 # a P99 TTFT this many times the P50 is one no verdict should call OK
+TARGETS = {"right_share": ">= 0.95", "healthy_firing_runs": "0", "exploded_but_ok_runs": "0"}
+ROWS = (*STAGES, NONE)
+COLUMNS = (*STAGES, NONE, "unknown", "error")
+
+
+def diagnosed(verdict: str, root: str | None) -> str:
+    """The column a run falls in: its root stage, none when all OK, unknown when nothing was judged."""
+    if verdict == "unknown":
+        return "unknown"
+    return root if verdict in ("warn", "firing") and root else NONE
+
+
+def run_one(case, seed: int, duration: float) -> dict:
+    engine_cfg, workload_cfg = build_configs({"duration": duration, "seed": seed}, case.flags)
+    out = {"config": case.name, "seed": seed, "expected": case.expected or NONE}
+    try:
+        result = run_lab(engine_cfg, workload_cfg, interval=1.0, diagnosis_config=None, nvml_snapshot=NVML_SNAPSHOT)
+    except Exception as exc:   # noqa: BLE001  one broken configuration must not end the matrix
+        return {**out, "diagnosed": "error", "verdict": "error", "root": None, "right": False,
+                "error": f"{type(exc).__name__}: {exc}"}
+    d, run, fig = result.diagnosis, result.run, result.figures
+    label = diagnosed(d.verdict, d.root_stage)
+    # healthy is right when no stage fires (a warn is allowed); a fault when its stage is named the root
+    right = d.verdict != "firing" if case.expected is None else label == case.expected
+    p50, p99 = fig.get("ttft_p50_s"), fig.get("ttft_p99_s")
+    return {**out, "diagnosed": label, "verdict": d.verdict, "root": d.root_stage, "right": right,
+            "stage_states": {s.stage: s.state for s in d.stages},
+            "basis": run.basis if run else None,
+            "tail": run.tail.sentence() if run and run.tail else None,
+            "tail_shares": run.tail.shares if run and run.tail else {},
+            "episodes": [_episode(e) for e in run.episodes] if run else [],
+            "at_end": f"{run.at_end.verdict} ({run.at_end.root_stage})" if run else None,
+            "ttft_p50_s": p50, "ttft_p99_s": p99, "latency_p99_s": fig.get("latency_p99_s"),
+            "requests_finished": fig.get("requests_finished"), "preemptions": fig.get("preemptions"),
+            "exploded": bool(p50 and p99 and p99 > EXPLODED * p50)}
+
+
+def _episode(e) -> str:
+    peak = f" peak {e.peak.signal}={e.peak.value:.3g}" if e.peak and e.peak.value is not None else ""
+    return f"{e.stage} {e.state} {e.end_unix - e.start_unix:.0f}s{' (open)' if e.open else ''}{peak}"
+
+
+def _ms(s: float | None) -> str:
+    return "-" if s is None else f"{s * 1000:.0f}ms"
+
+
+def run_line(r: dict) -> str:
+    mark = "ok  " if r["right"] else "MISS"
+    head = (f"{mark} {r['config']:<20} seed {r['seed']}  expected {r['expected']:<9} diagnosed {r['diagnosed']:<9} "
+            f"({r['verdict']})")
+    if "error" in r:
+        return f"{head}  {r['error']}"
+    return (f"{head} basis {r['basis']}  TTFT P50 {_ms(r['ttft_p50_s'])} P99 {_ms(r['ttft_p99_s'])}\n"
+            f"       tail: {r['tail'] or '-'}")
+
+
+def miss_detail(r: dict) -> str:
+    """What a misdiagnosed run said beyond its verdict: the episodes, the stages and the end's window."""
+    states = ", ".join(f"{k} {v}" for k, v in r.get("stage_states", {}).items())
+    episodes = "; ".join(r.get("episodes", [])) or "none"
+    return f"       stages: {states}; at end: {r.get('at_end')}\n       episodes: {episodes}"
+
+
+def confusion(runs: list[dict]) -> dict[str, dict[str, int]]:
+    table = {row: dict.fromkeys(COLUMNS, 0) for row in ROWS}
+    for r in runs:
+        table[r["expected"]][r["diagnosed"]] += 1
+    return table
+
+
+def confusion_text(table: dict[str, dict[str, int]]) -> str:
+    lines = ["expected \\ diagnosed  " + "".join(f"{c:>10}" for c in COLUMNS)]
+    for row in ROWS:
+        lines.append(f"{row:<22}" + "".join(f"{table[row][c]:>10}" for c in COLUMNS))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one seed, one configuration per stage and a healthy one")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--seeds", type=int, help="seeds per configuration [3; 1 with --quick]")
+    parser.add_argument("--only", help="comma-separated configuration names: " + ",".join(CASES))
+    args = parser.parse_args()
+    if args.only:
+        unknown = [n for n in args.only.split(",") if n not in CASES]
+        if unknown:
+            parser.error(f"--only: no configuration {', '.join(unknown)} (choose from {', '.join(CASES)})")
+        cases = [CASES[n] for n in args.only.split(",")]
+    else:
+        cases = [CASES[n] for n in QUICK] if args.quick else list(MATRIX)
+    seeds = args.seeds or (1 if args.quick else 3)
+    duration = 12.0 if args.quick else 20.0
+    # the table and run lines go to stdout before the figures, or to stderr when stdout is JSON
+    out = sys.stderr if args.json else sys.stdout
+
+    started = time.monotonic()
+    runs = []
+    for case in cases:
+        for seed in range(1, seeds + 1):
+            r = run_one(case, seed, duration)
+            runs.append(r)
+            print(run_line(r), file=sys.stderr, flush=True)   # progress: a long matrix shows its misses as it goes
+    wall = time.monotonic() - started
+
+    table = confusion(runs)
+    print("\nconfusion matrix (runs):\n" + confusion_text(table) + "\n", file=out)
+    print("runs:", file=out)
+    for r in runs:
+        print(run_line(r), file=out)
+        if not r["right"]:
+            print(miss_detail(r), file=out)
+    print(file=out, flush=True)
+
+    healthy = [r for r in runs if r["expected"] == NONE]
+    faults = [r for r in runs if r["expected"] != NONE]
+    figures: dict = {"runs": len(runs), "configurations": len(cases), "seeds": seeds, "duration_s": duration,
+                     "right_runs": sum(r["right"] for r in runs),
+                     "right_share": sum(r["right"] for r in runs) / len(runs) if runs else None,
+                     "right_share_target": TARGETS["right_share"]}
+    for stage in (*STAGES, NONE):
+        mine = [r for r in runs if r["expected"] == stage]
+        if mine:
+            figures[f"{stage}.right_share"] = sum(r["right"] for r in mine) / len(mine)
+    figures["fault_runs_right_and_firing"] = sum(r["right"] and r["verdict"] == "firing" for r in faults)
+    figures["fault_runs"] = len(faults)
+    figures["healthy_firing_runs"] = sum(r["verdict"] == "firing" for r in healthy)
+    figures["healthy_firing_runs_target"] = TARGETS["healthy_firing_runs"]
+    figures["healthy_warn_runs"] = sum(r["verdict"] == "warn" for r in healthy)
+    figures["exploded_but_ok_runs"] = sum(r.get("exploded", False) and r["verdict"] == "ok" for r in runs)
+    figures["exploded_but_ok_runs_target"] = TARGETS["exploded_but_ok_runs"]
+    figures["error_runs"] = sum(r["diagnosed"] == "error" for r in runs)
+    figures["wall_s"] = wall
+    for case in cases:
+        mine = [r for r in runs if r["config"] == case.name]
+        figures[f"{case.name}.right"] = f"{sum(r['right'] for r in mine)}/{len(mine)}"
+    if args.json:
+        figures["confusion"] = table
+        figures["per_run"] = runs
+    emit(figures, args.json)
+
+
+if __name__ == "__main__":
+    main()
