@@ -49,10 +49,15 @@ class AgentRuntime:
         except ValueError as exc:
             raise UserError(str(exc)) from None
         self.probe = NodeProbe(self.backend, pid=os.getpid())
-        self.sampler = Sampler(node_probe=self.probe, interval=interval, history=history)
+        self.lab_settings = lab
+        self.lab = None            # the hosted engine (agent.lab.host.EngineHost), when there is one
+        if lab is not None:
+            from agent.lab.host import EngineHost
+
+            self.lab = EngineHost()
+        self.sampler = Sampler(node_probe=self.probe, engine_source=self.lab, interval=interval, history=history)
         self.tracer = tracer
         self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
-        self.lab = None
         self._lock = threading.Lock()
         # The latest frame and its diagnosis, published together (one assignment): a scrape or an API call never
         # sees a new frame with the previous frame's diagnosis.
@@ -61,16 +66,21 @@ class AgentRuntime:
         self._trace_ids: OrderedDict[str, str] = OrderedDict()
         self._traceparents: OrderedDict[str, str] = OrderedDict()
         self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._publish]
-        if lab is not None:
-            from agent.lab_host import LabHost
-
-            self.lab = LabHost(lab, self.sampler)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        if self.lab:
-            self.lab.start()
+        if self.lab_settings:
+            self.start_lab(self.lab_settings.scenario)
         self.sampler.start()
+
+    def start_lab(self, scenario: str | None, overrides: dict | None = None) -> None:
+        """(Re)start the hosted engine with the base flags, a scenario's defaults (its workload then runs in
+        the background) and `overrides`. Settings that cannot run raise UserError before the running engine
+        is touched; its requests in flight get a grace to finish (agent.lab.host)."""
+        from agent.lab.settings import scenario_configs
+
+        engine_cfg, workload_cfg = scenario_configs(self.lab_settings.flags, scenario, overrides)
+        self.lab.start(engine_cfg, workload_cfg if scenario else None)
 
     def stop(self, grace_s: float = 0.0) -> None:
         """Requests in flight get `grace_s` to finish; the last frame's timelines are exported, then the

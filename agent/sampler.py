@@ -19,11 +19,11 @@ Listener = Callable[[Frame, list], None]   # (frame, request timelines finished 
 
 
 class Sampler:
-    def __init__(self, node_probe=None, recorder=None, interval: float = 1.0, history: int = 900) -> None:
+    def __init__(self, node_probe=None, engine_source=None, interval: float = 1.0, history: int = 900) -> None:
         if interval <= 0:
             raise ValueError(f"the sampling interval must be positive, got {interval}")
         self.node_probe = node_probe
-        self.recorder = recorder
+        self.engine_source = engine_source   # snapshot(now_monotonic) and recent_timelines(since): a recorder, a host
         self.interval = interval
         self.history: deque[Frame] = deque(maxlen=history)
         self.listeners: list[Listener] = []
@@ -47,11 +47,11 @@ class Sampler:
                 frame.collectors.extend(sample.get("collectors", []))
             except Exception as exc:  # a probe bug must not stop sampling
                 frame.collectors.append(_status("node", False, t, exc))
-        if self.recorder is not None:
+        if self.engine_source is not None:
             t = time.perf_counter()
             try:
-                frame.engine = self.recorder.snapshot(now_mono)
-                timelines = self.recorder.recent_timelines(since=self._last_timeline_end)
+                frame.engine = self.engine_source.snapshot(now_mono)
+                timelines = self.engine_source.recent_timelines(since=self._last_timeline_end)
                 if timelines:
                     self._last_timeline_end = max(tl.finished for tl in timelines)
                 frame.collectors.append(_status("engine", True, t))

@@ -1,4 +1,4 @@
-"""Accuracy: the run's diagnosis on a matrix of lab configurations (agent.benchmark.accuracy_matrix),
+"""Accuracy: the run's diagnosis on a matrix of lab configurations (agent.loadtest.accuracy_matrix),
 each stage reached by several causes and healthy runs at several loads, each with several seeds.
 
     python bench/accuracy.py [--quick] [--json] [--seeds N] [--only NAME,...]
@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.benchmark.accuracy_matrix import CASES, MATRIX, QUICK  # noqa: E402
-from agent.commands.engine_flags import build_configs  # noqa: E402
-from agent.lab import run_lab  # noqa: E402
+from agent.lab.run import run_lab  # noqa: E402
+from agent.lab.settings import build_configs  # noqa: E402
+from agent.loadtest.accuracy_matrix import CASES, MATRIX, QUICK  # noqa: E402
 from agent.vocabulary import STAGES  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine is judged

@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.lab import run_lab  # noqa: E402
+from agent.lab.run import run_lab  # noqa: E402
+from agent.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
 from engine_hooks.engine import EngineConfig  # noqa: E402
 from engine_hooks.engine.attention import describe_batch, describe_sequence, paged_attention  # noqa: E402
 from engine_hooks.engine.presets import PRESETS  # noqa: E402
-from engine_hooks.engine.workload import LengthDist, WorkloadConfig  # noqa: E402
 
 
 def _timed(fn, repeats: int) -> float:

@@ -35,20 +35,19 @@ def dead_collector(pairs: int, duration: float) -> dict:
     """The small engine in a closed loop, sampled every second, its timelines exported to a closed port."""
     import psutil
 
+    from agent.lab.host import EngineHost
+    from agent.lab.workload import LengthDist, WorkloadConfig
     from agent.sampler import Sampler
     from agent.tracing import TraceExporter
-    from engine_hooks import instrument, uninstrument
-    from engine_hooks.engine import EngineConfig, LLMEngine
-    from engine_hooks.engine.workload import LengthDist, WorkloadConfig, run_workload
+    from engine_hooks.engine import EngineConfig
 
     dead = f"http://127.0.0.1:{_free_port()}"
     cfg = EngineConfig(model="small", device="cpu", max_num_seqs=16)
     workload = WorkloadConfig(rate=None, concurrency=16, prompt_len=LengthDist("uniform", 16, 64),
                               output_len=LengthDist("uniform", 8, 24), duration=duration, warmup=1.0)
     rates = {"off": [], "dead": []}
-    engine = LLMEngine(cfg)
-    recorder = instrument(engine)
-    sampler = Sampler(recorder=recorder, interval=1.0)
+    host = EngineHost()
+    sampler = Sampler(engine_source=host, interval=1.0)
     tracer = TraceExporter.from_env({"exporter": "otlp-http", "endpoint": dead, "max_queue_size": 2048,
                                      "export_timeout_s": 0.5})
     exporting = {"on": False}
@@ -60,18 +59,17 @@ def dead_collector(pairs: int, duration: float) -> dict:
 
     sampler.listeners.append(export)
     process = psutil.Process()
-    engine.start()
+    host.start(cfg)
     sampler.start()
     rss = [process.memory_info().rss]
     for i in range(pairs):
         for mode in (("off", "dead") if i % 2 == 0 else ("dead", "off")):
             exporting["on"] = mode == "dead"
-            run = run_workload(engine, workload)
+            run = host.run(workload)
             rates[mode].append(run.window_tokens / run.window_s)
             rss.append(process.memory_info().rss)
     sampler.stop()
-    engine.stop()
-    uninstrument(engine)
+    host.stop()
     tracer.flush(1.0)
     stats = tracer.stats()
     tracer.shutdown(1.0)

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine_hooks.engine.summary import percentile
+from engine_hooks.stats import percentile
 from engine_hooks.timeline import RequestTimeline
 
 RECOMPUTE = "recompute"

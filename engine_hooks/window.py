@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 
 from engine_hooks.attribution import tail
-from engine_hooks.engine.summary import percentile
 from engine_hooks.reference import reference_at
+from engine_hooks.stats import percentile
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, RequestTimeline
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.benchmark.point import Point, with_diagnosis
-from agent.benchmark.remote import metric_value
 from agent.cli import main
+from agent.loadtest.point import Point, with_diagnosis
+from agent.loadtest.remote import metric_value
 from tests.test_serve_api import DGX, _free_port, _wait
 
 COUNTER = "stagelens_scheduler_finished_requests_total"

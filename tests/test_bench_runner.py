@@ -2,10 +2,10 @@
 
 import io
 
-from agent.benchmark.point import Point
-from agent.benchmark.progress import ProgressBar
-from agent.benchmark.runner import KneeRule, run_stress, run_sweep
-from agent.benchmark.variables import VARIABLES, next_load
+from agent.loadtest.point import Point
+from agent.loadtest.progress import ProgressBar
+from agent.loadtest.runner import KneeRule, run_stress, run_sweep
+from agent.loadtest.variables import VARIABLES, next_load
 
 
 def saturating(capacity: float):

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from frame_builders import engine_snapshot, frame, series
 
-from agent.commands.engine_flags import build_configs
 from agent.diagnosis import DiagnosisConfig, diagnose, load_config
 from agent.diagnosis.config import Threshold, apply_document
 from agent.diagnosis.model import VERDICT_EXIT, Diagnosis
 from agent.errors import EXIT_CRITICAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, UserError
-from agent.scenarios import SCENARIOS
+from agent.lab.scenarios import SCENARIOS
+from agent.lab.settings import build_configs
+from agent.lab.workload import LengthDist
 from agent.tui.local_source import ENDLESS_S
 from engine_hooks.engine.config import MAX_TOKENS
-from engine_hooks.engine.workload import LengthDist
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
 ROOT = Path(__file__).resolve().parents[1]

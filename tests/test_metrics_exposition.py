@@ -47,7 +47,7 @@ def lab_frames(model_dir, snapshot=DGX, ticks=2, allocator="contiguous", prompts
         frames, timelines = [], []
         exporter = MetricsExporter(lambda: frames[-1], lambda: diagnose(frames),
                                    trace_id_for=lambda timeline: (trace_ids or {}).get(timeline.request_id))
-        sampler = Sampler(node_probe=NodeProbe(open_backend(snapshot), pid=os.getpid()), recorder=rec)
+        sampler = Sampler(node_probe=NodeProbe(open_backend(snapshot), pid=os.getpid()), engine_source=rec)
         sampler.listeners.append(lambda frame, finished: (frames.append(frame), timelines.extend(finished)))
         sampler.listeners.append(exporter.on_frame)
         for _ in range(ticks):

@@ -5,10 +5,10 @@ Runs the `small` model on the CPU for 12 s a run: the scenarios need real step t
 
 import pytest
 
-from agent.commands.engine_flags import build_configs
-from agent.commands.lab import fix_flags
-from agent.lab import run_lab
-from agent.scenarios import SCENARIOS
+from agent.lab.fixes import fix_flags
+from agent.lab.run import run_lab
+from agent.lab.scenarios import SCENARIOS
+from agent.lab.settings import build_configs
 
 DURATION = 12.0
 

@@ -1,4 +1,5 @@
-"""The engine and workload flags, shared by `lab`, `serve --engine lab` and `bench`.
+"""The engine and workload flags, shared by `lab`, `serve --engine lab`, `record`, `tui` and `bench`;
+the settings they build are agent/lab/settings.py's.
 
 Named like vLLM's and the report's. Every default is None here, so a scenario can supply its own
 and whatever the user typed wins over both.
@@ -8,19 +9,10 @@ from __future__ import annotations
 
 import click
 
-from agent.errors import UserError
+from agent.lab.settings import BOUNDS
 from agent.numbers import Number
-from engine_hooks.engine.config import ALLOCATORS, DTYPES, ENGINE_BOUNDS, POLICIES, ConfigError, EngineConfig
+from engine_hooks.engine.config import ALLOCATORS, DTYPES, POLICIES
 from engine_hooks.engine.presets import PRESETS
-from engine_hooks.engine.workload import WORKLOAD_BOUNDS, LengthDist, WorkloadConfig
-
-ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
-                 "long_prefill_token_threshold",
-                 "num_preload_models", "max_resident_models", "allocator", "policy", "max_model_len",
-                 "kv_cache_memory", "device", "dtype", "seed", "model_dir")
-WORKLOAD_FIELDS = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
-                   "models", "duration", "seed", "temperature")
-BOUNDS = {**ENGINE_BOUNDS, **WORKLOAD_BOUNDS}
 
 
 def _numeric(flag: str, help: str):
@@ -68,21 +60,3 @@ def engine_options(func):
     for option in reversed(_OPTIONS):
         func = option(func)
     return func
-
-
-def build_configs(flags: dict, defaults: dict | None = None) -> tuple[EngineConfig, WorkloadConfig]:
-    """Engine and workload configs from (scenario) defaults overlaid with the flags the user gave."""
-    values = dict(defaults or {})
-    values.update({k: v for k, v in flags.items() if v is not None})
-    try:
-        engine = EngineConfig(**{k: values[k] for k in ENGINE_FIELDS if k in values})
-        workload_values = {k: values[k] for k in WORKLOAD_FIELDS if k in values}
-        for key in ("prompt_len", "output_len"):
-            if isinstance(workload_values.get(key), str):
-                workload_values[key] = LengthDist.parse(workload_values[key], "--" + key.replace("_", "-"))
-        if workload_values.get("concurrency") is not None and flags.get("rate") is None:
-            workload_values["rate"] = None
-        workload = WorkloadConfig(**workload_values)
-    except ConfigError as exc:
-        raise UserError(str(exc)) from None
-    return engine, workload

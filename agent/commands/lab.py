@@ -12,9 +12,11 @@ import threading
 import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.commands.engine_flags import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs, engine_options
+from agent.commands.engine_flags import engine_options
 from agent.commands.sampling_flags import interval_option
-from agent.scenarios import SCENARIOS
+from agent.lab.fixes import as_flags, fix_flags
+from agent.lab.scenarios import SCENARIOS
+from agent.lab.settings import build_configs
 
 
 @click.command()
@@ -35,7 +37,7 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     dconfig = diagnosis_config(config_path, thresholds)
     engine_cfg, workload_cfg = build_configs(flags, defaults)
 
-    from agent.lab import run_lab  # imports torch: only once the flags are known to be good
+    from agent.lab.run import run_lab  # imports torch: only once the flags are known to be good
     from agent.record import BundleWriter
 
     snapshot = (ctx.obj or {}).get("nvml_snapshot")
@@ -61,37 +63,13 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     return 0
 
 
-def fix_flags(diagnosis) -> dict:
-    """The engine settings the diagnosis recommends, root stage first (its advice wins a conflict)."""
-    order = sorted(diagnosis.stages, key=lambda s: s.stage != diagnosis.root_stage)
-    applied: dict = {}
-    for stage in reversed(order):
-        if stage.state in ("warn", "firing"):
-            for rec in reversed(stage.recommendations):
-                applied.update(rec.flags)
-    return {k: v for k, v in applied.items() if k in ENGINE_FIELDS or k in WORKLOAD_FIELDS}
-
-
-def _as_flags(applied: dict) -> str:
-    parts = []
-    for key, value in applied.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            parts.append(flag)
-        elif value is False:
-            parts.append("--no-" + flag[2:])
-        else:
-            parts.append(f"{flag} {value}")
-    return " ".join(parts) or "(nothing to apply)"
-
-
 def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
     from agent.commands.lab_config import config_dict
 
     out = {"scenario": scenario, "config": config_dict(engine_cfg, workload_cfg), **before.figures,
            "diagnosis": before.diagnosis.to_dict(), "run": before.run.to_dict()}
     if after is not None:
-        out["fixed"] = {"applied": applied, "applied_flags": _as_flags(applied),
+        out["fixed"] = {"applied": applied, "applied_flags": as_flags(applied),
                         "config": config_dict(after.engine, after.workload), **after.figures,
                         "diagnosis": after.diagnosis.to_dict()}
     return out
@@ -108,7 +86,7 @@ def _text(spec, before, after, applied) -> str:
     parts.append("\n" + render_run(before.run))
     parts.append("\n" + render_diagnosis(before.diagnosis, verbose=False))
     if after is not None:
-        parts.append(f"\napplied: {_as_flags(applied)}\n")
+        parts.append(f"\napplied: {as_flags(applied)}\n")
         parts.append(render_before_after(before.figures, after.figures, _verdict(before.diagnosis),
                                          _verdict(after.diagnosis)))
     return "\n".join(parts)

@@ -13,9 +13,10 @@ from contextlib import contextmanager
 
 import click
 
-from agent.commands.engine_flags import build_configs, engine_options
+from agent.commands.engine_flags import engine_options
 from agent.commands.sampling_flags import interval_option
-from agent.scenarios import SCENARIOS
+from agent.lab.scenarios import SCENARIOS
+from agent.lab.settings import build_configs
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -28,7 +29,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.pass_context
 def record(ctx: click.Context, out_path: str, scenario: str | None, interval: float, **flags) -> int:
     """Record frames and request timelines of the lab engine to a bundle that `--replay` reads."""
-    from agent.lab import run_lab
+    from agent.lab.run import run_lab
     from agent.record import BundleWriter
 
     engine_cfg, workload_cfg = build_configs(flags, SCENARIOS[scenario].defaults if scenario else {})

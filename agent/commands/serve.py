@@ -10,8 +10,8 @@ from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
 from agent.commands.engine_flags import engine_options
 from agent.commands.sampling_flags import interval_option
 from agent.errors import UserError
+from agent.lab.scenarios import SCENARIOS
 from agent.numbers import Number
-from agent.scenarios import SCENARIOS
 
 EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 
@@ -64,9 +64,9 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | Non
         raise UserError("--scenario needs --engine lab")
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario) if engine_kind == "lab" else None
     if lab:
-        from agent.commands.engine_flags import build_configs
+        from agent.lab.settings import scenario_configs
 
-        build_configs(lab.flags, SCENARIOS[scenario].defaults if scenario else {})   # bad flags fail now, not later
+        scenario_configs(lab.flags, scenario)   # bad flags fail now, not later
     sock = listen_socket(host, port)
     runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval, (ctx.obj or {}).get("nvml_snapshot"),
                            lab=lab, vllm_names=vllm_metric_names, request_timeout=request_timeout,

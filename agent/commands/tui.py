@@ -14,8 +14,8 @@ from agent.commands.sampling_flags import interval_option
 from agent.diagnosis import DiagnosisConfig, load_config
 from agent.diagnosis.config import apply_document
 from agent.errors import CollectError, UserError
+from agent.lab.scenarios import SCENARIOS
 from agent.remote import check_url, get_json
-from agent.scenarios import SCENARIOS
 
 
 @click.command()

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.errors import UserError
-from agent.scenarios import SCENARIOS
+from agent.lab.scenarios import SCENARIOS
 from agent.server.auth import require_token
 
 router = APIRouter(dependencies=[Depends(require_token)], tags=["control"])
@@ -30,12 +30,12 @@ def start_scenario(body: ScenarioStart, request: Request) -> dict:
         raise HTTPException(422, f"unknown scenario {body.name!r}; known: {', '.join(SCENARIOS)}")
     applied = {}
     if body.fixed:
-        from agent.commands.lab import fix_flags
+        from agent.lab.fixes import fix_flags
 
         d = runtime.latest_diagnosis()
         applied = fix_flags(d) if d else {}
     try:
-        runtime.lab.start(body.name, applied)
+        runtime.start_lab(body.name, applied)
     except UserError as exc:   # the running engine was not touched
         what = f"the fix {applied} for scenario {body.name!r}" if applied else f"scenario {body.name!r}"
         raise HTTPException(409, f"cannot start {what}: {exc}") from None

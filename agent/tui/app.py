@@ -220,7 +220,7 @@ class StagelensApp(App[int]):
         self.open_runbook(d.stage(d.root_stage).runbook)
 
     def open_runbook(self, path: str) -> None:
-        self.push_screen(RunbookScreen(path.rsplit("/", 1)[-1], self.runbook_dir))
+        self.push_screen(RunbookScreen(path, self.runbook_dir))
 
     def screenshot_name(self) -> str:
         last = self.state.last
@@ -239,18 +239,18 @@ class StagelensApp(App[int]):
         self.notify(f"screenshot saved: {path}", timeout=6)
 
     def action_apply_fix(self) -> None:
-        from agent.commands.lab import _as_flags, fix_flags
+        from agent.lab.fixes import as_flags, fix_flags
 
         d = self.state.diagnosis
         flags = fix_flags(d) if d is not None else {}
         if not self.source.can_fix:
-            hint = f" — the recommended engine flags: {_as_flags(flags)}" if flags else ""
+            hint = f" — the recommended engine flags: {as_flags(flags)}" if flags else ""
             self.notify(f"apply fix works with the local lab engine only{hint}", severity="warning", timeout=6)
             return
         if not flags:
             self.notify("nothing to apply: no stage recommends an engine setting", timeout=4)
             return
-        text = _as_flags(flags)
+        text = as_flags(flags)
         self.state.mark_fix(flags, text)
         self.source.apply_fix(flags)
         self.notify(f"restarting the engine with {text}", timeout=6)

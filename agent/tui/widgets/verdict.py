@@ -6,23 +6,21 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.tui.fmt import STAGE_NAMES, STATE_COLOR, STATE_MARK, STATE_STYLE, clock
+from agent.runbooks import runbook_stem
+from agent.tui.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock
 from agent.tui.state import TuiState
 from agent.tui.widgets.lines import RenderedLines
-
-
-def runbook_name(path: str) -> str:
-    return path.rsplit("/", 1)[-1].removesuffix(".md")
+from agent.vocabulary import STAGE_NAMES
 
 
 def fix_text(state: TuiState) -> str | None:
     """The engine flags the diagnosis recommends, as typed on a command line; None when there are none."""
-    from agent.commands.lab import _as_flags, fix_flags
+    from agent.lab.fixes import as_flags, fix_flags
 
     if state.diagnosis is None or state.diagnosis.verdict not in ("warn", "firing"):
         return None
     flags = fix_flags(state.diagnosis)
-    return _as_flags(flags) if flags else None
+    return as_flags(flags) if flags else None
 
 
 class VerdictStrip(RenderedLines):
@@ -70,7 +68,7 @@ class VerdictStrip(RenderedLines):
         actions = Text()
         if root is not None:
             actions.append(" ⏎ ", style="bold reverse")
-            actions.append(f" runbook {runbook_name(root.runbook)}  ")
+            actions.append(f" runbook {runbook_stem(root.runbook)}  ")
             fix = fix_text(state) if info.get("can_fix") else None
             if fix:
                 actions.append(" f ", style="bold reverse")

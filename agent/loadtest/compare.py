@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.benchmark.results import Results
-from agent.benchmark.variables import label
 from agent.errors import UserError
+from agent.loadtest.results import Results
+from agent.loadtest.variables import label
 
 
 @dataclass

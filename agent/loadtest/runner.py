@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from agent.benchmark.knee import Knee, find_knee
-from agent.benchmark.point import Point
-from agent.benchmark.progress import ProgressBar
-from agent.benchmark.variables import Variable, label, next_load
+from agent.loadtest.knee import Knee, find_knee
+from agent.loadtest.point import Point
+from agent.loadtest.progress import ProgressBar
+from agent.loadtest.variables import Variable, label, next_load
 
 Measure = Callable[[object], Point]
 

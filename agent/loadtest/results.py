@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.benchmark.knee import Knee
-from agent.benchmark.point import Point
 from agent.errors import UserError
+from agent.loadtest.knee import Knee
+from agent.loadtest.point import Point
 
 FORMAT = "stagelens-bench/1"
 

@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from agent.benchmark.point import Point
+from agent.loadtest.point import Point
 
 
 def _ms(seconds: float | None) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.benchmark.loadgen import LoadOptions, LoadRun, generate_load
-from agent.benchmark.point import Point, with_diagnosis
-from agent.benchmark.stats import Sample, in_window, window_figures
+from agent.loadtest.loadgen import LoadOptions, LoadRun, generate_load
+from agent.loadtest.point import Point, with_diagnosis
+from agent.loadtest.stats import Sample, in_window, window_figures
 
 BUSY_COUNTER = "stagelens_scheduler_busy_seconds_total"
 

@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from engine_hooks.engine.workload import PlannedRequest, WorkloadConfig, WorkloadPlan
+from agent.lab.workload import PlannedRequest, WorkloadConfig, WorkloadPlan
 
 
 @dataclass

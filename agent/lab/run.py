@@ -1,4 +1,4 @@
-"""The lab: the bundled engine on a workload with hooks, sampler and diagnosis, end to end."""
+"""A lab run: the bundled engine hosted (agent.lab.host) on one workload, sampled, and the whole run judged."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from agent.diagnosis.model import Diagnosis
 from agent.diagnosis.run import RunDiagnosis, judge_run
 from agent.errors import CollectError
 from agent.frame import Frame
+from agent.lab.host import EngineHost
+from agent.lab.summary import summarize
+from agent.lab.workload import WorkloadConfig
 from agent.sampler import Sampler
-from engine_hooks import instrument, uninstrument
 from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
-from engine_hooks.engine.summary import percentile, summarize
-from engine_hooks.engine.workload import WorkloadConfig, run_workload
+from engine_hooks.stats import percentile
 from probes.sample import NodeProbe, open_backend
 
 
@@ -74,34 +75,32 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose.
     Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written); the requests in
     flight still finish and the last frame is taken, as at the end of the duration."""
-    engine = LLMEngine(engine_cfg)
-    recorder = instrument(engine)
+    host = EngineHost()
     probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
-    sampler = Sampler(node_probe=probe, recorder=recorder, interval=interval)
+    sampler = Sampler(node_probe=probe, engine_source=host, interval=interval)
     sampler.listeners.extend(listeners)
-    engine.start()
+    engine = host.start(engine_cfg)
     line = ProgressLine(engine, workload_cfg.duration) if progress else None
     started = time.time()
     sampler.start()
     try:
-        run = run_workload(engine, workload_cfg, on_progress=line, stop=stop)
+        run = host.run(workload_cfg, on_progress=line, stop=stop)
     except EngineStopped as exc:     # its loop died: every request has already failed with the reason
         raise CollectError(f"the lab engine stopped serving: {exc}") from None
     finally:
         sampler.stop()
         sampler.tick()          # one last frame with the drained state
-        engine.stop()
-        uninstrument(engine)
+        host.stop()
         probe.close()
         if line:
             line.close()
     frames = sampler.frames()
     figures = summarize(run.requests, run.elapsed, run.window_s, run.window_tokens)
-    figures.update(_engine_figures(engine, recorder, run.elapsed))
+    figures.update(_engine_figures(engine, host.recorder, run.elapsed))
     # The windows are judged on the loaded engine, as the report's steady-state method: the drain is left out;
     # the tail is every request's, as the P99 printed is.
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
-    judged = judge_run(loaded, recorder.recent_timelines(), diagnosis_config)
+    judged = judge_run(loaded, host.recent_timelines(), diagnosis_config)
     return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged)
 
 

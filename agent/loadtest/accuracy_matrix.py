@@ -1,7 +1,7 @@
 """The lab configurations the diagnosis is judged on: each stage reached by several different causes,
 and healthy runs at several loads, where nothing should fire.
 
-Each entry is `lab` flags over a base, as `stagelens lab` builds them (agent.commands.engine_flags).
+Each entry is `lab` flags over a base, as `stagelens lab` builds them (agent.lab.settings).
 The scenarios that already reproduce a stage are taken as they are, so a fact lives in one place.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.scenarios import SCENARIOS
+from agent.lab.scenarios import SCENARIOS
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
 

@@ -1,0 +1,110 @@
+"""`EngineHost`: the bundled engine hosted in this process — built from a configuration, instrumented, its
+flight recorder the engine source a `Sampler` reads, driven by a workload, restarted with other settings
+and stopped cleanly.
+
+`stagelens lab` (a run judged end to end), `serve --engine lab` (the engine behind /v1/completions, a
+scenario's workload in the background), the TUI's local mode and bench/ all host the engine through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+
+from agent.lab.workload import WorkloadConfig, WorkloadRun, run_workload
+from engine_hooks import instrument, uninstrument
+from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
+
+log = logging.getLogger(__name__)
+RESTART_GRACE_S = 5.0      # requests in flight get this long to finish before a restart aborts them
+DRAIN_S = 5.0              # a background workload told to stop waits this long for its requests
+JOIN_S = 40.0              # ... and its thread this long (its drain, then the engine's grace)
+
+
+class EngineHost:
+    def __init__(self) -> None:
+        self.engine: LLMEngine | None = None
+        self.recorder = None       # the flight recorder of the engine hosted now, or of the last one stopped
+        self._workload: threading.Thread | None = None
+        self._stop_workload = threading.Event()
+        self._lock = threading.Lock()
+
+    # --- the sampler's engine source ---------------------------------------------------------------------
+    def snapshot(self, now_monotonic: float) -> dict:
+        """The engine snapshot (docs/snapshot.md) of the hosted engine; after a stop, of the last one."""
+        recorder = self.recorder
+        if recorder is None:
+            raise RuntimeError("no engine has been started")
+        return recorder.snapshot(now_monotonic)
+
+    def recent_timelines(self, since: float | None = None) -> list:
+        recorder = self.recorder
+        return [] if recorder is None else recorder.recent_timelines(since=since)
+
+    def trouble(self) -> str | None:
+        """Why the hosted engine does not serve, or None."""
+        engine = self.engine
+        if engine is None:
+            return "the lab engine is not running (restarting or stopped)"
+        if engine.failure is not None:
+            return f"the lab engine is down: {engine.failure}"
+        return None if engine.serving else "the lab engine is stopping"
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    def start(self, engine_cfg: EngineConfig, workload: WorkloadConfig | None = None, repeat: bool = False,
+              grace_s: float = RESTART_GRACE_S) -> LLMEngine:
+        """(Re)start with `engine_cfg`. An engine already hosted stops first: its requests in flight get
+        `grace_s` to finish, then end with reason `abort` (their clients get an answer). With `workload`,
+        the engine is driven in the background, round after round with the next seed when `repeat`."""
+        with self._lock:
+            self._stop_current(grace_s)
+            engine = LLMEngine(engine_cfg)
+            self.recorder = instrument(engine)
+            engine.start()
+            self.engine = engine
+            if workload is not None:
+                self._stop_workload = threading.Event()
+                args = (engine, workload, repeat, self._stop_workload)
+                self._workload = threading.Thread(target=self._drive, args=args, name="stagelens-workload", daemon=True)
+                self._workload.start()
+            return engine
+
+    def run(self, workload: WorkloadConfig, on_progress=None, stop: threading.Event | None = None) -> WorkloadRun:
+        """Drive the hosted engine with `workload` on this thread until its requests have finished.
+        Raises EngineStopped when the engine's loop died (every request has already failed with the reason)."""
+        if self.engine is None:
+            raise EngineStopped("no engine is hosted")
+        return run_workload(self.engine, workload, on_progress=on_progress, stop=stop)
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Stop the background workload and the engine (requests in flight get `grace_s`); the recorder stays
+        readable, so one last snapshot shows the drained state."""
+        with self._lock:
+            self._stop_current(grace_s)
+
+    def _stop_current(self, grace_s: float) -> None:
+        self._stop_workload.set()
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.stop(grace_s)        # what is still in flight ends now, so the workload's drain returns
+        if self._workload is not None:
+            self._workload.join(timeout=JOIN_S)
+            self._workload = None
+        if engine is not None:
+            uninstrument(engine)
+
+    def _drive(self, engine: LLMEngine, workload: WorkloadConfig, repeat: bool, stop: threading.Event) -> None:
+        round_ = 0
+        try:
+            while not stop.is_set():
+                cfg = dataclasses.replace(workload, seed=workload.seed + round_) if round_ else workload
+                run_workload(engine, cfg, stop=stop, drain_timeout=DRAIN_S)
+                round_ += 1
+                if not repeat:
+                    return
+        except EngineStopped:       # stopped under the workload (a restart, the end): nothing to report
+            if not stop.is_set():
+                log.warning("the lab engine stopped under its workload: %s", engine.failure)
+        except Exception:           # the API keeps serving even if a scenario's workload breaks
+            log.exception("the scenario workload stopped")
