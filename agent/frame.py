@@ -1,14 +1,16 @@
 """`Frame`: one sampling tick — the node sample, the engine snapshot and how each collector fared.
 
 The sampler makes frames; diagnosis, the Prometheus collector, the HTTP API, the TUI and
-record/replay all read them. Plain data, JSON-serialisable, versioned.
+record/replay all read them. Plain data, JSON-serialisable, versioned. The engine snapshot is typed
+(engine_hooks.snapshot, which reads and checks its JSON); the node sample stays the probe's JSON.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from agent.numbers import is_finite_number, shown
+from engine_hooks.snapshot import EngineSnapshot, SnapshotError, Window
 
 FRAME_VERSION = 1
 MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show
@@ -30,12 +32,14 @@ class Frame:
     time_monotonic: float
     node: str
     node_sample: dict | None = None       # probes.sample.NodeSample.to_dict(), or None when not probed
-    engine: dict | None = None            # the engine snapshot (stagelens-engine/1), or None without an engine
+    engine: EngineSnapshot | None = None  # the engine snapshot (stagelens-engine/1), or None without an engine
     collectors: list[dict] = field(default_factory=list)   # {name, success, duration_seconds, error}
     version: int = FRAME_VERSION
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(replace(self, engine=None))
+        out["engine"] = self.engine.to_dict() if self.engine is not None else None
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Frame:
@@ -49,12 +53,14 @@ class Frame:
             raise FrameError(f"frame lacks {', '.join(missing)}")
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         _check_shape(known)
+        if known.get("engine") is not None:
+            known["engine"] = _read_engine(known["engine"])
         return cls(**known)
 
     # --- convenient readers; None when the frame lacks the data -------------------------------------
     @property
-    def window(self) -> dict | None:
-        return self.engine.get("window") if self.engine else None
+    def window(self) -> Window | None:
+        return self.engine.window if self.engine is not None else None
 
     def gpus(self) -> list[dict]:
         if not self.node_sample:
@@ -64,7 +70,7 @@ class Frame:
 
 def _check_shape(data: dict) -> None:
     """What the readers of a frame rely on without looking: finite times, objects where they index by
-    key, lists where they iterate, numbers where the diagnosis computes; the rest is left to its reader."""
+    key, lists where they iterate; the rest is left to its reader (the engine snapshot to its type's)."""
     for key in ("time_unix", "time_monotonic"):
         _check_number(data[key], key)
     if not 0 <= data["time_unix"] < MAX_TIME_UNIX:
@@ -77,26 +83,16 @@ def _check_shape(data: dict) -> None:
         _check_items(node.get("gpus"), "node_sample.gpus", optional=True)
         _check(node.get("host"), "node_sample.host", dict, optional=True)
     _check(engine, "engine", dict, optional=True)
-    if engine is not None:      # what the diagnosis reads by key and computes with (agent/diagnosis/)
-        _check(engine.get("engine"), "engine.engine", dict)
-        _check(engine["engine"].get("device"), "engine.engine.device", str)
-        _check_numbers(engine.get("counters"), "engine.counters")
-        window = engine.get("window")
-        _check(window, "engine.window", dict)
-        _check_number(window.get("span_s"), "engine.window.span_s")
-        for section in ("kv", "scheduler", "cold_path"):
-            figures = window.get(section)
-            _check(figures, f"engine.window.{section}", dict)
-            for key, value in figures.items():     # a list or an object is its own reader's to judge
-                if isinstance(value, str | bool):
-                    raise FrameError(f"engine.window.{section}.{key}: must be a number or null, got {shown(value)}")
-        _check_numbers(window["scheduler"].get("wait_seconds_by_reason", {}),
-                       "engine.window.scheduler.wait_seconds_by_reason")
-        lengths = window["kv"].get("sequence_lengths") or []
-        if not isinstance(lengths, list) or not all(is_finite_number(n) for n in lengths):
-            raise FrameError(f"engine.window.kv.sequence_lengths: must be a list of numbers, got {shown(lengths)}")
     if "collectors" in data:
         _check_items(data["collectors"], "collectors")
+
+
+def _read_engine(data: dict) -> EngineSnapshot:
+    """The typed snapshot, checked by engine_hooks.snapshot: its error named from the frame down."""
+    try:
+        return EngineSnapshot.from_dict(data)
+    except SnapshotError as exc:
+        raise FrameError(f"engine.{exc}") from None
 
 
 def _check(value, where: str, kind: type, optional: bool = False) -> None:
@@ -108,13 +104,6 @@ def _check(value, where: str, kind: type, optional: bool = False) -> None:
 def _check_number(value, where: str) -> None:
     if not is_finite_number(value):
         raise FrameError(f"{where}: must be a finite number, got {shown(value)}")
-
-
-def _check_numbers(value, where: str) -> None:
-    """An object of counts or seconds by name."""
-    _check(value, where, dict)
-    for key, item in value.items():
-        _check_number(item, f"{where}.{key}")
 
 
 def _check_items(value, where: str, optional: bool = False) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent.diagnosis.model import Diagnosis
+from agent.runbooks import runbook_stem
 
 _MARK = {"firing": "FIRING", "warn": "warn", "ok": "ok", "unknown": "unknown", "info": "info"}
 
@@ -28,7 +29,7 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
         for r in s.recommendations if s.state in ("warn", "firing") else []:
             lines.append(f"  -> {r.text}")
         if s.state in ("warn", "firing"):
-            lines.append(f"  runbook: {s.runbook}  (stagelens runbook {s.runbook.split('/')[-1].removesuffix('.md')})")
+            lines.append(f"  runbook: {s.runbook}  (stagelens runbook {runbook_stem(s.runbook)})")
     return "\n".join(lines)
 
 

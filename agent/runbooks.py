@@ -2,6 +2,8 @@
 
 The alert rules' `runbook_url`s point at that folder in the repository; the wheel carries the same files as
 package data, so `stagelens runbook NAME` and the TUI read them in any install (importlib.resources).
+How a runbook is named is written here only: `runbook_ref` and `stage_runbook` give it, `runbook_stem` reads
+it back.
 """
 
 from __future__ import annotations
@@ -11,8 +13,26 @@ from importlib.resources.abc import Traversable
 from pathlib import Path, PurePath
 
 from agent.errors import UserError
+from agent.vocabulary import STAGE_ALERTS
 
 PACKAGE = "runbooks"
+SUFFIX = ".md"
+
+
+def runbook_file(alert: str) -> str:
+    """The file name of an alert's runbook: <alert>.md."""
+    return alert + SUFFIX
+
+
+def runbook_ref(alert: str) -> str:
+    """An alert's runbook as the diagnosis, the dashboard and the alert rules name it: runbooks/<alert>.md,
+    relative to the repository (and the installed `runbooks` package's folder)."""
+    return f"{PACKAGE}/{runbook_file(alert)}"
+
+
+def stage_runbook(stage: str) -> str:
+    """The runbook of a stage: its alert's (agent.vocabulary.STAGE_ALERTS)."""
+    return runbook_ref(STAGE_ALERTS[stage])
 
 
 def runbook_dir() -> Traversable:
@@ -27,7 +47,7 @@ def runbook_dir() -> Traversable:
 
 def runbooks() -> dict[str, Traversable]:
     """Every runbook there is, by name (the alert's)."""
-    return {p.name.removesuffix(".md"): p for p in runbook_dir().iterdir() if p.name.endswith(".md") and p.is_file()}
+    return {runbook_stem(p.name): p for p in runbook_dir().iterdir() if p.name.endswith(SUFFIX) and p.is_file()}
 
 
 def find_runbook(name: str) -> Traversable | None:
@@ -37,7 +57,8 @@ def find_runbook(name: str) -> Traversable | None:
 
 
 def runbook_stem(name: str) -> str:
-    return PurePath(name).name.removesuffix(".md")   # a pure path: no system call
+    """The alert a runbook name, file name or reference (runbooks/<alert>.md) stands for."""
+    return PurePath(name).name.removesuffix(SUFFIX)   # a pure path: no system call
 
 
 def runbook_path(name: str) -> Traversable:

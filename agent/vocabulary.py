@@ -1,5 +1,5 @@
 """The words every surface shares, written once: the stages and their order, the states, what each wait
-reason and time component is charged to, and each stage's runbook.
+reason and time component is charged to, each stage's alert and a verdict's exit status.
 
 The engine names its reasons (engine_hooks.engine.waits, engine_hooks.timeline, engine_hooks.attribution);
 charging them to a stage is the diagnosis's judgement, made here.
@@ -7,6 +7,7 @@ charging them to a stage is the diagnosis's judgement, made here.
 
 from __future__ import annotations
 
+from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
 from engine_hooks import attribution
 from engine_hooks.engine import waits
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, STEP_BOUNDARY
@@ -14,7 +15,9 @@ from engine_hooks.timeline import BEHIND_LONG_PREFILL, STEP_BOUNDARY
 KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
 STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
 STAGE_NAMES = {KV_CACHE: "KV cache", SCHEDULER: "scheduler", COLD_PATH: "cold path"}
-STATES = ("unknown", "ok", "warn", "firing")   # in order of severity
+STATES = ("unknown", "ok", "warn", "firing")   # in order of severity; a verdict is one of them too
+# A verdict as a monitoring check's exit status (the Nagios/Icinga/Sensu convention, agent.errors).
+EXIT_CODES = {"ok": EXIT_OK, "warn": EXIT_WARNING, "firing": EXIT_CRITICAL, "unknown": EXIT_UNKNOWN}
 
 # The stage a request's waiting time is charged to; None: no stage's fault (iteration-level scheduling).
 WAIT_STAGE: dict[str, str | None] = {
@@ -30,10 +33,15 @@ COMPONENT_STAGE: dict[str, str | None] = {
 COMPONENT_NAMES = {**{k: k.replace("_", " ") for k in COMPONENT_STAGE}, waits.MODEL_LOADING: "model loads",
                    attribution.RECOMPUTE: "recomputed prefill", attribution.LOAD_SLOWDOWN: "steps slowed by loads"}
 
-# The alert of each stage; its runbook is runbooks/<alert>.md
+# The alert of each stage; its runbook is named after it (agent.runbooks.stage_runbook)
 STAGE_ALERTS = {KV_CACHE: "KVCacheStageFiring", SCHEDULER: "SchedulerStageFiring", COLD_PATH: "ColdPathStageFiring"}
 
 
 def stage_of(component: str) -> str | None:
     """The stage a component is charged to; an unknown one (a newer engine's) is charged to none."""
     return COMPONENT_STAGE.get(component)
+
+
+def exit_code(verdict: str | None) -> int:
+    """A verdict's exit status; anything that is no verdict is UNKNOWN, never a status a verdict could mean."""
+    return EXIT_CODES.get(verdict, EXIT_UNKNOWN)

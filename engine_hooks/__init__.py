@@ -7,6 +7,7 @@ _EXPORTS = {
     "instrument": ".instrumentation", "uninstrument": ".instrumentation", "is_instrumented": ".instrumentation",
     "Recorder": ".recorder", "RecorderConfig": ".recorder",
     "RequestTimeline": ".timeline", "Wait": ".timeline",
+    "EngineSnapshot": ".snapshot", "SnapshotError": ".snapshot",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from engine_hooks.snapshot import TailFigures
 from engine_hooks.stats import percentile
 from engine_hooks.timeline import RequestTimeline
 
@@ -52,9 +53,9 @@ def _waiting(tl: RequestTimeline, step: SlowStep) -> bool:
     return any(w.start < step.end and step.start < w.end for w in tl.waits)
 
 
-def tail(timelines: list[RequestTimeline], metric: str = "ttft", quantile: float = 0.99) -> dict | None:
-    """The requests at or past the quantile of `metric` ("ttft" or "latency"), their components added up:
-    {"quantile", "p50_s", "threshold_s", "requests", "seconds": {component: s}}; None without requests."""
+def tail(timelines: list[RequestTimeline], metric: str = "ttft", quantile: float = 0.99) -> TailFigures | None:
+    """The requests at or past the quantile of `metric` ("ttft" or "latency"), their components added up;
+    None without requests."""
     rows = [(value, parts) for t in timelines if (value := _value(t, metric)) is not None
             and (parts := getattr(t, f"{metric}_components")) is not None]
     if not rows:
@@ -66,8 +67,8 @@ def tail(timelines: list[RequestTimeline], metric: str = "ttft", quantile: float
     for _, parts in members:
         for name, s in parts.items():
             seconds[name] += s
-    return {"quantile": quantile, "p50_s": percentile(values, 50), "threshold_s": threshold,
-            "requests": len(members), "of_requests": len(rows), "seconds": dict(seconds)}
+    return TailFigures(quantile=quantile, p50_s=percentile(values, 50), threshold_s=threshold,
+                       requests=len(members), of_requests=len(rows), seconds=dict(seconds))
 
 
 def _value(t: RequestTimeline, metric: str) -> float | None:

@@ -10,19 +10,18 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import takewhile
 
 from engine_hooks.access import AccessStats, access_stats
 from engine_hooks.attribution import SlowStep, components
 from engine_hooks.engine.request import FinishReason, Request, Status
 from engine_hooks.engine.scheduler import ScheduledBatch
-from engine_hooks.engine.waits import MODEL_LOADING, TOKEN_BUDGET
+from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS, TOKEN_BUDGET
 from engine_hooks.ring import Ring
+from engine_hooks.snapshot import Clock, Counters, Dropped, EngineInfo, EngineSnapshot, Health, KvUsage, Window
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
-from engine_hooks.window import window_stats
-
-SNAPSHOT_FORMAT = "stagelens-engine/1"
+from engine_hooks.window import WindowRecords, WindowSettings, window_stats
 
 
 @dataclass
@@ -73,7 +72,8 @@ class Recorder:
         self._token_bytes = cache.bytes_per_token
         self._block_size = cache.block_size
         self.attention_reference: dict | None = None   # engine_hooks.calibrate.ideal_layout_curve
-        self._layers = engine.config.preset.num_layers
+        self._window_settings = WindowSettings(self._block_size, engine.config.preset.num_layers,
+                                               c.long_prefill_tokens, c.lengths_sample)
 
     # --- step boundaries ----------------------------------------------------------------------------
     def on_step_start(self) -> None:
@@ -223,7 +223,7 @@ class Recorder:
             if free_share >= self.config.free_memory_share:
                 self.counters["preemptions_with_free_memory_total"] += 1
             self.events.append({"t": now, "event": "preempted", "request_id": req.request_id,
-                                "reason": "no_free_blocks", "kv_free_blocks": free_blocks, "kv_free_ratio": free_share,
+                                "reason": NO_FREE_BLOCKS, "kv_free_blocks": free_blocks, "kv_free_ratio": free_share,
                                 "computed_tokens_lost": req.num_tokens, "step": self._step_index})
 
     def on_allocation_failure(self, free_blocks: int) -> None:
@@ -287,61 +287,55 @@ class Recorder:
             items = self.events.items()
         return [e for e in items if since is None or e["t"] > since]
 
-    def snapshot(self, now: float | None = None) -> dict:
-        """The EngineSnapshot: plain, JSON-serialisable data."""
+    def snapshot(self, now: float | None = None) -> EngineSnapshot:
+        """The engine snapshot (engine_hooks.snapshot, docs/snapshot.md) at `now` (monotonic)."""
         now = time.monotonic() if now is None else now
         cfg, engine = self.config, self.engine
         with self._lock:
-            steps = [s for s in self.steps.items() if s["end"] > now - cfg.window_s]
-            finished = [t for t in self.timelines.items() if (t.finished or 0) > now - cfg.window_s]
-            in_flight_waits = self._in_flight_waits(now)
-            loads = self.loads.items()
-            loading = {m: start for m, (start, _) in self._loading.items()}
-            counters = dict(self.counters)
+            records = WindowRecords(
+                steps=[s for s in self.steps.items() if s["end"] > now - cfg.window_s],
+                finished=[t for t in self.timelines.items() if (t.finished or 0) > now - cfg.window_s],
+                loads=self.loads.items(), in_flight=self._in_flight_waits(now),
+                loading={m: start for m, (start, _) in self._loading.items()}, usage=_kv_usage(self._usage))
+            counters = Counters.counted(self.counters)
             wait_seconds = dict(self.wait_seconds)
-            dropped = {"steps": self.steps.dropped, "timelines": self.timelines.dropped,
-                       "events": self.events.dropped}
-            usage = asdict(self._usage) if self._usage is not None else None
-        if usage is not None:   # the full account is the engine thread's; the count of used blocks is always now
-            usage["used_blocks"] = engine.allocator.num_blocks - engine.allocator.num_free_blocks()
+            dropped = Dropped(steps=self.steps.dropped, timelines=self.timelines.dropped, events=self.events.dropped)
+        if records.usage is not None:   # the full account is the engine thread's; the used blocks are counted now
+            records.usage.used_blocks = engine.allocator.num_blocks - engine.allocator.num_free_blocks()
         ec = engine.config
-        return {
-            "format": SNAPSHOT_FORMAT,
-            "clock": {"monotonic": now, "wall": time.time() - (time.monotonic() - now)},
-            "engine": {
-                "model": ec.model, "models": ec.models, "allocator": ec.allocator, "block_size": ec.block_size,
-                "max_num_seqs": ec.max_num_seqs, "max_num_batched_tokens": ec.max_num_batched_tokens,
-                "enable_chunked_prefill": ec.enable_chunked_prefill, "policy": ec.policy,
-                "max_model_len": ec.max_model_len, "num_preload_models": ec.num_preload_models,
-                "device": str(engine.device), "dtype": str(engine.dtype).removeprefix("torch."),
-                "kv_cache_bytes": engine.kv_cache.total_bytes, "kv_bytes_per_token": self._token_bytes,
-                "resident_models": engine.residency.resident_names(),
-                "loading_models": engine.residency.loading_names(),
-                "attention_reference": self.attention_reference,
-            },
-            "usage": usage,
-            "window": window_stats(steps, finished, in_flight_waits, loads, loading, usage, self._block_size,
-                                   self._layers, self.attention_reference, now,
-                                   min(cfg.window_s, now - self.started), cfg.long_prefill_tokens,
-                                   cfg.lengths_sample),
-            "counters": counters,
-            "wait_seconds_by_reason": wait_seconds,
-            "hook_errors": dict(self.guard_errors()),
-            "health": {"failure": engine.failure, "step_errors": dict(engine.step_errors),
-                       "finish_reasons": dict(engine.finish_reasons)},
-            "dropped": dropped,
-        }
+        return EngineSnapshot(
+            clock=Clock(monotonic=now, wall=time.time() - (time.monotonic() - now)),
+            engine=EngineInfo(
+                model=ec.model, models=ec.models, allocator=ec.allocator, block_size=ec.block_size,
+                max_num_seqs=ec.max_num_seqs, max_num_batched_tokens=ec.max_num_batched_tokens,
+                enable_chunked_prefill=ec.enable_chunked_prefill, policy=ec.policy,
+                max_model_len=ec.max_model_len, num_preload_models=ec.num_preload_models,
+                device=str(engine.device), dtype=str(engine.dtype).removeprefix("torch."),
+                kv_cache_bytes=engine.kv_cache.total_bytes, kv_bytes_per_token=self._token_bytes,
+                resident_models=engine.residency.resident_names(),
+                loading_models=engine.residency.loading_names(),
+                attention_reference=self.attention_reference,
+            ),
+            usage=records.usage,
+            window=window_stats(records, self._window_settings, reference=self.attention_reference, now=now,
+                                span=min(cfg.window_s, now - self.started)),
+            counters=counters,
+            wait_seconds_by_reason=wait_seconds,
+            hook_errors=dict(self.guard_errors()),
+            health=Health(failure=engine.failure, step_errors=dict(engine.step_errors),
+                          finish_reasons=dict(engine.finish_reasons)),
+            dropped=dropped,
+        )
 
-    def run_figures(self) -> dict:
+    def run_figures(self) -> Window:
         """The window figures over everything still in the rings: a whole lab run's account."""
         now = time.monotonic()
         with self._lock:
-            steps, finished, loads = self.steps.items(), self.timelines.items(), self.loads.items()
-            usage = asdict(self._usage) if self._usage is not None else None
+            records = WindowRecords(steps=self.steps.items(), finished=self.timelines.items(), loads=self.loads.items(),
+                                    usage=_kv_usage(self._usage))
+        steps = records.steps
         span = (steps[-1]["end"] - steps[0]["start"]) if steps else 0.0
-        return window_stats(steps, finished, [], loads, {}, usage, self._block_size, self._layers,
-                            self.attention_reference, now, span, self.config.long_prefill_tokens,
-                            self.config.lengths_sample)
+        return window_stats(records, self._window_settings, reference=self.attention_reference, now=now, span=span)
 
     def _in_flight_waits(self, now: float) -> list[tuple[float, float]]:
         """(wait so far, of which decided by the scheduler) of every request not yet finished."""
@@ -359,3 +353,11 @@ class Recorder:
     def guard_errors(self) -> Counter:
         guard = getattr(self, "guard", None)
         return guard.errors if guard is not None else Counter()
+
+
+def _kv_usage(usage) -> KvUsage | None:
+    """The allocator's account (engine_hooks.engine.allocator.AllocatorUsage) as the snapshot gives it."""
+    if usage is None:
+        return None
+    return KvUsage(num_blocks=usage.num_blocks, used_blocks=usage.used_blocks, largest_free_run=usage.largest_free_run,
+                   unusable_free_blocks=usage.unusable_free_blocks)

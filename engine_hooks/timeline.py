@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-# Reasons beyond the scheduler's own (no_free_blocks, token_budget, max_num_seqs, model_loading, preempted)
+from engine_hooks.engine.waits import PREEMPTED
+
+# Reasons beyond the scheduler's own (engine_hooks.engine.waits)
 BEHIND_LONG_PREFILL = "behind_long_prefill"
 STEP_BOUNDARY = "step_boundary"
 
@@ -116,7 +118,7 @@ class WaitTracker:
         else:
             reason, step, held_by = STEP_BOUNDARY, None, None
         if preempted:
-            reason = "preempted"
+            reason = PREEMPTED
         last = timeline.waits[-1] if timeline.waits else None
         if last is not None and last.reason == reason and last.held_by == held_by and abs(last.end - since) < 1e-9:
             last.end = now

@@ -1,7 +1,10 @@
-"""The node's achievable memory bandwidth: the physical reference that attention bandwidth is judged by.
+"""The node's plain copy bandwidth: bytes a large tensor copy reads and writes per second, per device.
 
-Measured once per node and device with a large tensor copy (bytes read + written per second,
-best of a few runs) and cached as JSON under the user cache dir, with the date it was measured.
+Measured once per node and device (best of a few runs) and cached as JSON under the user cache dir,
+with the date it was measured. Only `POST /api/v1/bandwidth-probe` (agent/server/control.py) reads it,
+to report what the device's memory does on a simple copy. The diagnosis does not judge attention by
+it: `effective_bandwidth_ratio` compares attention against the engine's own attention on an ideal KV
+layout (engine_hooks/calibrate.py, engine_hooks/reference.py), which isolates what the layout costs.
 torch is imported here only, and only when a measurement is actually needed.
 """
 

@@ -1,31 +1,39 @@
 """Frames built by hand for diagnosis tests: the shape the sampler produces, with chosen figures."""
 
 from agent.frame import Frame
+from engine_hooks.snapshot import EngineSnapshot
 
 
 def engine_snapshot(kv=None, scheduler=None, cold_path=None, counters=None, device="cpu", **engine_cfg) -> dict:
+    """The JSON of an engine snapshot (docs/snapshot.md) of a busy, healthy engine, with the given figures."""
     window = {
         "span_s": 10.0,
         "kv": {"fragmentation_ratio": 0.05, "access_efficiency": 0.9, "effective_bandwidth_ratio": 0.9,
                "bandwidth_swing_cv": 0.1, "read_bandwidth_bytes_per_s": 5e9, "sequence_lengths": [], **(kv or {})},
-        "scheduler": {"decided_wait_p99_s": 0.001, "busy_ratio_while_waiting": 0.95, "waiting_share": 0.0,
+        "scheduler": {"steps": 100, "requests_finished": 20, "waiting": 0, "running": 4,
+                      "decided_wait_p99_s": 0.001, "busy_ratio_while_waiting": 0.95, "waiting_share": 0.0,
                       "budget_use_while_waiting": 0.9, "head_of_line_share": 0.0, "wait_seconds_by_reason": {},
                       **(scheduler or {})},
         "cold_path": {"step_time_inflation": None, "waiting_on_model": 0, "loads_in_window": 0,
-                      **(cold_path or {})},
+                      "loads_in_progress": [], **(cold_path or {})},
     }
     cfg = {"model": "small", "models": 1, "allocator": "paged", "block_size": 16, "max_num_seqs": 16,
            "max_num_batched_tokens": 512, "enable_chunked_prefill": True, "policy": "fcfs", "max_model_len": 2048,
            "device": device, **engine_cfg}
-    return {"format": "stagelens-engine/1", "engine": cfg, "window": window,
+    return {"format": "stagelens-engine/1", "clock": {"monotonic": 0.0, "wall": 1_800_000_000.0},
+            "engine": cfg, "window": window,
             "counters": {"preemptions_with_free_memory_total": 0, "allocation_failures_with_free_memory_total": 0,
                          **(counters or {})}}
 
 
-def frame(t: float, engine: dict | None = None, gpus: list | None = None, host: dict | None = None) -> Frame:
+def frame(t: float, engine: dict | EngineSnapshot | None = None, gpus: list | None = None,
+          host: dict | None = None) -> Frame:
+    """One frame at second `t`; an engine snapshot given as JSON is read as the frame reader reads it."""
     node = None
     if gpus is not None or host is not None:
         node = {"gpus": gpus or [], "host": host}
+    if isinstance(engine, dict):
+        engine = EngineSnapshot.from_dict(engine)
     return Frame(time_unix=1_800_000_000.0 + t, time_monotonic=t, node="test-node", node_sample=node, engine=engine)
 
 

@@ -14,6 +14,7 @@ import pytest
 from test_metrics_exposition import exported_metric_names, promtool
 
 from agent.diagnosis.signals import SIGNALS_BY_ID
+from agent.runbooks import runbook_ref
 
 RULES = pathlib.Path("dashboards/prometheus")
 ALERTS_FILE = RULES / "stagelens-alerts.yml"
@@ -89,7 +90,7 @@ def test_every_alert_is_complete():
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", name), name
         assert rule["labels"].get("severity") in SEVERITIES, name
         assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
-        assert rule["annotations"]["runbook_url"] == f"runbooks/{name}.md"
+        assert rule["annotations"]["runbook_url"] == runbook_ref(name)   # the name agent.runbooks gives
         assert "{{ $value" in rule["annotations"]["description"] + rule["annotations"]["summary"] \
             or name in ("Watchdog", "StagelensAgentDown", "GPULost", "NVLinkDown", "PCIeLinkBelowMax",
                         "GPUClocksThrottled", "StagelensCollectorFailing"), name
@@ -111,14 +112,16 @@ def test_signal_alert_thresholds_equal_the_agents_defaults():
         assert numbers == [SIGNALS_BY_ID[signal_id].firing], (name, expr)
 
 
-def test_stage_alerts_are_the_diagnosis_runbooks():
-    from agent.diagnosis.model import RUNBOOKS
+def test_stage_alerts_are_the_vocabularys():
+    from agent.vocabulary import STAGE_ALERTS, STAGES
 
     alerts = read_alerts()
-    for stage, runbook in RUNBOOKS.items():
-        name = pathlib.Path(runbook).stem
+    assert set(STAGE_ALERTS) == set(STAGES)
+    for stage, name in STAGE_ALERTS.items():
         assert alerts[name]["labels"]["stage"] == stage
         assert f'stage="{stage}"' in alerts[name]["expr"]
+    staged = {name for name, rule in alerts.items() if name.endswith("StageFiring")}
+    assert staged == set(STAGE_ALERTS.values())
 
 
 def test_rules_name_only_exported_or_recorded_metrics(model_dir):

@@ -18,12 +18,13 @@ from frame_builders import engine_snapshot, frame, series
 
 from agent.diagnosis import DiagnosisConfig, diagnose, load_config
 from agent.diagnosis.config import Threshold, apply_document
-from agent.diagnosis.model import VERDICT_EXIT, Diagnosis
+from agent.diagnosis.model import Diagnosis
 from agent.errors import EXIT_CRITICAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import build_configs
 from agent.lab.workload import LengthDist
 from agent.tui.local_source import ENDLESS_S
+from agent.vocabulary import EXIT_CODES
 from engine_hooks.engine.config import MAX_TOKENS
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
@@ -51,8 +52,8 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *words: str) -> str
 # --- 1. one exit-status contract ------------------------------------------------------------------
 def test_the_exit_statuses_are_the_monitoring_plugin_ones_and_one_fact():
     assert (EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNKNOWN) == (0, 1, 2, 3)
-    assert VERDICT_EXIT == {"ok": EXIT_OK, "warn": EXIT_WARNING, "firing": EXIT_CRITICAL}
-    assert [Diagnosis(v, None, []).exit_code for v in ("ok", "warn", "firing", "unknown")] == [0, 1, 2, 3]
+    assert EXIT_CODES == {"ok": EXIT_OK, "warn": EXIT_WARNING, "firing": EXIT_CRITICAL, "unknown": EXIT_UNKNOWN}
+    assert [Diagnosis(v, None, []).exit_code for v in ("ok", "warn", "firing", "unknown", "bogus")] == [0, 1, 2, 3, 3]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -183,7 +184,11 @@ def test_a_threshold_flag_must_be_finite_and_not_negative(value):
 # --- 3. a NaN is no data, never ok; a config never holds one -------------------------------------
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "0.5", True])
 def test_a_signal_that_is_not_a_finite_number_is_unknown_not_ok(bad):
-    d = diagnose(series([{"kv": {"fragmentation_ratio": bad}}] * 4))
+    """A frame read back refuses it (tests/test_engine_snapshot.py); an in-process source could still set one."""
+    frames = series([{}] * 4)
+    for f in frames:
+        f.engine.window.kv.fragmentation_ratio = bad
+    d = diagnose(frames)
     row = next(e for e in d.stage("kv_cache").evidence if e.signal == "kv_fragmentation_ratio")
     assert row.state == "unknown" and row.value is None
     json.dumps(d.to_dict(), allow_nan=False)          # every surface can serialise it
@@ -191,14 +196,17 @@ def test_a_signal_that_is_not_a_finite_number_is_unknown_not_ok(bad):
 
 def test_frames_whose_every_figure_is_nan_give_no_verdict():
     nan = math.nan
-    frames = [frame(i, engine_snapshot(
-        kv={k: nan for k in ("fragmentation_ratio", "access_efficiency", "effective_bandwidth_ratio",
-                             "bandwidth_swing_cv")},
-        scheduler={"decided_wait_p99_s": nan, "head_of_line_share": nan, "waiting_share": 1.0,
-                   "busy_ratio_while_waiting": nan, "budget_use_while_waiting": nan,
-                   "wait_seconds_by_reason": {"model_loading": nan}},
-        cold_path={"step_time_inflation": nan},
-        counters={"preemptions_with_free_memory_total": nan}), host={"cpu_iowait_ratio": nan}) for i in range(4)]
+    frames = [frame(i, engine_snapshot(scheduler={"waiting_share": 1.0}), host={"cpu_iowait_ratio": nan})
+              for i in range(4)]
+    for f in frames:     # as an in-process source could set them: a frame read back refuses a NaN
+        w = f.engine.window
+        for k in ("fragmentation_ratio", "access_efficiency", "effective_bandwidth_ratio", "bandwidth_swing_cv"):
+            setattr(w.kv, k, nan)
+        for k in ("decided_wait_p99_s", "head_of_line_share", "busy_ratio_while_waiting", "budget_use_while_waiting"):
+            setattr(w.scheduler, k, nan)
+        w.scheduler.wait_seconds_by_reason = {"model_loading": nan}
+        w.cold_path.step_time_inflation = nan
+        f.engine.counters.preemptions_with_free_memory_total = nan
     d = diagnose(frames)
     assert d.verdict == "unknown" and d.exit_code == EXIT_UNKNOWN
     assert {e.state for s in d.stages for e in s.evidence} == {"unknown"}

@@ -14,8 +14,10 @@ from frame_builders import engine_snapshot, frame
 from test_cli_hardening import assert_one_line_error, stagelens
 
 from agent.diagnosis import diagnose
+from agent.diagnosis.model import Diagnosis
 from agent.errors import EXIT_CRITICAL
 from agent.remote import MAX_ANSWER_BYTES
+from agent.render import render_diagnosis
 from agent.tui.remote_source import RemoteSource
 
 
@@ -85,7 +87,17 @@ def test_a_real_diagnosis_still_gives_its_verdict():
     with tcp_server(http_answer(json.dumps(_diagnosis()).encode())) as url:
         proc = stagelens("diagnose", "--connect", url)
     assert proc.returncode == EXIT_CRITICAL, proc.stderr
-    assert "verdict: firing" in proc.stdout and "kv_cache" in proc.stdout
+    assert "verdict: FIRING" in proc.stdout and "kv_cache" in proc.stdout
+
+
+def test_a_fetched_diagnosis_prints_as_a_local_one():
+    document = _diagnosis()
+    with tcp_server(http_answer(json.dumps(document).encode())) as url:
+        text = stagelens("diagnose", "--connect", url)
+        as_json = stagelens("diagnose", "--json", "--connect", url)
+    assert text.stdout == render_diagnosis(Diagnosis.from_dict(document)) + "\n"
+    assert "runbook: runbooks/KVCacheStageFiring.md" in text.stdout
+    assert json.loads(as_json.stdout) == document and as_json.returncode == EXIT_CRITICAL
 
 
 @pytest.mark.parametrize("body, words", [
@@ -96,7 +108,12 @@ def test_a_real_diagnosis_still_gives_its_verdict():
     (b'{"verdict": "ok", "stages": [{}]}', ["not a stagelens diagnosis"]),
     (b'{"verdict": "great", "stages": []}', ["not a stagelens diagnosis"]),
     (b'{"stages": []}', ["not a stagelens diagnosis"]),
-], ids=["malformed", "binary", "nested", "list", "bare-stage", "bad-verdict", "no-verdict"])
+    (json.dumps({**_diagnosis(), "stages": [{**_diagnosis()["stages"][0], "evidence": [{"value": "x"}]}]}).encode(),
+     ["not a stagelens diagnosis", "stages[0].evidence[0].signal: missing"]),
+    (json.dumps({**_diagnosis(), "stages": [{**_diagnosis()["stages"][0], "since": "soon"}]}).encode(),
+     ["not a stagelens diagnosis", "stages[0].since"]),
+], ids=["malformed", "binary", "nested", "list", "bare-stage", "bad-verdict", "no-verdict", "bad-evidence",
+        "bad-since"])
 def test_an_answer_that_is_not_a_diagnosis_is_one_line(body, words):
     with tcp_server(http_answer(body)) as url:
         assert_one_line_error(stagelens("diagnose", "--connect", url), url, *words)

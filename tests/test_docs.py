@@ -111,8 +111,8 @@ def _snapshot_sections() -> dict[str, str]:
 
 
 def _snapshots(model_dir) -> list[dict]:
-    """Snapshots of a tiny engine that prefills, decodes, preempts (17 KV blocks for 6 requests) and loads a
-    model while serving, taken while it runs and once it is done."""
+    """Snapshots (as JSON) of a tiny engine that prefills, decodes, preempts (17 KV blocks for 6 requests) and
+    loads a model while serving, taken while it runs and once it is done."""
     from engine_hooks import RecorderConfig, instrument, uninstrument
     from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
 
@@ -126,10 +126,10 @@ def _snapshots(model_dir) -> list[dict]:
             requests = [engine.submit([i + 1] * 40, SamplingParams(max_tokens=40), model="model-0") for i in range(6)]
             requests.append(engine.submit([7] * 10, SamplingParams(max_tokens=4), model="model-1"))
             while not all(r.finished for r in requests):
-                snaps.append(rec.snapshot())
+                snaps.append(rec.snapshot().to_dict())
                 time.sleep(0.01)
             assert all(r.wait(60) for r in requests)
-        snaps.append(rec.snapshot())
+        snaps.append(rec.snapshot().to_dict())
     finally:
         uninstrument(engine)
     return snaps

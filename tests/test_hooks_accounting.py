@@ -53,9 +53,9 @@ def test_a_17_token_prompt_fills_2_blocks_but_17_of_32_slots(model_dir):
     assert (first["kv_slots_reserved"], first["kv_tokens_cached"]) == (32, 17)
     assert first["kv_useful_bytes"] == 17 * TOKEN_BYTES
     assert first["kv_moved_bytes"] == 32 * TOKEN_BYTES
-    window = rec.snapshot()["window"]["kv"]
-    assert window["fragmentation_ratio"] == pytest.approx(15 / 32)
-    assert window["access_efficiency"] == pytest.approx(17 / 32)
+    kv = rec.snapshot().window.kv
+    assert kv.fragmentation_ratio == pytest.approx(15 / 32)
+    assert kv.access_efficiency == pytest.approx(17 / 32)
     _drive(engine)
 
 
@@ -71,12 +71,12 @@ def test_contiguous_allocator_reservation_and_unusable_free_memory(model_dir):
     step = rec.recent_steps()[0]
     assert (step["kv_slots_reserved"], step["kv_tokens_cached"]) == (2 * 256, 2 * 40)
     snap = rec.snapshot()
-    assert snap["usage"]["unusable_free_blocks"] == 8
+    assert snap.usage.unusable_free_blocks == 8
     unusable = 8 * 16
-    assert snap["window"]["kv"]["fragmentation_ratio"] == pytest.approx(
+    assert snap.window.kv.fragmentation_ratio == pytest.approx(
         (512 - 80 + unusable) / (512 + unusable))
-    assert snap["counters"]["allocation_failures_total"] >= 1   # the third request was refused
-    assert snap["counters"]["allocation_failures_with_free_memory_total"] >= 1   # while 20% was free
+    assert snap.counters.allocation_failures_total >= 1   # the third request was refused
+    assert snap.counters.allocation_failures_with_free_memory_total >= 1   # while 20% was free
     _drive(engine)
 
 
@@ -105,7 +105,7 @@ def test_long_prefill_without_chunking_blocks_the_short_requests_behind_it(model
         behind = [w for w in t.waits if w.reason == BEHIND_LONG_PREFILL]
         assert behind and all(w.held_by == long.request_id and w.step == 1 for w in behind)
         assert t.chunks[0].step > long.chunks[0].step
-    assert rec.snapshot()["window"]["scheduler"]["head_of_line_share"] == pytest.approx(1.0)
+    assert rec.snapshot().window.scheduler.head_of_line_share == pytest.approx(1.0)
 
 
 def test_chunked_prefill_with_a_cap_lets_short_requests_through(model_dir):
@@ -115,7 +115,7 @@ def test_chunked_prefill_with_a_cap_lets_short_requests_through(model_dir):
     for t in shorts:
         assert not [w for w in t.waits if w.reason == BEHIND_LONG_PREFILL]
         assert t.first_token < long.first_token   # served while the long prompt is still prefilling
-    assert rec.snapshot()["window"]["scheduler"]["head_of_line_share"] == 0.0
+    assert rec.snapshot().window.scheduler.head_of_line_share == 0.0
 
 
 def test_forced_preemption_shows_in_the_victims_timeline_and_counts_as_wait(model_dir):
@@ -138,7 +138,7 @@ def test_forced_preemption_shows_in_the_victims_timeline_and_counts_as_wait(mode
     events = [e for e in rec.recent_events() if e["event"] == "preempted"]
     assert len(events) == sum(t.preemptions for t in rec.recent_timelines())
     assert all(e["kv_free_blocks"] >= 0 and e["reason"] == "no_free_blocks" for e in events)
-    assert rec.snapshot()["counters"]["preemptions_total"] == len(events)
+    assert rec.snapshot().counters.preemptions_total == len(events)
 
 
 def test_cold_load_during_serving_is_recorded_with_step_times(model_dir):
@@ -158,9 +158,9 @@ def test_cold_load_during_serving_is_recorded_with_step_times(model_dir):
     assert timeline.wait_by_reason().get("model_loading", 0) > 0
     steps = rec.recent_steps()
     assert any(s["loading"] for s in steps) and any(s["waiting_on_model"] for s in steps)
-    cold_path = rec.snapshot(now=max(s["end"] for s in steps))["window"]["cold_path"]
-    assert cold_path["loads_in_window"] == 1
-    assert cold_path["step_time_during_load_s"] is not None and cold_path["step_time_inflation"] is not None
+    cold_path = rec.snapshot(now=max(s["end"] for s in steps)).window.cold_path
+    assert cold_path.loads_in_window == 1
+    assert cold_path.step_time_during_load_s is not None and cold_path.step_time_inflation is not None
 
 
 def test_uninstrument_leaves_no_wrapper_behind(model_dir):
@@ -195,7 +195,7 @@ def test_a_hook_that_raises_never_stops_the_engine(model_dir, caplog):
     with caplog.at_level(logging.ERROR, logger="stagelens.hooks"):
         _drive(engine)
     assert all(len(r.output_token_ids) == 5 for r in reqs)
-    errors = rec.snapshot()["hook_errors"]
+    errors = rec.snapshot().hook_errors
     assert errors["forward"] == errors["step_end"] == engine.totals.steps
     logged = [r for r in caplog.records if "hook bug" in (r.exc_text or "") or r.exc_info]
     assert len(logged) == 2   # once per failing hook, not once per step

@@ -18,6 +18,7 @@ from agent.metrics.collector import SECTIONS, StagelensCollector
 from agent.sampler import Sampler
 from engine_hooks import RecorderConfig, instrument, uninstrument
 from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+from engine_hooks.snapshot import EngineSnapshot
 from probes.sample import NodeProbe, open_backend
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"
@@ -71,8 +72,10 @@ def exported_metric_names(model_dir) -> set[str]:
     progress, every rate measured), plus the histogram's, with the diagnosis."""
     frames, timelines, exporter = lab_frames(model_dir)
     full = copy.deepcopy(frames[-1])
-    full.engine = _fill_missing(full.engine)
-    full.engine["window"]["cold_path"]["loads_in_progress"] = [{"model": "model-1", "since": 0.0, "seconds": 2.0}]
+    engine = _fill_missing(full.engine.to_dict())
+    engine["health"]["failure"] = None        # a reason, not a figure: the engine serves
+    engine["window"]["cold_path"]["loads_in_progress"] = [{"model": "model-1", "since": 0.0, "seconds": 2.0}]
+    full.engine = EngineSnapshot.from_dict(engine)
     full.node_sample["gpus"] = _fill_missing(full.node_sample["gpus"])
     exporter.collector.latest_frame = lambda: full
     names = {name for name, _ in parse(exporter.render()[0])}
@@ -108,36 +111,35 @@ def test_kv_scheduler_and_counters_equal_the_frame(lab):
     frames, _, _, samples, _, content_type = lab
     assert content_type.startswith("text/plain; version=0.0.4")
     engine = frames[-1].engine
-    kv, sched, counters = engine["window"]["kv"], engine["window"]["scheduler"], engine["counters"]
-    assert kv["fragmentation_ratio"] > 0.3   # the contiguous allocator over-reserves: the case the metric exists for
-    assert value(samples, "stagelens_kv_fragmentation_ratio") == pytest.approx(kv["fragmentation_ratio"])
-    assert value(samples, "stagelens_kv_access_efficiency_ratio") == pytest.approx(kv["access_efficiency"])
+    kv, sched, counters = engine.window.kv, engine.window.scheduler, engine.counters
+    assert kv.fragmentation_ratio > 0.3   # the contiguous allocator over-reserves: the case the metric exists for
+    assert value(samples, "stagelens_kv_fragmentation_ratio") == pytest.approx(kv.fragmentation_ratio)
+    assert value(samples, "stagelens_kv_access_efficiency_ratio") == pytest.approx(kv.access_efficiency)
     assert value(samples, "stagelens_kv_read_bandwidth_bytes_per_second") == pytest.approx(
-        kv["read_bandwidth_bytes_per_s"])
-    usage = engine["usage"]
-    assert value(samples, "stagelens_kv_cache_blocks") == usage["num_blocks"]
-    assert value(samples, "stagelens_kv_cache_free_blocks") == usage["num_blocks"] - usage["used_blocks"]
-    assert value(samples, "stagelens_scheduler_steps_total") == counters["steps_total"]
-    assert value(samples, "stagelens_scheduler_busy_seconds_total") == pytest.approx(counters["busy_seconds_total"])
-    assert value(samples, "stagelens_scheduler_allocation_failures_total") == counters.get(
-        "allocation_failures_total", 0)
-    assert value(samples, "stagelens_scheduler_preemptions_total") == counters.get("preemptions_total", 0)
-    assert value(samples, "stagelens_scheduler_waiting_requests") == sched["waiting"]
-    assert value(samples, "stagelens_scheduler_head_of_line_ratio") == pytest.approx(sched["head_of_line_share"])
-    for reason, seconds in engine["wait_seconds_by_reason"].items():
+        kv.read_bandwidth_bytes_per_s)
+    usage = engine.usage
+    assert value(samples, "stagelens_kv_cache_blocks") == usage.num_blocks
+    assert value(samples, "stagelens_kv_cache_free_blocks") == usage.num_blocks - usage.used_blocks
+    assert value(samples, "stagelens_scheduler_steps_total") == counters.steps_total
+    assert value(samples, "stagelens_scheduler_busy_seconds_total") == pytest.approx(counters.busy_seconds_total)
+    assert value(samples, "stagelens_scheduler_allocation_failures_total") == counters.allocation_failures_total
+    assert value(samples, "stagelens_scheduler_preemptions_total") == counters.preemptions_total
+    assert value(samples, "stagelens_scheduler_waiting_requests") == sched.waiting
+    assert value(samples, "stagelens_scheduler_head_of_line_ratio") == pytest.approx(sched.head_of_line_share)
+    for reason, seconds in engine.wait_seconds_by_reason.items():
         assert value(samples, "stagelens_scheduler_charged_wait_seconds_total", reason=reason) == pytest.approx(seconds)
-    assert value(samples, "stagelens_model_loads_total") == counters.get("loads_total", 0)
+    assert value(samples, "stagelens_model_loads_total") == counters.loads_total
     hooks = {d["hook"] for d in names(samples, "stagelens_hook_errors_total")}
     assert {"step_end", "schedule", "forward", "attention"} <= hooks
     assert all(value(samples, "stagelens_hook_errors_total", hook=h) == 0 for h in hooks)
-    for ring, dropped in engine["dropped"].items():
+    for ring, dropped in engine.dropped.to_dict().items():
         assert value(samples, "stagelens_recorder_dropped_total", ring=ring) == dropped
 
 
 def test_a_missing_figure_is_left_out_not_exported_as_zero(lab):
     frames, _, _, samples, _, _ = lab
-    cold = frames[-1].engine["window"]["cold_path"]
-    assert cold["step_time_during_load_s"] is None and cold["step_time_without_load_s"] is not None
+    cold = frames[-1].engine.window.cold_path
+    assert cold.step_time_during_load_s is None and cold.step_time_without_load_s is not None
     assert names(samples, "stagelens_cold_path_decode_step_seconds") == [{"model_load": "none"}]
     assert not names(samples, "stagelens_cold_path_step_time_inflation")
 

@@ -55,8 +55,8 @@ def setup(model_dir, tmp_path_factory):
                                                       trace_ids={"req-0": TRACE_ID})
     # healthy: paged allocator on a healthy DGX A100
     healthy_frames, _, healthy = lab_frames(model_dir, allocator="paged")
-    assert degraded_frames[-1].engine["window"]["kv"]["fragmentation_ratio"] > 0.3
-    assert healthy_frames[-1].engine["window"]["kv"]["fragmentation_ratio"] < 0.3
+    assert degraded_frames[-1].engine.window.kv.fragmentation_ratio > 0.3
+    assert healthy_frames[-1].engine.window.kv.fragmentation_ratio < 0.3
     with serve_metrics(degraded) as degraded_target, serve_metrics(healthy) as healthy_target:
         server = Prometheus(binary, tmp_path_factory.mktemp("prometheus"), [degraded_target, healthy_target])
         try:
@@ -75,7 +75,7 @@ def test_the_series_are_ingested_with_the_frames_values(setup):
         return result["result"]
 
     sample = server.wait_for("the fragmentation series", fragmentation)[0]
-    assert float(sample["value"][1]) == pytest.approx(frames[-1].engine["window"]["kv"]["fragmentation_ratio"])
+    assert float(sample["value"][1]) == pytest.approx(frames[-1].engine.window.kv.fragmentation_ratio)
     pairs = server.get("/api/v1/query", query="count(stagelens_gpu_topology_info)")["result"]
     assert float(pairs[0]["value"][1]) == 8 * 7 + 4 * 3   # the DGX's 8 GPUs and the other node's 4
     lost = server.get("/api/v1/query", query=f'stagelens_gpu_topology_info{{instance="{degraded}",gpu="2"}}')

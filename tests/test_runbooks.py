@@ -5,7 +5,8 @@ import re
 
 from test_alerts_rules import read_alerts
 
-from agent.diagnosis.model import RUNBOOKS
+from agent.runbooks import runbook_ref, runbook_stem, stage_runbook
+from agent.vocabulary import STAGE_ALERTS, STAGES
 
 RUNBOOK_DIR = pathlib.Path("runbooks")
 SECTIONS = ["Meaning", "Impact", "Diagnosis", "Mitigation", "Escalation"]
@@ -24,8 +25,14 @@ def test_every_runbook_url_resolves_to_a_file():
 
 
 def test_the_diagnosis_points_at_existing_runbooks():
-    for runbook in RUNBOOKS.values():
-        assert pathlib.Path(runbook).is_file(), runbook
+    for stage in STAGES:
+        assert pathlib.Path(stage_runbook(stage)).is_file(), stage
+
+
+def test_a_runbook_is_named_after_its_alert_and_read_back_to_it():
+    for stage, alert in STAGE_ALERTS.items():
+        assert stage_runbook(stage) == runbook_ref(alert) == f"runbooks/{alert}.md"
+        assert runbook_stem(stage_runbook(stage)) == alert
 
 
 def test_each_runbook_has_its_sections_in_order_and_says_something_in_each():

@@ -15,6 +15,7 @@ from agent.tui.source import Poll
 from agent.vocabulary import COMPONENT_STAGE, WAIT_STAGE
 from engine_hooks.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
 from engine_hooks.engine import waits
+from engine_hooks.snapshot import WindowTail
 from engine_hooks.timeline import BEHIND_LONG_PREFILL, STEP_BOUNDARY, PrefillChunk, RequestTimeline, Wait
 
 
@@ -79,7 +80,7 @@ def _population(n_fast=49, slow_wait=2.0, reason=waits.MODEL_LOADING):
 
 def test_the_tail_is_the_slowest_percent_and_its_time_is_charged_to_stages():
     figures = tail(_population(), "ttft", 0.99)
-    assert figures["requests"] == 1 and figures["of_requests"] == 50
+    assert figures.requests == 1 and figures.of_requests == 50
     found = Tail.from_figures("ttft", figures)
     assert found.share("cold_path") == pytest.approx(2.0 / 2.1)
     assert found.slow and found.blamed == "cold_path"
@@ -92,10 +93,14 @@ def test_a_fast_tail_blames_no_one():
     assert not found.slow and found.blamed is None
 
 
+def _tail_json(timelines) -> dict:
+    """The window's `tail` of a snapshot's JSON, over `timelines`."""
+    return WindowTail(ttft=tail(timelines, "ttft"), latency=tail(timelines, "latency")).to_dict()
+
+
 def _frames_and_tail(timelines):
-    figures = {"ttft": tail(timelines, "ttft"), "latency": tail(timelines, "latency")}
     engine = engine_snapshot()
-    engine["window"]["tail"] = figures
+    engine["window"]["tail"] = _tail_json(timelines)
     return [frame(t, engine) for t in range(5)]
 
 
@@ -177,7 +182,7 @@ def test_live_the_root_is_the_stage_the_tail_blames_and_a_disagreement_is_said()
     for t in range(8):
         engine = engine_snapshot(**hol)
         if t >= 2:     # the scheduler fired first; the slow requests arrive later
-            engine["window"]["tail"] = {"ttft": tail(timelines, "ttft"), "latency": tail(timelines, "latency")}
+            engine["window"]["tail"] = _tail_json(timelines)
         frames.append(frame(t, engine))
     d = diagnose(frames)
     assert d.stage("scheduler").state == d.stage("cold_path").state == "firing"

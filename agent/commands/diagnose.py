@@ -1,4 +1,4 @@
-"""`stagelens diagnose`: one verdict, and its exit status (agent.errors, VERDICT_EXIT)."""
+"""`stagelens diagnose`: one verdict, and its exit status (agent.vocabulary.EXIT_CODES)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import time
 import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.diagnosis.model import STATES, VERDICT_EXIT, verdict_exit_code
+from agent.diagnosis.model import Diagnosis, DiagnosisError
 from agent.errors import EXIT_UNKNOWN, CollectError, UserError
 from agent.numbers import Number
+from agent.vocabulary import EXIT_CODES
 
 EXIT_STATUS = ("Exit status, as a monitoring check's: "
-               + ", ".join(f"{code} {verdict}" for verdict, code in VERDICT_EXIT.items())
+               + ", ".join(f"{code} {verdict}" for verdict, code in EXIT_CODES.items() if code != EXIT_UNKNOWN)
                + f" (the verdict); {EXIT_UNKNOWN} unknown: nothing to diagnose, a server that did not answer, "
                "bad input or an internal error.")
 
@@ -30,7 +31,6 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
              as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from agent.diagnosis.evaluate import NOTHING_OBSERVED
-    from agent.diagnosis.model import Diagnosis
     from agent.diagnosis.run import judge_run
 
     if replay_path and url:
@@ -40,8 +40,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
                         "(give them to `stagelens serve`; `tui --connect` accepts them on top)")
     config = diagnosis_config(config_path, thresholds)
     if url:
-        data = fetch_diagnosis(url)
-        return _emit(data, as_json, verdict_exit_code(data["verdict"]))
+        return _print(fetch_diagnosis(url), as_json)
     timelines: list = []
     if replay_path:
         from agent.record import read_bundle_warned
@@ -54,59 +53,41 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     else:
         frames = _sample_node((ctx.obj or {}).get("nvml_snapshot"), duration)
     run = judge_run(frames, timelines, config)
-    result: Diagnosis = run.diagnosis
+    result = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
         hint = "" if replay_path else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
         raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
+    return _print(result, as_json, run if replay_path else None)
+
+
+def _print(result: Diagnosis, as_json: bool, run=None) -> int:
+    """The diagnosis (and the run's account, from a bundle) as JSON or text, whether judged here or fetched
+    from a server; its verdict's exit status."""
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), "run": run.to_dict()} if replay_path else result.to_dict(),
-                              indent=2))
+        document = result.to_dict() if run is None else {**result.to_dict(), "run": run.to_dict()}
+        click.echo(json.dumps(document, indent=2))
     else:
         from agent.render import render_diagnosis, render_run
 
         click.echo(render_diagnosis(result))
-        if replay_path:
+        if run is not None:
             click.echo("\n" + render_run(run))
     return result.exit_code
 
 
-def _emit(data: dict, as_json: bool, code: int) -> int:
-    if as_json:
-        click.echo(json.dumps(data, indent=2))
-    else:
-        click.echo(f"verdict: {data.get('verdict')} — root stage: {data.get('root_stage')}")
-        for s in data.get("stages", []):
-            click.echo(f"[{s['state']}] {s['stage']}: {s['explanation']}")
-    return code
-
-
-def fetch_diagnosis(url: str) -> dict:
-    """The server's diagnosis, checked to be one; CollectError when it is not, or has nothing to say."""
+def fetch_diagnosis(url: str) -> Diagnosis:
+    """The server's diagnosis; CollectError when its answer is none, or has nothing to say."""
     from agent.remote import get_json
 
     data = get_json(url, "/api/v1/diagnosis")
-    problem = _not_a_diagnosis(data)
-    if problem:
-        raise CollectError(f"{url}: the answer is not a stagelens diagnosis ({problem})")
-    if data["verdict"] not in VERDICT_EXIT:
-        why = data.get("unavailable") if isinstance(data.get("unavailable"), str) else "nothing to diagnose yet"
-        raise CollectError(f"{url}: {why[:300]} (the server's verdict is {data['verdict']!r})")
-    return data
-
-
-def _not_a_diagnosis(data) -> str | None:
-    """What makes `data` unlike `Diagnosis.to_dict()` in the fields this command prints, or None."""
-    if not isinstance(data, dict):
-        return f"a JSON {type(data).__name__}, not an object"
-    if data.get("verdict") not in STATES:
-        return f"verdict {str(data.get('verdict'))[:40]!r} is not one of {', '.join(STATES)}"
-    if not isinstance(data.get("stages"), list):
-        return "no list of stages"
-    for stage in data["stages"]:
-        if not (isinstance(stage, dict) and stage.get("state") in STATES
-                and all(isinstance(stage.get(k), str) for k in ("stage", "explanation"))):
-            return "a stage without its name, state and explanation"
-    return None
+    try:
+        result = Diagnosis.from_dict(data)
+    except DiagnosisError as exc:
+        raise CollectError(f"{url}: the answer is not a stagelens diagnosis ({exc})") from None
+    if result.verdict == "unknown":
+        why = result.unavailable or "nothing to diagnose yet"
+        raise CollectError(f"{url}: {why[:300]} (the server's verdict is 'unknown')")
+    return result
 
 
 def _sample_node(snapshot: str | None, duration: float) -> list:

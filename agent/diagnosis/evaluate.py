@@ -14,11 +14,12 @@ from collections import deque
 
 from agent.diagnosis.config import DiagnosisConfig, Threshold
 from agent.diagnosis.explain import explain
-from agent.diagnosis.model import RUNBOOKS, Diagnosis, Evidence, StageDiagnosis, severity
+from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
 from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, TAIL_SHARE, UNKNOWN, NotJudged, Signal, window_tail
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame
-from agent.vocabulary import STAGES
+from agent.runbooks import stage_runbook
+from agent.vocabulary import SCHEDULER, STAGES, stage_of
 
 
 def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:
@@ -105,7 +106,7 @@ NOTHING_OBSERVED = "nothing to diagnose: no engine is observed and no GPU signal
 
 def engine_failure(frame: Frame | None) -> str | None:
     """Why the engine this frame observes stopped serving (its loop died), or None."""
-    return ((frame.engine or {}).get("health") or {}).get("failure") if frame else None
+    return frame.engine.failure if frame is not None and frame.engine is not None else None
 
 
 def unavailable_reason(frame: Frame) -> str | None:
@@ -178,21 +179,18 @@ def diagnose(frames: list[Frame], config: DiagnosisConfig | None = None) -> Diag
     return live.result()
 
 
-# Scheduler waits whose reason lies in another stage: the queue is that stage's consequence.
-_WAIT_CAUSES = {"no_free_blocks": "kv_cache", "preempted": "kv_cache", "model_loading": "cold_path"}
-
-
 def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> None:
+    """A scheduler queue mostly waiting for a reason charged to another stage in trouble is its consequence."""
     by_name = {s.stage: s for s in stages}
-    scheduler = by_name["scheduler"]
+    scheduler = by_name[SCHEDULER]
     if scheduler.state not in ("warn", "firing") or frame is None or frame.window is None:
         return
-    reasons = {k: v for k, v in frame.window["scheduler"].get("wait_seconds_by_reason", {}).items()
-               if k != "step_boundary"}
+    reasons = {k: v for k, v in (frame.window.scheduler.wait_seconds_by_reason or {}).items()
+               if stage_of(k) is not None}
     if not reasons:
         return
-    cause = _WAIT_CAUSES.get(max(reasons, key=reasons.get))
-    if cause and by_name[cause].state in ("warn", "firing"):
+    cause = stage_of(max(reasons, key=reasons.get))
+    if cause != SCHEDULER and by_name[cause].state in ("warn", "firing"):
         scheduler.consequence_of = cause
 
 
@@ -223,7 +221,7 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
                   config: DiagnosisConfig) -> StageDiagnosis:
     evidence = []
     window = frame.window if frame else None
-    span = window.get("span_s") if isinstance(window, dict) else None
+    span = window.span_s if window is not None else None
     if not (isinstance(span, int | float) and math.isfinite(span)):   # no engine, or a frame that lies about it
         span = config.window_s
     for signal in (s for s in SIGNALS if s.stage == stage):
@@ -238,4 +236,4 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
     if tracker.since is not None:
         since = dt.datetime.fromtimestamp(tracker.since, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     return StageDiagnosis(stage, tracker.state, since, tracker.since, explanation, evidence, recommendations,
-                          RUNBOOKS[stage])
+                          stage_runbook(stage))

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 
 from agent.diagnosis.model import Evidence, Recommendation
-from agent.diagnosis.signals import window_tail
+from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
 from agent.frame import Frame
-from agent.vocabulary import STAGE_NAMES
+from agent.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
+from engine_hooks.engine.waits import MAX_NUM_SEQS, TOKEN_BUDGET
+from engine_hooks.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
+from engine_hooks.timeline import BEHIND_LONG_PREFILL
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 TARGET_BLOCK_WASTE = 0.10
@@ -42,25 +45,22 @@ class _Context:
     """The engine's settings and window figures an explanation refers to."""
 
     def __init__(self, frame: Frame | None) -> None:
-        engine = (frame.engine or {}) if frame else {}
-        self.cfg = engine.get("engine", {})
-        window = engine.get("window") or {}
-        self.kv = window.get("kv", {})
-        self.sched = window.get("scheduler", {})
-        self.cold = window.get("cold_path", {})
-        lengths = self.kv.get("sequence_lengths") or []
+        engine = frame.engine if frame else None
+        window = engine.window if engine else None
+        self.cfg = engine.engine if engine else EngineInfo()      # every setting None: not known
+        self.kv = window.kv if window else KvFigures()
+        self.sched = window.scheduler if window else SchedulerFigures()
+        self.cold = window.cold_path if window else ColdPathFigures()
+        lengths = self.kv.sequence_lengths or []
         self.lengths = lengths
         self.mean_length = sum(lengths) / len(lengths) if lengths else None
-        self.device = self.cfg.get("device", "cpu")
+        self.device = self.cfg.device or "cpu"
         self.tail = window_tail(frame) if frame is not None else None
 
 
 def _cmp(e: Evidence) -> str:
     limit = e.firing if e.state == "firing" and e.firing is not None else e.warn
-    return f"{'>' if e.signal not in _LOWER_IS_WORSE else '<'} {_fmt_value(limit, e.unit)}"
-
-
-_LOWER_IS_WORSE = {"kv_access_efficiency", "effective_bandwidth_ratio", "compute_utilisation", "token_budget_use"}
+    return f"{'<' if SIGNALS_BY_ID[e.signal].direction == 'below' else '>'} {_fmt_value(limit, e.unit)}"
 
 
 def _fmt_value(value, unit: str) -> str:
@@ -83,16 +83,16 @@ def _head(e: Evidence) -> str:
 def _kv_sentence(e: Evidence, ctx: _Context) -> str:
     cfg = ctx.cfg
     if e.signal == "kv_fragmentation_ratio":
-        if cfg.get("allocator") == "contiguous":
+        if cfg.allocator == "contiguous":
             used = f"requests use {ctx.mean_length:.0f} on average" if ctx.mean_length else "requests use far fewer"
-            return (f"{_head(e)}: the contiguous allocator reserves {cfg.get('max_model_len')} slots per request "
+            return (f"{_head(e)}: the contiguous allocator reserves {cfg.max_model_len} slots per request "
                     f"and {used}")
-        return f"{_head(e)}: blocks of {cfg.get('block_size')} tokens leave their last slots empty"
+        return f"{_head(e)}: blocks of {cfg.block_size} tokens leave their last slots empty"
     if e.signal == "kv_access_efficiency":
-        return (f"{_head(e)}: attention moves whole blocks of {cfg.get('block_size')} tokens and pads decode groups, "
+        return (f"{_head(e)}: attention moves whole blocks of {cfg.block_size} tokens and pads decode groups, "
                 f"so {1 - (e.value or 0):.0%} of the KV bytes it reads hold no useful token")
     if e.signal == "effective_bandwidth_ratio":
-        achieved = ctx.kv.get("read_bandwidth_bytes_per_s") or 0
+        achieved = ctx.kv.read_bandwidth_bytes_per_s or 0
         return (f"{_head(e)}: attention reads KV at {achieved / 1e9:.2f} GB/s, {e.value:.0%} of what it reaches "
                 f"on this device with the same bytes laid out ideally (whole blocks, consecutive, unpadded)")
     if e.signal == "bandwidth_swing_cv":
@@ -105,24 +105,24 @@ def _kv_sentence(e: Evidence, ctx: _Context) -> str:
 def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     cfg = ctx.cfg
     out = []
-    if cfg.get("allocator") == "contiguous":
+    if cfg.allocator == "contiguous":
         out.append(Recommendation("--allocator paged: reserve KV block by block instead of max_model_len per request "
                                   "(PagedAttention took fragmentation from 30% to 12% in the report)",
                                   {"allocator": "paged"}))
     else:
-        best = choose_block_size(ctx.lengths, cfg.get("block_size"))
-        if best is not None and best != cfg.get("block_size"):
-            waste_now = block_waste(ctx.lengths, cfg["block_size"])
+        best = choose_block_size(ctx.lengths, cfg.block_size)
+        if best is not None and best != cfg.block_size:
+            waste_now = block_waste(ctx.lengths, cfg.block_size)
             out.append(Recommendation(
                 f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean {ctx.mean_length:.0f} tokens) "
                 f"it leaves {block_waste(ctx.lengths, best):.0%} of KV slots empty, against {waste_now:.0%} at "
-                f"{cfg['block_size']}", {"block_size": best}))
-    if any(e.signal in ("preemption_with_free_memory", "kv_cache_tail_share") for e in bad) and cfg.get("max_num_seqs"):
-        lower = max(1, cfg["max_num_seqs"] * 3 // 4)
+                f"{cfg.block_size}", {"block_size": best}))
+    if any(e.signal in ("preemption_with_free_memory", "kv_cache_tail_share") for e in bad) and cfg.max_num_seqs:
+        lower = max(1, cfg.max_num_seqs * 3 // 4)
         out.append(Recommendation(f"--max-num-seqs {lower}: admit fewer requests at once so running ones are not "
                                   f"preempted (or give the cache more memory with --kv-cache-memory)",
                                   {"max_num_seqs": lower}))
-    max_len = cfg.get("max_model_len") or 0
+    max_len = cfg.max_model_len or 0
     if max_len > 65536:
         batch = max(1, int(min(8, 32 / (max_len / 4096) ** 0.6)))
         out.append(Recommendation(f"contexts over 64K: FlashAttention-3 and --max-num-seqs {batch} "
@@ -146,7 +146,7 @@ def choose_block_size(lengths: list[int], current: int | None) -> int | None:
 
 # --- scheduler ------------------------------------------------------------------------------------
 def _main_wait_reason(ctx: _Context) -> tuple[str, float] | None:
-    reasons = {k: v for k, v in (ctx.sched.get("wait_seconds_by_reason") or {}).items() if k != "step_boundary"}
+    reasons = {k: v for k, v in (ctx.sched.wait_seconds_by_reason or {}).items() if stage_of(k) is not None}
     total = sum(reasons.values())
     if not total:
         return None
@@ -161,13 +161,13 @@ def _sched_sentence(e: Evidence, ctx: _Context) -> str:
         why = f", mostly {main[0]} ({main[1]:.0%} of the wait)" if main else ""
         return f"{_head(e)}{why}"
     if e.signal == "head_of_line_blocking":
-        mode = ("without chunked prefill" if not cfg.get("enable_chunked_prefill")
-                else f"with a {cfg.get('max_num_batched_tokens')}-token budget")
+        mode = ("without chunked prefill" if not cfg.enable_chunked_prefill
+                else f"with a {cfg.max_num_batched_tokens}-token budget")
         return f"{_head(e)}: short requests spend {e.value:.0%} of their wait behind long prefills ({mode})"
     if e.signal == "compute_utilisation":
         return f"{_head(e)}: compute sits idle while requests are queued"
     if e.signal == "token_budget_use":
-        return (f"{_head(e)}: steps fill {e.value:.0%} of the {cfg.get('max_num_batched_tokens')}-token budget "
+        return (f"{_head(e)}: steps fill {e.value:.0%} of the {cfg.max_num_batched_tokens}-token budget "
                 f"while requests wait")
     return _head(e)
 
@@ -177,24 +177,23 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
     out = []
     signals = {e.signal for e in bad}
     main = _main_wait_reason(ctx)
-    if main and main[0] == "no_free_blocks":
-        out.append(Recommendation("requests wait for KV memory: this is a consequence of the KV cache stage; "
-                                  "fix that first"))
-    if main and main[0] == "model_loading":
-        out.append(Recommendation("requests wait for model loads: this is a consequence of the cold path stage"))
-    if "head_of_line_blocking" in signals or not cfg.get("enable_chunked_prefill") or (
-            main and main[0] in ("behind_long_prefill", "token_budget")):
+    cause = stage_of(main[0]) if main else None
+    if cause not in (None, SCHEDULER):
+        out.append(Recommendation(f"{main[1]:.0%} of the wait is charged to the {STAGE_NAMES[cause]} stage "
+                                  f"({COMPONENT_NAMES[main[0]]}): the queue is its consequence; fix that first"))
+    if "head_of_line_blocking" in signals or not cfg.enable_chunked_prefill or (
+            main and main[0] in (BEHIND_LONG_PREFILL, TOKEN_BUDGET)):
         budget = 8192 if str(ctx.device).startswith("cuda") else 512
         cap = budget // 4
         out.append(Recommendation(
             f"--enable-chunked-prefill --max-num-batched-tokens {budget} --long-prefill-token-threshold {cap}: "
             f"split long prefills so short requests share every step (the report: utilisation 65% -> 82%)",
             {"enable_chunked_prefill": True, "max_num_batched_tokens": budget, "long_prefill_token_threshold": cap}))
-    if "head_of_line_blocking" in signals and cfg.get("policy") != "short-first":
+    if "head_of_line_blocking" in signals and cfg.policy != "short-first":
         out.append(Recommendation("--policy short-first: admit short contexts first (the report: P99 swing -35%)",
                                   {"policy": "short-first"}))
-    if main and main[0] == "max_num_seqs" and cfg.get("max_num_seqs"):
-        more = cfg["max_num_seqs"] * 2
+    if main and main[0] == MAX_NUM_SEQS and cfg.max_num_seqs:
+        more = cfg.max_num_seqs * 2
         out.append(Recommendation(f"--max-num-seqs {more}: the batch is full while the budget is not",
                                   {"max_num_seqs": more}))
     out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: batch 8, chunked "
@@ -206,13 +205,13 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
 def _cold_sentence(e: Evidence, ctx: _Context) -> str:
     cold = ctx.cold
     if e.signal == "step_time_inflation":
-        during, without = cold.get("step_time_during_load_s"), cold.get("step_time_without_load_s")
+        during, without = cold.step_time_during_load_s, cold.step_time_without_load_s
         if during and without:
             return (f"{_head(e)}: decode steps take {during * 1000:.0f} ms while a model loads against "
                     f"{without * 1000:.0f} ms without")
     if e.signal == "requests_waiting_on_model":
-        return (f"{_head(e)}: {cold.get('loads_in_window', 0)} model loads "
-                f"({(cold.get('load_bytes_in_window') or 0) / 1e6:.0f} MB) in the window kept on average "
+        return (f"{_head(e)}: {cold.loads_in_window if cold.loads_in_window is not None else '?'} model loads "
+                f"({(cold.load_bytes_in_window or 0) / 1e6:.0f} MB) in the window kept on average "
                 f"{e.value:.2f} requests waiting")
     if e.signal == "pcie_backpressure":
         return f"{_head(e)}: a PCIe link runs at {e.value:.0%} of its bandwidth"
@@ -222,7 +221,7 @@ def _cold_sentence(e: Evidence, ctx: _Context) -> str:
 
 
 def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
-    models = ctx.cfg.get("models") or 1
+    models = ctx.cfg.models or 1
     return [
         Recommendation(f"--num-preload-models {models}: load every served model before traffic and keep it "
                        f"resident (the report: cold-start latency -43% with 2 preloaded)",
@@ -231,5 +230,5 @@ def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     ]
 
 
-_SENTENCES = {"kv_cache": _kv_sentence, "scheduler": _sched_sentence, "cold_path": _cold_sentence}
-_RECOMMEND = {"kv_cache": _kv_recommend, "scheduler": _sched_recommend, "cold_path": _cold_recommend}
+_SENTENCES = {KV_CACHE: _kv_sentence, SCHEDULER: _sched_sentence, COLD_PATH: _cold_sentence}
+_RECOMMEND = {KV_CACHE: _kv_recommend, SCHEDULER: _sched_recommend, COLD_PATH: _cold_recommend}

@@ -1,24 +1,25 @@
-"""`Diagnosis`: per stage a state, since when, the evidence, an explanation, what to do, a runbook."""
+"""`Diagnosis`: per stage a state, since when, the evidence, an explanation, what to do, a runbook.
+
+`to_dict` is the `diagnose --json` document (and `GET /api/v1/diagnosis`); `from_dict` reads it back.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass, field
 
-from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
+from agent.numbers import is_finite_number, shown
+from agent.vocabulary import STATES, exit_code
 
-STATES = ("unknown", "ok", "warn", "firing")
-# A verdict as a monitoring check's exit status; "unknown" (no data) and anything else: UNKNOWN.
-VERDICT_EXIT = {"ok": EXIT_OK, "warn": EXIT_WARNING, "firing": EXIT_CRITICAL}
-RUNBOOKS = {"kv_cache": "runbooks/KVCacheStageFiring.md", "scheduler": "runbooks/SchedulerStageFiring.md",
-            "cold_path": "runbooks/ColdPathStageFiring.md"}
+EVIDENCE_STATES = (*STATES, "info")   # info: measured, shown, not judged here
 
 
 def severity(state: str) -> int:
     return STATES.index(state)
 
 
-def verdict_exit_code(verdict: str | None) -> int:
-    return VERDICT_EXIT.get(verdict, EXIT_UNKNOWN)
+class DiagnosisError(ValueError):
+    """A diagnosis document that cannot be read back; the message names the field (`stages[1].evidence[0].value`)."""
 
 
 @dataclass
@@ -36,6 +37,12 @@ class Evidence:
     def to_dict(self) -> dict:
         return {"signal": self.signal, "value": self.value, "warn": self.warn, "firing": self.firing,
                 "unit": self.unit, "window": self.window, "state": self.state, "label": self.label}
+
+    @classmethod
+    def from_dict(cls, data, where: str = "evidence") -> Evidence:
+        f = _Fields(data, where)
+        return cls(f.string("signal"), f.string("label"), f.number("value"), f.number("warn"), f.number("firing"),
+                   f.string("unit"), f.string("window"), f.one_of("state", EVIDENCE_STATES))
 
 
 @dataclass
@@ -62,6 +69,16 @@ class StageDiagnosis:
                 "recommendations": [r.text for r in self.recommendations], "runbook": self.runbook,
                 "consequence_of": self.consequence_of}
 
+    @classmethod
+    def from_dict(cls, data, where: str = "stage") -> StageDiagnosis:
+        """The inverse of `to_dict`: what it leaves out (the recommendations' flags) stays empty."""
+        f = _Fields(data, where)
+        since = f.string("since", nullable=True)
+        return cls(f.string("stage"), f.one_of("state", STATES), since, f.time(since, "since"), f.string("explanation"),
+                   f.items("evidence", Evidence.from_dict),
+                   [Recommendation(text) for text in f.items("recommendations", _string)],
+                   f.string("runbook"), f.string("consequence_of", nullable=True))
+
 
 @dataclass
 class Diagnosis:
@@ -83,6 +100,72 @@ class Diagnosis:
             out["disagreement"] = self.disagreement
         return out
 
+    @classmethod
+    def from_dict(cls, data) -> Diagnosis:
+        """A diagnosis read back from `to_dict`'s document (a server's answer); DiagnosisError naming the field
+        that is not as `to_dict` writes it. Fields it does not know are left aside (a newer agent's)."""
+        f = _Fields(data, "")
+        return cls(f.one_of("verdict", STATES), f.string("root_stage", nullable=True),
+                   f.items("stages", StageDiagnosis.from_dict),
+                   unavailable=f.string("unavailable", nullable=True, absent=True),
+                   disagreement=f.string("disagreement", nullable=True, absent=True))
+
     @property
     def exit_code(self) -> int:
-        return verdict_exit_code(self.verdict)
+        return exit_code(self.verdict)
+
+
+class _Fields:
+    """One JSON object's fields, each checked as it is read; an error names the field by its path."""
+
+    def __init__(self, data, where: str) -> None:
+        if not isinstance(data, dict):
+            raise DiagnosisError(f"{where or 'a diagnosis'}: must be an object, got {shown(data)}")
+        self.data, self.where = data, where
+
+    def _path(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def _get(self, key: str, ok, what: str, nullable: bool = False, absent: bool = False):
+        if key not in self.data:
+            if absent:
+                return None
+            raise DiagnosisError(f"{self._path(key)}: missing")
+        value = self.data[key]
+        if not (ok(value) or (nullable and value is None)):
+            what += " or null" if nullable else ""
+            raise DiagnosisError(f"{self._path(key)}: must be {what}, got {shown(value)}")
+        return value
+
+    def string(self, key: str, nullable: bool = False, absent: bool = False) -> str | None:
+        return self._get(key, lambda v: isinstance(v, str), "a string", nullable, absent)
+
+    def number(self, key: str) -> float | None:
+        return self._get(key, is_finite_number, "a finite number", nullable=True)
+
+    def one_of(self, key: str, choices: tuple[str, ...]) -> str:
+        return self._get(key, lambda v: isinstance(v, str) and v in choices, f"one of {', '.join(choices)}")
+
+    def items(self, key: str, read) -> list:
+        """A list whose items are each `read(item, path)`."""
+        value = self._get(key, lambda v: isinstance(v, list), "a list")
+        return [read(item, f"{self._path(key)}[{i}]") for i, item in enumerate(value)]
+
+    def time(self, text: str | None, key: str) -> float | None:
+        """An RFC 3339 time (as `since` is written) in seconds since 1970."""
+        if text is None:
+            return None
+        try:
+            t = dt.datetime.fromisoformat(text)
+        except ValueError:
+            t = None
+        if t is None or t.tzinfo is None:
+            raise DiagnosisError(f"{self._path(key)}: must be an RFC 3339 time with its offset, got {shown(text)}")
+        return t.timestamp()
+
+
+def _string(value, where: str) -> str:
+    """A list item that must be a string."""
+    if not isinstance(value, str):
+        raise DiagnosisError(f"{where}: must be a string, got {shown(value)}")
+    return value

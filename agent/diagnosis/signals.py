@@ -1,8 +1,10 @@
 """The signals of each stage (docs/stages.md), with default thresholds, and how to read each from frames.
 
 A reader returns a number, `UNKNOWN` when the data is missing (no GPU, no engine, a collector that
-failed) or `NOT_APPLICABLE` when the situation it judges is absent (no model load to inflate steps,
-no request waiting to make low utilisation a problem), which counts as healthy.
+failed, a figure the engine source does not observe) or `NOT_APPLICABLE` when the situation it judges
+is absent (no model load to inflate steps, no request waiting to make low utilisation a problem),
+which counts as healthy. A figure of the engine snapshot that is None is never read as absent by
+itself: only an observed count (no step ran, no model loaded) says the situation is absent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame, busier_direction
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
+from engine_hooks.engine.waits import MODEL_LOADING
+from engine_hooks.snapshot import Window
 
 
 class _Marker:
@@ -39,11 +43,11 @@ CPU_BANDWIDTH = ("on a CPU, attention is bound by compute and per-call overhead,
                  "shown, not judged")
 
 
-def _memory_bound_only(key: str):
+def _memory_bound_only(figure: Callable[[Window], float | None]):
     """A bandwidth signal, judged only where attention is memory-bound (a GPU)."""
     def read(frame: Frame, _window):
-        value = _kv(frame, key)
-        if isinstance(value, float) and not frame.engine["engine"]["device"].startswith("cuda"):
+        value = _kv(frame, figure)
+        if isinstance(value, float) and not frame.engine.engine.on_cuda:
             return NotJudged(value, CPU_BANDWIDTH)
         return value
     return read
@@ -61,26 +65,48 @@ class Signal:
     read: Callable[[Frame, list[Frame]], object]   # (this frame, the frames of the window up to it)
 
 
-def _figure(frame: Frame, section: str, key: str):
-    """One of the engine window's figures: UNKNOWN without an engine, NOT_APPLICABLE when it has no value."""
+def _none_counted(*counts) -> bool | None:
+    """Whether observed counts are all zero (the situation they count is absent); None when one is not
+    observed."""
+    if any(c is None for c in counts):
+        return None
+    return not any(counts)
+
+
+def _figure(frame: Frame, figure: Callable[[Window], object], absent: Callable[[Window], bool | None]):
+    """One of the engine window's figures: UNKNOWN without an engine or when the figure is None, unless
+    `absent` (read from observed counts) says the situation it judges did not arise: NOT_APPLICABLE."""
     w = frame.window
     if w is None:
         return UNKNOWN
-    value = w[section].get(key)
-    return NOT_APPLICABLE if value is None else value
+    value = figure(w)
+    if value is not None:
+        return value
+    return NOT_APPLICABLE if absent(w) else UNKNOWN
 
 
-def _kv(frame: Frame, key: str):
-    return _figure(frame, "kv", key)
+def _no_step(w: Window) -> bool | None:
+    return _none_counted(w.scheduler.steps)
 
 
-def _sched(frame: Frame, key: str):
-    return _figure(frame, "scheduler", key)
+def _no_request(w: Window) -> bool | None:
+    s = w.scheduler
+    return _none_counted(s.requests_finished, s.waiting, s.running)
 
 
-def _requests_waited(frame: Frame) -> bool:
+def _kv(frame: Frame, figure: Callable[[Window], object]):
+    return _figure(frame, figure, _no_step)      # no step: no KV reserved, none read
+
+
+def _requests_waited(frame: Frame) -> bool | None:
+    """Whether requests waited in the window; None when that is not observed."""
     w = frame.window
-    return bool(w and (w["scheduler"].get("waiting_share") or 0) > 0)
+    if w is None:
+        return None
+    share = w.scheduler.waiting_share
+    if share is None:
+        return False if _no_step(w) else None   # no step ran: there was nothing to wait behind
+    return share > 0
 
 
 def memory_bandwidth_utilisation(frame: Frame, _window) -> object:
@@ -102,21 +128,25 @@ def _share_of_frames(window: list[Frame], happened: Callable[[Frame, Frame | Non
 
 def _free_memory_refusals(frame: Frame, previous: Frame | None) -> bool | None:
     """Whether a refusal with KV memory free happened since the previous frame; None: no data (no
-    engine, or a counter that is not a finite number, which would compare as "none happened")."""
+    engine, or counters the source does not count, which must not read as "none happened")."""
     if frame.engine is None:
         return None
-    keys = ("preemptions_with_free_memory_total", "allocation_failures_with_free_memory_total")
-    now = [frame.engine["counters"].get(k, 0) for k in keys]
-    if not all(_finite(v) for v in now):
+    now = _refusals_with_free_memory(frame)
+    if now is None:
         return None
     if previous is None or previous.engine is None:
         return False
-    before = [previous.engine["counters"].get(k, 0) for k in keys]
-    return None if not all(_finite(v) for v in before) else sum(now) - sum(before) > 0
+    before = _refusals_with_free_memory(previous)
+    return None if before is None else now - before > 0
 
 
-def _finite(value) -> bool:
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+def _refusals_with_free_memory(frame: Frame) -> float | None:
+    """Preemptions and refused allocations with KV memory free, so far; None when either is not counted."""
+    c = frame.engine.counters
+    counts = (c.preemptions_with_free_memory_total, c.allocation_failures_with_free_memory_total)
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in counts):
+        return None     # not counted, or a source's NaN, which would compare as "none happened"
+    return sum(counts)
 
 
 def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:
@@ -124,20 +154,41 @@ def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:
 
 
 def compute_utilisation(frame: Frame, _window) -> object:
-    if frame.engine is None:
+    waited = _requests_waited(frame)
+    if waited is None:
         return UNKNOWN
-    if not _requests_waited(frame):
+    if not waited:
         return NOT_APPLICABLE
     gpus = [g["utilization_gpu_ratio"] for g in frame.gpus() if g.get("utilization_gpu_ratio") is not None]
-    if gpus and frame.engine["engine"]["device"].startswith("cuda"):
+    if gpus and frame.engine.engine.on_cuda:
         return sum(gpus) / len(gpus)
-    return _sched(frame, "busy_ratio_while_waiting")
+    return _while_waiting(frame.window.scheduler.busy_ratio_while_waiting)
 
 
 def token_budget_use(frame: Frame, _window) -> object:
-    if frame.engine is None:
+    waited = _requests_waited(frame)
+    if waited is None:
         return UNKNOWN
-    return _sched(frame, "budget_use_while_waiting") if _requests_waited(frame) else NOT_APPLICABLE
+    return _while_waiting(frame.window.scheduler.budget_use_while_waiting) if waited else NOT_APPLICABLE
+
+
+def _while_waiting(value: float | None) -> object:
+    """A figure over the steps with requests waiting, when some waited: None is not observed."""
+    return UNKNOWN if value is None else value
+
+
+def head_of_line_blocking(frame: Frame, _window) -> object:
+    """The share of short requests' wait spent behind long prefills; None when none of them waited."""
+    return _figure(frame, lambda w: w.scheduler.head_of_line_share, _no_wait)
+
+
+def _no_wait(w: Window) -> bool | None:
+    """No request ended in the window, or none of those that did waited."""
+    s = w.scheduler
+    if _none_counted(s.requests_finished):
+        return True
+    reasons = s.wait_seconds_by_reason
+    return None if reasons is None else not any(reasons.values())
 
 
 def pcie_backpressure(frame: Frame, _window) -> object:
@@ -145,8 +196,16 @@ def pcie_backpressure(frame: Frame, _window) -> object:
     return max(values) if values else UNKNOWN
 
 
+def _no_load_beside_steps(w: Window) -> bool | None:
+    """No model load in the window, or decode step times measured and none of them beside a load."""
+    c = w.cold_path
+    if c.step_time_without_load_s is not None and c.step_time_during_load_s is None:
+        return True
+    return _none_counted(c.loads_in_window, None if c.loads_in_progress is None else len(c.loads_in_progress))
+
+
 def step_time_inflation(frame: Frame, _window) -> object:
-    return _figure(frame, "cold_path", "step_time_inflation")
+    return _figure(frame, lambda w: w.cold_path.step_time_inflation, _no_load_beside_steps)
 
 
 def requests_waiting_on_model(frame: Frame, _window) -> object:
@@ -154,9 +213,11 @@ def requests_waiting_on_model(frame: Frame, _window) -> object:
     w = frame.window
     if w is None:
         return UNKNOWN
-    span = w.get("span_s") or 0
-    waited = (w["scheduler"].get("wait_seconds_by_reason") or {}).get("model_loading", 0.0)
-    return waited / span if span > 0 else NOT_APPLICABLE
+    reasons = w.scheduler.wait_seconds_by_reason
+    if reasons is None:
+        return UNKNOWN
+    span = w.span_s
+    return reasons.get(MODEL_LOADING, 0.0) / span if span > 0 else NOT_APPLICABLE
 
 
 def threads_blocked_on_data(frame: Frame, _window) -> object:
@@ -171,14 +232,19 @@ def threads_blocked_on_data(frame: Frame, _window) -> object:
 def window_tail(frame: Frame, metric: str = "ttft") -> Tail | None:
     """The window's tail, explained (agent.diagnosis.tail); None without one."""
     w = frame.window
-    return Tail.from_figures(metric, (w.get("tail") or {}).get(metric)) if w else None
+    if w is None or w.tail is None:
+        return None
+    return Tail.from_figures(metric, w.tail.ttft if metric == "ttft" else w.tail.latency)
 
 
 def tail_share(stage: str):
     """The share of the window's P99 TTFT tail charged to `stage`; judged only when the tail is slow."""
     def read(frame: Frame, _window) -> object:
-        if frame.window is None or "tail" not in frame.window:
+        w = frame.window
+        if w is None or w.tail is None:
             return UNKNOWN     # no engine, or a source that does not split requests' time
+        if w.tail.ttft is None:
+            return NOT_APPLICABLE if _none_counted(w.scheduler.requests_finished) else UNKNOWN
         tail = window_tail(frame)
         return tail.share(stage) if tail is not None and tail.slow else NOT_APPLICABLE
     return read
@@ -189,24 +255,24 @@ _TAIL_LABEL = "share of the P99 TTFT tail's time"
 
 SIGNALS: tuple[Signal, ...] = (
     Signal("kv_fragmentation_ratio", KV_CACHE, "KV fragmentation", "above", 0.20, 0.30, "ratio",
-           lambda f, _w: _kv(f, "fragmentation_ratio")),
+           lambda f, _w: _kv(f, lambda w: w.kv.fragmentation_ratio)),
     Signal("kv_access_efficiency", KV_CACHE, "KV access efficiency", "below", 0.75, 0.60, "ratio",
-           lambda f, _w: _kv(f, "access_efficiency")),
+           lambda f, _w: _kv(f, lambda w: w.kv.access_efficiency)),
     Signal("effective_bandwidth_ratio", KV_CACHE, "effective KV read bandwidth", "below", 0.75, 0.60, "ratio",
-           _memory_bound_only("effective_bandwidth_ratio")),
+           _memory_bound_only(lambda w: w.kv.effective_bandwidth_ratio)),
     Signal("bandwidth_swing_cv", KV_CACHE, "KV bandwidth swing", "above", 0.25, 0.40, "ratio",
-           _memory_bound_only("bandwidth_swing_cv")),
+           _memory_bound_only(lambda w: w.kv.bandwidth_swing_cv)),
     Signal("memory_bandwidth_utilisation", KV_CACHE, "device memory busy", "above", 0.85, 0.95, "ratio",
            memory_bandwidth_utilisation),
     Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
            "share of samples", preemption_with_free_memory),
     Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE)),
     Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
-           lambda f, _w: _sched(f, "decided_wait_p99_s")),
+           lambda f, _w: _figure(f, lambda w: w.scheduler.decided_wait_p99_s, _no_request)),
     Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
            compute_utilisation),
     Signal("head_of_line_blocking", SCHEDULER, "head-of-line blocking", "above", 0.30, 0.50, "ratio",
-           lambda f, _w: _sched(f, "head_of_line_share")),
+           head_of_line_blocking),
     Signal("token_budget_use", SCHEDULER, "token budget use while requests wait", "below", 0.50, None, "ratio",
            token_budget_use),
     Signal(TAIL_SHARE.format(SCHEDULER), SCHEDULER, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(SCHEDULER)),

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.vocabulary import COMPONENT_NAMES, STAGE_NAMES, STAGES, stage_of
+from engine_hooks.attribution import COMPUTE
+from engine_hooks.snapshot import TailFigures
 
-OWN = "compute"               # the requests' own prefill and decode, and step boundaries: no stage's fault
+OWN = COMPUTE                 # the requests' own prefill and decode, and step boundaries: no stage's fault
 SLOW_TAIL_FACTOR = 3.0        # a tail this many times the median is one to explain
 SLOW_TAIL_FLOOR_S = 0.05      # ... and this long, so a microsecond jitter is never "exploded"
 BLAME_SHARE = 0.5             # a stage holding this share of the tail's time explains it
@@ -45,16 +47,15 @@ class Tail:
     components: dict[str, float] = field(default_factory=dict)   # component -> seconds, summed over the tail
 
     @classmethod
-    def from_figures(cls, metric: str, figures: dict | None) -> Tail | None:
+    def from_figures(cls, metric: str, figures: TailFigures | None) -> Tail | None:
         """From the engine's tail figures (engine_hooks.attribution.tail); None when there were no requests."""
-        if not figures or not figures.get("seconds"):
+        if figures is None or not figures.seconds:
             return None
-        seconds = figures["seconds"]
-        stages = by_stage(seconds)
+        stages = by_stage(figures.seconds)
         total = sum(stages.values())
         shares = {k: v / total for k, v in stages.items()} if total > 0 else {}
-        return cls(metric, figures["quantile"], figures["p50_s"], figures["threshold_s"], figures["requests"],
-                   figures["of_requests"], shares, dict(seconds))
+        return cls(metric, figures.quantile, figures.p50_s, figures.threshold_s, figures.requests,
+                   figures.of_requests, shares, dict(figures.seconds))
 
     @property
     def slow(self) -> bool:

@@ -15,6 +15,7 @@ import threading
 from agent.lab.workload import WorkloadConfig, WorkloadRun, run_workload
 from engine_hooks import instrument, uninstrument
 from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
+from engine_hooks.snapshot import EngineSnapshot
 
 log = logging.getLogger(__name__)
 RESTART_GRACE_S = 5.0      # requests in flight get this long to finish before a restart aborts them
@@ -31,7 +32,7 @@ class EngineHost:
         self._lock = threading.Lock()
 
     # --- the sampler's engine source ---------------------------------------------------------------------
-    def snapshot(self, now_monotonic: float) -> dict:
+    def snapshot(self, now_monotonic: float) -> EngineSnapshot:
         """The engine snapshot (docs/snapshot.md) of the hosted engine; after a stop, of the last one."""
         recorder = self.recorder
         if recorder is None:

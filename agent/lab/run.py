@@ -111,13 +111,13 @@ def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:
     loads = recorder.loads.items()
     return {
         "kv_waste_ratio": totals.kv_waste_ratio,
-        "kv_fragmentation_ratio": run["kv"]["fragmentation_ratio"],
-        "kv_access_efficiency": run["kv"]["access_efficiency"],
+        "kv_fragmentation_ratio": run.kv.fragmentation_ratio,
+        "kv_access_efficiency": run.kv.access_efficiency,
         "engine_busy_ratio": totals.busy_s / elapsed if elapsed else 0.0,
-        "compute_utilisation_while_waiting": run["scheduler"]["busy_ratio_while_waiting"],
+        "compute_utilisation_while_waiting": run.scheduler.busy_ratio_while_waiting,
         "scheduler_wait_p99_s": percentile([t.decided_wait_s for t in timelines], 99),
-        "head_of_line_share": run["scheduler"]["head_of_line_share"],
-        "step_time_inflation": run["cold_path"]["step_time_inflation"],
+        "head_of_line_share": run.scheduler.head_of_line_share,
+        "step_time_inflation": run.cold_path.step_time_inflation,
         "model_loads": len(loads),
         "model_load_seconds_mean": sum(ld["seconds"] for ld in loads) / len(loads) if loads else None,
         "model_load_seconds_max": max((ld["seconds"] for ld in loads), default=None),

@@ -49,10 +49,10 @@ def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5,
 
 def busy_ratio(frames) -> float | None:
     """Seconds the engine spent in steps over wall seconds, between the first and the last frame."""
-    with_counters = [f for f in frames if f.engine and "busy_seconds_total" in f.engine.get("counters", {})]
+    with_counters = [f for f in frames if f.engine is not None and f.engine.counters.busy_seconds_total is not None]
     if len(with_counters) < 2:
         return None
     a, b = with_counters[0], with_counters[-1]
     span = b.time_monotonic - a.time_monotonic
-    busy = b.engine["counters"]["busy_seconds_total"] - a.engine["counters"]["busy_seconds_total"]
+    busy = b.engine.counters.busy_seconds_total - a.engine.counters.busy_seconds_total
     return min(1.0, busy / span) if span > 0 else None

@@ -31,28 +31,30 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     out.flag("stagelens_engine_attached", "1 when the frame holds an engine snapshot.", engine is not None)
     if engine is None:
         return
-    config = engine["engine"]
+    config = engine.engine
+    chunked = config.enable_chunked_prefill
     out.gauge("stagelens_engine_info", "1, labelled with the engine's configuration.", 1,
-              model=config.get("model"), allocator=config.get("allocator"), policy=config.get("policy"),
-              device=config.get("device"), dtype=config.get("dtype"),
-              chunked_prefill=str(bool(config.get("enable_chunked_prefill"))).lower())
+              model=config.model, allocator=config.allocator, policy=config.policy, device=config.device,
+              dtype=config.dtype, chunked_prefill="" if chunked is None else str(chunked).lower())
     out.gauge("stagelens_engine_window_seconds", "Span of the window the engine's derived figures cover.",
-              engine["window"].get("span_s"))
-    health = engine.get("health") or {}
+              engine.window.span_s)
+    health = engine.health    # None: not observable, so neither up nor down is said
     out.flag("stagelens_engine_up", "1 while the engine's loop serves; 0 once it died (see the agent's log).",
-             health.get("failure") is None)
-    for phase, count in sorted((health.get("step_errors") or {}).items()):
+             health.failure is None if health is not None else None)
+    for phase, count in sorted(((health.step_errors if health else None) or {}).items()):
         out.counter("stagelens_engine_step_errors_total",
                     "Engine steps that raised, by phase; their requests failed, the engine went on.", count,
                     phase=phase)
-    for reason, count in sorted((health.get("finish_reasons") or {}).items()):
+    for reason, count in sorted(((health.finish_reasons if health else None) or {}).items()):
         out.counter("stagelens_engine_requests_ended_total",
                     "Requests the engine ended, by finish reason (length, stop, abort, timeout, error).", count,
                     reason=reason)
-    errors = engine.get("hook_errors", {})
-    for hook in sorted(set(HOOKS) | set(errors)):
-        out.counter("stagelens_hook_errors_total", "Hook failures (the engine went on; the figures may be short).",
-                    errors.get(hook, 0), hook=hook)
-    for ring, count in sorted(engine.get("dropped", {}).items()):
+    errors = engine.hook_errors
+    if errors is not None:      # the hooks are the bundled engine's: a source without them leaves these out
+        for hook in sorted(set(HOOKS) | set(errors)):
+            out.counter("stagelens_hook_errors_total", "Hook failures (the engine went on; the figures may be short).",
+                        errors.get(hook, 0), hook=hook)
+    dropped = engine.dropped
+    for ring in ("events", "steps", "timelines") if dropped is not None else ():
         out.counter("stagelens_recorder_dropped_total", "Records the recorder's bounded rings overwrote unread.",
-                    count, ring=ring)
+                    getattr(dropped, ring), ring=ring)

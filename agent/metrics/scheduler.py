@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.metrics.families import Scrape
 
-_COUNTERS = (
+_COUNTERS = (   # (metric, the engine_hooks.snapshot.Counters field, its help)
     ("stagelens_scheduler_steps_total", "steps_total", "Engine steps run."),
     ("stagelens_scheduler_busy_seconds_total", "busy_seconds_total", "Seconds the engine spent in steps."),
     ("stagelens_scheduler_idle_seconds_total", "idle_seconds_total", "Seconds the engine sat idle between steps."),
@@ -22,36 +22,32 @@ _COUNTERS = (
 
 def collect(out: Scrape, frame, _diagnosis) -> None:
     engine = frame.engine if frame else None
-    if not engine:
+    if engine is None:
         return
-    config, s = engine["engine"], engine["window"]["scheduler"]
-    counters = engine.get("counters", {})
+    config, s, counters = engine.engine, engine.window.scheduler, engine.counters
     out.gauge("stagelens_scheduler_max_num_batched_tokens", "Token budget of a step (--max-num-batched-tokens).",
-              config.get("max_num_batched_tokens"))
-    out.gauge("stagelens_scheduler_max_num_seqs", "Most sequences in a step (--max-num-seqs).",
-              config.get("max_num_seqs"))
-    out.gauge("stagelens_scheduler_waiting_requests", "Requests waiting at the last step.", s.get("waiting"))
-    out.gauge("stagelens_scheduler_running_requests", "Requests running at the last step.", s.get("running"))
-    out.gauge("stagelens_scheduler_busy_ratio", "Share of the window the engine spent in steps.", s.get("busy_ratio"))
+              config.max_num_batched_tokens)
+    out.gauge("stagelens_scheduler_max_num_seqs", "Most sequences in a step (--max-num-seqs).", config.max_num_seqs)
+    out.gauge("stagelens_scheduler_waiting_requests", "Requests waiting at the last step.", s.waiting)
+    out.gauge("stagelens_scheduler_running_requests", "Requests running at the last step.", s.running)
+    out.gauge("stagelens_scheduler_busy_ratio", "Share of the window the engine spent in steps.", s.busy_ratio)
     out.gauge("stagelens_scheduler_busy_while_waiting_ratio",
-              "Share of time in steps, counting only steps with requests waiting.", s.get("busy_ratio_while_waiting"))
+              "Share of time in steps, counting only steps with requests waiting.", s.busy_ratio_while_waiting)
     out.gauge("stagelens_scheduler_waiting_steps_ratio", "Share of the window's steps with requests waiting.",
-              s.get("waiting_share"))
+              s.waiting_share)
     out.gauge("stagelens_scheduler_budget_use_ratio",
-              "Tokens scheduled / token budget, over steps with requests waiting.", s.get("budget_use_while_waiting"))
+              "Tokens scheduled / token budget, over steps with requests waiting.", s.budget_use_while_waiting)
     out.gauge("stagelens_scheduler_head_of_line_ratio",
-              "Share of short requests' wait spent behind one long prefill step.", s.get("head_of_line_share"))
-    out.gauge("stagelens_scheduler_step_mean_seconds", "Mean step time over the window.", s.get("step_time_mean_s"))
-    for q in ("p50", "p99"):
+              "Share of short requests' wait spent behind one long prefill step.", s.head_of_line_share)
+    out.gauge("stagelens_scheduler_step_mean_seconds", "Mean step time over the window.", s.step_time_mean_s)
+    for q, wait, decided in (("p50", s.wait_p50_s, s.decided_wait_p50_s), ("p99", s.wait_p99_s, s.decided_wait_p99_s)):
         out.gauge(f"stagelens_scheduler_window_wait_{q}_seconds",
-                  f"Scheduler wait {q} over the window's requests, those still waiting included.",
-                  s.get(f"wait_{q}_s"))
+                  f"Scheduler wait {q} over the window's requests, those still waiting included.", wait)
         out.gauge(f"stagelens_scheduler_window_decided_wait_{q}_seconds",
-                  f"Scheduler wait {q} the scheduler chose (step-boundary waits left out), over the window.",
-                  s.get(f"decided_wait_{q}_s"))
-    for name, key, doc in _COUNTERS:   # 0 until the first event: then rate() and increase() see it
-        out.counter(name, doc, counters.get(key, 0))
-    for reason, seconds in sorted(engine.get("wait_seconds_by_reason", {}).items()):
+                  f"Scheduler wait {q} the scheduler chose (step-boundary waits left out), over the window.", decided)
+    for name, key, doc in _COUNTERS:   # 0 until the first event (then rate() and increase() see it); None: not counted
+        out.counter(name, doc, getattr(counters, key))
+    for reason, seconds in sorted((engine.wait_seconds_by_reason or {}).items()):
         out.counter("stagelens_scheduler_charged_wait_seconds_total",
                     "Wait charged to each reason at every scheduling decision, requests still waiting included.",
                     seconds, reason=reason)

@@ -14,7 +14,7 @@ SHARE = ("Share of the P99 tail's time charged to each stage (compute: the reque
 
 
 def collect(out: Scrape, frame, _diagnosis) -> None:
-    if not frame or not frame.window:
+    if frame is None or frame.window is None:
         return
     for metric in ("ttft", "latency"):
         tail = window_tail(frame, metric)

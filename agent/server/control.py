@@ -44,7 +44,8 @@ def start_scenario(body: ScenarioStart, request: Request) -> dict:
 
 @router.post("/api/v1/bandwidth-probe")
 async def bandwidth_probe(request: Request) -> dict:
-    """Measure this node's copy bandwidth again (the reference for efficiency ratios)."""
+    """Measure this node's plain copy bandwidth again (probes/bandwidth.py): what the device's memory does
+    on a large copy. The diagnosis does not use it; attention is judged against its own ideal-layout curve."""
     from probes.bandwidth import get_reference_bandwidth
 
     device = "cpu"

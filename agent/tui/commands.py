@@ -6,10 +6,11 @@ from collections.abc import Iterable
 
 from textual.app import SystemCommand
 
-from agent.diagnosis.model import RUNBOOKS
-from agent.tui.fmt import STAGE_NAMES
+from agent.runbooks import stage_runbook
+from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER, STAGE_NAMES, STAGES
 
-PANELS = {"1": "GPU & topology", "2": "KV cache", "3": "scheduler", "4": "cold path", "5": "events"}
+PANELS = {"1": "GPU & topology", "2": STAGE_NAMES[KV_CACHE], "3": STAGE_NAMES[SCHEDULER], "4": STAGE_NAMES[COLD_PATH],
+          "5": "events"}
 
 
 def stagelens_commands(app) -> Iterable[SystemCommand]:
@@ -17,7 +18,8 @@ def stagelens_commands(app) -> Iterable[SystemCommand]:
         yield SystemCommand(f"Panel {key}: {name}", f"show or hide the {name} panel (key {key})",
                             lambda key=key: app.action_toggle_panel(key))
     yield SystemCommand("Runbook of the root stage", "open the root stage's runbook (enter)", app.action_runbook)
-    for stage, path in RUNBOOKS.items():
+    for stage in STAGES:
+        path = stage_runbook(stage)
         yield SystemCommand(f"Runbook: {STAGE_NAMES[stage]}", path,
                             lambda path=path: app.open_runbook(path), discover=False)
     yield SystemCommand("Topology", "the nvidia-smi topo -m matrix and link table (t)", app.action_topology)

@@ -22,24 +22,24 @@ COMPARED = (
 
 def frame_figures(frame: Frame | None, timelines: list[dict] = ()) -> dict:
     """Figures of `frame`'s window; TTFT and latency over `timelines` that finished inside it."""
-    if frame is None or not frame.window:
+    if frame is None or frame.window is None:
         return {}
     w = frame.window
-    kv, sched, cold = w.get("kv", {}), w.get("scheduler", {}), w.get("cold_path", {})
-    span = w.get("span_s") or 10.0
+    kv, sched, cold = w.kv, w.scheduler, w.cold_path
+    span = w.span_s or 10.0
     recent = [t for t in timelines if t.get("finished") is not None
               and frame.time_monotonic - span <= t["finished"] <= frame.time_monotonic]
     ttft = [t["ttft_s"] for t in recent if t.get("ttft_s") is not None]
     latency = [t["latency_s"] for t in recent if t.get("latency_s") is not None]
     return {
-        "waiting": sched.get("waiting"), "running": sched.get("running"),
-        "wait_p50_s": sched.get("decided_wait_p50_s"), "wait_p99_s": sched.get("decided_wait_p99_s"),
-        "busy_ratio": sched.get("busy_ratio"), "busy_while_waiting": sched.get("busy_ratio_while_waiting"),
-        "budget_use": sched.get("budget_use_while_waiting"), "hol_share": sched.get("head_of_line_share"),
-        "kv_fragmentation": kv.get("fragmentation_ratio"), "kv_access_efficiency": kv.get("access_efficiency"),
-        "bandwidth_ratio": kv.get("effective_bandwidth_ratio"),
-        "step_time_inflation": cold.get("step_time_inflation"),
-        "decode_tokens_per_s": sched.get("decode_tokens_per_s"),
+        "waiting": sched.waiting, "running": sched.running,
+        "wait_p50_s": sched.decided_wait_p50_s, "wait_p99_s": sched.decided_wait_p99_s,
+        "busy_ratio": sched.busy_ratio, "busy_while_waiting": sched.busy_ratio_while_waiting,
+        "budget_use": sched.budget_use_while_waiting, "hol_share": sched.head_of_line_share,
+        "kv_fragmentation": kv.fragmentation_ratio, "kv_access_efficiency": kv.access_efficiency,
+        "bandwidth_ratio": kv.effective_bandwidth_ratio,
+        "step_time_inflation": cold.step_time_inflation,
+        "decode_tokens_per_s": sched.decode_tokens_per_s,
         "ttft_p50_s": percentile(ttft, 50) if ttft else None,
         "latency_p99_s": percentile(latency, 99) if latency else None,
         "finished": len(recent),

@@ -8,7 +8,6 @@ STATE_STYLE = {"firing": "bold white on red", "warn": "bold black on yellow", "o
                "unknown": "bold white on grey37", "info": "bold white on blue"}
 STATE_COLOR = {"firing": "red", "warn": "yellow", "ok": "green", "unknown": "grey50", "info": "cyan"}
 STATE_MARK = {"firing": "FIRING", "warn": "WARN", "ok": "OK", "unknown": "UNKNOWN", "info": "info"}
-STAGE_NAMES = {"kv_cache": "KV cache", "scheduler": "scheduler", "cold_path": "cold path"}
 
 
 def clock(time_unix: float | None) -> str:

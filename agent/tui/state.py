@@ -7,6 +7,7 @@ Pure Python, no widgets: it runs on the UI thread, and tests drive it directly.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.diagnosis import DiagnosisConfig
@@ -14,7 +15,9 @@ from agent.diagnosis.evaluate import LiveDiagnosis
 from agent.diagnosis.model import Diagnosis
 from agent.frame import Frame
 from agent.tui.figures import frame_figures, period_figures
-from agent.tui.fmt import STAGE_NAMES, evidence_value
+from agent.tui.fmt import evidence_value
+from agent.vocabulary import STAGE_NAMES
+from engine_hooks.snapshot import Window
 
 
 @dataclass
@@ -104,21 +107,17 @@ class TuiState:
             return "unknown"
         return d.verdict + (f" ({STAGE_NAMES.get(d.root_stage, d.root_stage)})" if d.root_stage else "")
 
-    def series(self, section: str, key: str, n: int = 240) -> list[float | None]:
-        """One window figure over the last `n` frames, oldest first (None where a frame lacks it)."""
-        out = []
-        for f in list(self.frames)[-n:]:
-            w = f.window
-            value = (w.get(section) or {}).get(key) if w else None
-            out.append(value if isinstance(value, int | float) else None)
-        return out
+    def series(self, figure: Callable[[Window], float | None], n: int = 240) -> list[float | None]:
+        """One window figure (`figure` reads it, e.g. `lambda w: w.kv.fragmentation_ratio`) over the last `n`
+        frames, oldest first (None where a frame lacks it)."""
+        return [figure(f.window) if f.window is not None else None for f in list(self.frames)[-n:]]
 
     def slowest(self, n: int = 8) -> list[dict]:
         """The slowest requests among those that finished in the last frame's window."""
         last = self.last
         items = [t for t in self.timelines.values() if t.get("latency_s") is not None]
-        if last is not None and last.window:
-            span = last.window.get("span_s") or 10.0
+        if last is not None and last.window is not None:
+            span = last.window.span_s or 10.0
             recent = [t for t in items if (t.get("finished") or 0) >= last.time_monotonic - max(span, 30.0)]
             items = recent or items
         return sorted(items, key=lambda t: -t["latency_s"])[:n]

@@ -21,11 +21,12 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from agent.runbooks import runbook_ref, stage_runbook
+from agent.vocabulary import STAGE_NAMES, STAGES
+
 GRAFANA_VERSION = "11.6.0"   # the SDK flavour: __requires says which Grafana the JSON is for
 DS = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")
 SEL = 'instance=~"$instance"'
-STAGES = (("kv_cache", "KV cache", "KVCacheStageFiring"), ("scheduler", "Scheduler", "SchedulerStageFiring"),
-          ("cold_path", "Cold path", "ColdPathStageFiring"))
 # stagelens_stage_state encoding
 STATES = [dm.ValueMap(options={
     "-1": dm.ValueMappingResult(text="unknown", color="gray", index=0),
@@ -47,6 +48,11 @@ SIGNALS = {
     "threads_blocked_on_data": ("above", 0.10, 0.25),
 }
 WIDE, THIRD, HALF, QUARTER = 24, 8, 12, 6
+
+
+def see(*alerts: str) -> str:
+    """A panel's pointer to the runbooks of its alerts."""
+    return ("Runbooks: " if len(alerts) > 1 else "Runbook: ") + ", ".join(runbook_ref(a) for a in alerts)
 
 
 class Board:
@@ -105,9 +111,10 @@ def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, 
 
 def stages_row(b: Board) -> None:
     b.row("Stages")
-    for stage, name, alert in STAGES:
+    for stage in STAGES:
+        name = STAGE_NAMES[stage][0].upper() + STAGE_NAMES[stage][1:]   # a panel's title: "Cold path"
         b.add(stat.Panel().title(name).datasource(DS).span(THIRD).height(4)
-                     .description(f"Diagnosis state of the {name} stage; runbook: runbooks/{alert}.md")
+                     .description(f"Diagnosis state of the {name} stage; runbook: {stage_runbook(stage)}")
                      .with_target(q(f'max(stagelens_stage_state{{{SEL},stage="{stage}"}})', name))
                      .mappings(STATES).thresholds(steps(*STATE_STEPS))
                      .color_mode(common.BigValueColorMode.BACKGROUND).graph_mode(common.BigValueGraphMode.NONE))
@@ -120,11 +127,11 @@ def kv_cache_row(b: Board) -> None:
     b.row("KV cache")
     b.add(with_thresholds("KV fragmentation", f"stagelens_kv_fragmentation_ratio{{{SEL}}}",
                                  "kv_fragmentation_ratio", "percentunit", "fragmentation",
-                                 "Allocated KV slots holding no token. Runbook: runbooks/KVCacheFragmentationHigh.md"))
+                                 "Allocated KV slots holding no token. " + see("KVCacheFragmentationHigh")))
     b.add(with_thresholds("KV access efficiency (5m)",
                                  f"instance:stagelens_kv_access_efficiency:ratio_rate5m{{{SEL}}}",
                                  "kv_access_efficiency", "percentunit", "efficiency",
-                                 "Useful KV bytes / KV bytes moved. Runbook: runbooks/KVCacheAccessEfficiencyLow.md"))
+                                 "Useful KV bytes / KV bytes moved. " + see("KVCacheAccessEfficiencyLow")))
     b.add(with_thresholds("Effective KV bandwidth", f"stagelens_kv_effective_bandwidth_ratio{{{SEL}}}",
                                  "effective_bandwidth_ratio", "percentunit", "of ideal",
                                  "Useful KV bytes/s / an ideal contiguous layout for the same batch on this device."))
@@ -137,7 +144,7 @@ def kv_cache_row(b: Board) -> None:
         q(f"rate(stagelens_scheduler_preemptions_with_free_memory_total{{{SEL}}}[$__rate_interval])",
           "preempted with memory free", "B"),
         q(f"rate(stagelens_scheduler_allocation_failures_total{{{SEL}}}[$__rate_interval])", "refused", "C")],
-        "reqps", "Runbook: runbooks/KVCachePreemptionWithFreeMemory.md", w=HALF))
+        "reqps", see("KVCachePreemptionWithFreeMemory"), w=HALF))
 
 
 def scheduler_row(b: Board) -> None:
@@ -146,7 +153,7 @@ def scheduler_row(b: Board) -> None:
                                  f"instance:stagelens_scheduler_wait_seconds:p99_rate5m{{{SEL}}}",
                                  "scheduler_wait_p99", "s", "p99",
                                  "From the stagelens_scheduler_wait_seconds histogram. "
-                                 "Runbook: runbooks/SchedulerWaitP99High.md"))
+                                 + see("SchedulerWaitP99High")))
     b.add(heatmap.Panel().title("Scheduler wait").datasource(DS).span(THIRD).height(8).unit("s")
                  .description("Per finished request; exemplars link traces.")
                  .with_target(q(f"sum by (le) (increase(stagelens_scheduler_wait_seconds_bucket{{{SEL}}}"
@@ -155,7 +162,7 @@ def scheduler_row(b: Board) -> None:
     b.add(with_thresholds("Head-of-line blocking", f"stagelens_scheduler_head_of_line_ratio{{{SEL}}}",
                                  "head_of_line_blocking", "percentunit", "share",
                                  "Share of short requests' wait spent behind one long prefill. "
-                                 "Runbook: runbooks/HeadOfLineBlocking.md"))
+                                 + see("HeadOfLineBlocking")))
     b.add(series("Wait by reason", [q(
         f"sum by (reason) (rate(stagelens_request_wait_seconds_total{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
         "s", "Seconds of wait per second, by the scheduler's reason.", w=HALF))
@@ -164,28 +171,28 @@ def scheduler_row(b: Board) -> None:
         q(f"stagelens_scheduler_running_requests{{{SEL}}}", "running", "B"),
         q(f"stagelens_scheduler_budget_use_ratio{{{SEL}}}", "budget use while waiting", "C"),
         q(f"stagelens_scheduler_busy_ratio{{{SEL}}}", "busy", "D")],
-        description="Runbook: runbooks/ComputeUnderusedWithQueue.md", w=HALF))
+        description=see("ComputeUnderusedWithQueue"), w=HALF))
 
 
 def cold_path_row(b: Board) -> None:
     b.row("Cold path")
     b.add(with_thresholds("PCIe backpressure (busiest link)", f"max(stagelens_pcie_utilization_ratio{{{SEL}}})",
                                  "pcie_backpressure", "percentunit", "max",
-                                 "PCIe throughput / link bandwidth. Runbook: runbooks/PCIeBackpressure.md"))
+                                 "PCIe throughput / link bandwidth. " + see("PCIeBackpressure")))
     b.add(with_thresholds("Step-time inflation during loads", f"stagelens_cold_path_step_time_inflation{{{SEL}}}",
                                  "step_time_inflation", "none", "inflation",
-                                 "Decode step time during loads / without. Runbook: runbooks/ModelLoadContention.md"))
+                                 "Decode step time during loads / without. " + see("ModelLoadContention")))
     b.add(series("Model loads", [
         q(f"stagelens_model_loads_in_progress{{{SEL}}}", "loading"),
         q(f"stagelens_cold_path_waiting_on_model_requests{{{SEL}}}", "requests waiting on a model", "B"),
         q(f"rate(stagelens_model_loads_total{{{SEL}}}[$__rate_interval])", "loads/s", "C")],
-        description="Runbook: runbooks/RequestsWaitingOnModelLoad.md"))
+        description=see("RequestsWaitingOnModelLoad")))
     b.add(series("Decode step time", [q(
         f"stagelens_cold_path_decode_step_seconds{{{SEL}}}", "model load {{model_load}}")], "s", w=HALF))
     b.add(series("Threads blocked on data", [
         q(f"stagelens_process_threads_uninterruptible_ratio{{{SEL}}}", "engine threads in D state"),
         q(f"stagelens_host_cpu_iowait_ratio{{{SEL}}}", "CPU iowait", "B")], "percentunit",
-        "Runbook: runbooks/ThreadsBlockedOnData.md", w=HALF)
+        see("ThreadsBlockedOnData"), w=HALF)
         .thresholds(signal_steps("threads_blocked_on_data"))
         .thresholds_style(GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.AREA)))
 
@@ -203,7 +210,7 @@ def gpus_row(b: Board) -> None:
     b.add(table.Panel().title("GPUs").datasource(DS).span(16).height(8).with_target(
         q(f"stagelens_gpu_info{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
     b.add(stat.Panel().title("Lost GPUs / throttled").datasource(DS).span(THIRD).height(8)
-                 .description("Runbooks: runbooks/GPULost.md, runbooks/GPUClocksThrottled.md")
+                 .description(see("GPULost", "GPUClocksThrottled"))
                  .targets([q(f"sum(stagelens_gpu_lost{{{SEL}}})", "lost"),
                            q(f'sum(stagelens_gpu_throttle_reason{{{SEL},reason=~"hw_.*|sw_thermal_slowdown"}})',
                              "throttled", "B")])
@@ -221,17 +228,17 @@ def topology_row(b: Board) -> None:
         q(f"stagelens_pcie_link_generation{{{SEL}}}", "GPU{{gpu}} gen"),
         q(f"stagelens_pcie_link_width_lanes{{{SEL}}}", "GPU{{gpu}} width", "B"),
         q(f"stagelens_pcie_link_below_max{{{SEL}}}", "GPU{{gpu}} below max", "C")],
-        description="Runbook: runbooks/PCIeLinkBelowMax.md"))
+        description=see("PCIeLinkBelowMax")))
     b.add(series("PCIe replays", [q(
         f"increase(stagelens_pcie_replays_total{{{SEL}}}[$__rate_interval])", "GPU{{gpu}}")],
-        description="Runbook: runbooks/PCIeReplaysIncreasing.md").thresholds(steps((None, "green"), (1, "red"))))
+        description=see("PCIeReplaysIncreasing")).thresholds(steps((None, "green"), (1, "red"))))
     b.add(series("NVLink throughput", [q(
         f"sum by (gpu, direction) (stagelens_nvlink_throughput_bytes_per_second{{{SEL}}})",
         "GPU{{gpu}} {{direction}}")], "Bps"))
     b.add(series("NVLink utilisation (busiest link per GPU)", [q(
         f"max by (gpu) (stagelens_nvlink_utilization_ratio{{{SEL}}})", "GPU{{gpu}}")], "percentunit"))
     b.add(stat.Panel().title("NVLinks up").datasource(DS).span(THIRD).height(8)
-                 .description("Runbooks: runbooks/NVLinkDown.md, runbooks/NVLinkErrorsIncreasing.md")
+                 .description(see("NVLinkDown", "NVLinkErrorsIncreasing"))
                  .targets([q(f"sum(stagelens_nvlink_up{{{SEL}}})", "up"),
                            q(f"count(stagelens_nvlink_up{{{SEL}}} == 0)", "down", "B"),
                            q(f"sum(increase(stagelens_nvlink_errors_total{{{SEL}}}[$__rate_interval]))", "errors",
@@ -244,17 +251,17 @@ def topology_row(b: Board) -> None:
 def agent_row(b: Board) -> None:
     b.row("Agent")
     b.add(series("Collectors", [q(f"stagelens_collector_success{{{SEL}}}", "{{collector}}")],
-                        description="Runbook: runbooks/StagelensCollectorFailing.md", w=QUARTER, h=6)
+                        description=see("StagelensCollectorFailing"), w=QUARTER, h=6)
                  .thresholds(steps((None, "red"), (1, "green"))))
     b.add(series("Collector duration", [q(f"stagelens_collector_duration_seconds{{{SEL}}}", "{{collector}}")],
                         "s", w=QUARTER, h=6))
     b.add(series("Hook errors and drops", [
         q(f"increase(stagelens_hook_errors_total{{{SEL}}}[$__rate_interval])", "hook {{hook}}"),
         q(f"increase(stagelens_recorder_dropped_total{{{SEL}}}[$__rate_interval])", "dropped {{ring}}", "B")],
-        description="Runbooks: runbooks/StagelensHookErrors.md, runbooks/StagelensRecorderDropping.md",
+        description=see("StagelensHookErrors", "StagelensRecorderDropping"),
         w=QUARTER, h=6))
     b.add(stat.Panel().title("Frame age").datasource(DS).unit("s").span(QUARTER).height(6)
-                 .description("Runbook: runbooks/StagelensFrameStale.md")
+                 .description(see("StagelensFrameStale"))
                  .with_target(q(f"time() - stagelens_frame_timestamp_seconds{{{SEL}}}", "age"))
                  .thresholds(steps((None, "green"), (10, "orange"), (60, "red"))))
 

@@ -19,13 +19,6 @@ class ModelPreset:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
-    def num_parameters(self) -> int:
-        h, kv = self.hidden_size, self.num_kv_heads * self.head_dim
-        attention = h * h * 2 + h * kv * 2
-        mlp = 3 * h * self.intermediate_size
-        norms = 2 * h
-        return self.num_layers * (attention + mlp + norms) + 2 * self.vocab_size * h + h
-
 
 PRESETS: dict[str, ModelPreset] = {
     p.name: p

@@ -9,10 +9,12 @@ from rich.text import Text
 
 from agent.diagnosis.tail import OWN, by_stage
 from agent.tui.fmt import seconds
+from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
+from engine_hooks.engine.waits import PREEMPTED
 
 KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
 _PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column
-SHORT = {"kv_cache": "kv", "scheduler": "sched", "cold_path": "cold", OWN: "own"}
+SHORT = {KV_CACHE: "kv", SCHEDULER: "sched", COLD_PATH: "cold", OWN: "own"}
 BLAME_W = 10
 
 
@@ -38,7 +40,7 @@ def legend() -> Text:
 def phase_at(t: float, timeline: dict) -> str:
     for w in timeline.get("waits") or []:
         if w["start"] <= t < w["end"]:
-            return "preempted" if w["reason"] == "preempted" else "queue"
+            return "preempted" if w["reason"] == PREEMPTED else "queue"
     chunks = timeline.get("chunks") or []
     if chunks:
         if t < chunks[0]["start"]:

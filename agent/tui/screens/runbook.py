@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Markdown, Static
 
-from agent.runbooks import find_runbook, runbook_stem
+from agent.runbooks import find_runbook, runbook_file, runbook_ref, runbook_stem
 
 
 def load_runbook(name: str, directory: Path | None = None) -> tuple[str, str | None]:
@@ -20,9 +20,9 @@ def load_runbook(name: str, directory: Path | None = None) -> tuple[str, str | N
     if directory is None:
         path = find_runbook(stem)
         if path is None:
-            return f"runbooks/{stem}.md", None
+            return runbook_ref(stem), None
     else:
-        path = Path(directory) / f"{stem}.md"
+        path = Path(directory) / runbook_file(stem)
         if not path.is_file():
             return str(path), None
     try:
@@ -35,15 +35,16 @@ class RunbookScreen(Screen[None]):
     BINDINGS = [Binding("escape,q,enter", "app.pop_screen", "back")]
 
     def __init__(self, name: str, directory: Path | None = None) -> None:
+        """`name`: the alert, or its runbook's file name or reference (runbooks/<alert>.md)."""
         super().__init__()
-        self.runbook = name
+        self.runbook = runbook_stem(name)
         self.where, self.text = load_runbook(name, directory)
 
     def compose(self) -> ComposeResult:
         yield Static(f" runbook {self.runbook}  ·  {self.where}  ·  esc: back", id="runbook-title")
         with VerticalScroll(id="runbook-body"):
             if self.text is None:
-                yield Static(f"runbook not found: {self.where}\n\nThe runbooks live in runbooks/<AlertName>.md; "
+                yield Static(f"runbook not found: {self.where}\n\nThe runbooks live in {runbook_ref('<AlertName>')}; "
                              f"`stagelens runbook NAME` lists the known ones.", id="runbook-missing")
             else:
                 yield Markdown(self.text, id="runbook-markdown")

@@ -33,6 +33,10 @@ def pcie_rows(state: TuiState) -> CellTable | Text:
     return table
 
 
+def _known(value) -> str:
+    return "?" if value is None else str(value)
+
+
 class ColdPanel(Panel):
     KEY = "4"
     TITLE = "cold path"
@@ -42,29 +46,26 @@ class ColdPanel(Panel):
         last = state.last
         if last is None:
             return Text("no samples yet", style="grey50")
-        cold = (last.window or {}).get("cold_path") or {}
-        cfg = (last.engine or {}).get("engine") or {}
         parts = []
-        if last.engine:
-            resident = ", ".join(cfg.get("resident_models") or []) or "none"
-            parts.append(Text(f"models {cfg.get('models', '?')} · preloaded {cfg.get('num_preload_models', '?')} · "
+        if last.engine is not None:
+            cfg, cold = last.engine.engine, last.engine.window.cold_path
+            resident = "?" if cfg.resident_models is None else ", ".join(cfg.resident_models) or "none"
+            parts.append(Text(f"models {_known(cfg.models)} · preloaded {_known(cfg.num_preload_models)} · "
                               f"resident: {resident}", style="grey70"))
-            loading = cold.get("loads_in_progress") or []
+            loading = cold.loads_in_progress
             text = Text("loading now: ", style="bold")
             if loading:
-                text.append(", ".join(f"{ld['model']} ({seconds(ld.get('seconds'))})" for ld in loading),
-                            style="bold yellow")
+                text.append(", ".join(f"{ld.model} ({seconds(ld.seconds)})" for ld in loading), style="bold yellow")
             else:
-                text.append("nothing", style="grey70")
-            text.append(f"   in the window: {cold.get('loads_in_window', 0)} loads, "
-                        f"{size(cold.get('load_bytes_in_window'))}, {seconds(cold.get('load_seconds_in_window'))}")
+                text.append("nothing" if loading is not None else "?", style="grey70")
+            text.append(f"   in the window: {_known(cold.loads_in_window)} loads, "
+                        f"{size(cold.load_bytes_in_window)}, {seconds(cold.load_seconds_in_window)}")
             parts.append(text)
-            parts.append(Text(f"decode step {seconds(cold.get('step_time_during_load_s'))} during a load vs "
-                              f"{seconds(cold.get('step_time_without_load_s'))} without · waiting on a model: "
-                              f"{cold.get('waiting_on_model', 0)} · "
-                              f"host→device {rate_bytes(cold.get('h2d_bytes_per_s'))}"))
+            parts.append(Text(f"decode step {seconds(cold.step_time_during_load_s)} during a load vs "
+                              f"{seconds(cold.step_time_without_load_s)} without · waiting on a model: "
+                              f"{_known(cold.waiting_on_model)} · host→device {rate_bytes(cold.h2d_bytes_per_s)}"))
             parts.append(headline(state, "step_time_inflation"))
-            parts.append(signal_plot(state, "step_time_inflation", "cold_path", "step_time_inflation",
+            parts.append(signal_plot(state, "step_time_inflation", lambda w: w.cold_path.step_time_inflation,
                                      3 if app_info.get("tall") else 2))
             parts.append(headline(state, "requests_waiting_on_model"))
         parts.append(pcie_rows(state))

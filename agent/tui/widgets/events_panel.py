@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from agent.tui.fmt import STAGE_NAMES, STATE_COLOR, STATE_MARK, clock
+from agent.tui.fmt import STATE_COLOR, STATE_MARK, clock
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
+from agent.vocabulary import STAGE_NAMES
 
 
 class EventsPanel(Panel):

@@ -12,6 +12,10 @@ from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import headline, signal_plot
 
 
+def _known(value) -> str:
+    return "?" if value is None else str(value)
+
+
 class KvPanel(Panel):
     KEY = "2"
     TITLE = "KV cache"
@@ -19,27 +23,25 @@ class KvPanel(Panel):
 
     def render_state(self, state: TuiState, app_info: dict):
         last = state.last
-        if last is None or not last.engine:
+        if last is None or last.engine is None:
             return Text("no engine is observed: the KV cache signals need the engine hooks", style="grey50")
-        engine = last.engine
-        cfg = engine.get("engine") or {}
-        usage = engine.get("usage") or {}
+        cfg, usage = last.engine.engine, last.engine.usage
         height = 3 if app_info.get("tall") else 2
-        on_gpu = str(cfg.get("device", "cpu")).startswith("cuda")
-        line = Text(f"{cfg.get('allocator', '?')} allocator, block {cfg.get('block_size', '?')}, "
-                    f"{size(cfg.get('kv_cache_bytes'))}", style="grey70")
-        if usage.get("num_blocks"):
-            line.append(f" · blocks used {usage['used_blocks']}/{usage['num_blocks']} "
-                        f"({pct(usage['used_blocks'] / usage['num_blocks'])})", style="grey70")
-            if usage.get("unusable_free_blocks"):
-                line.append(f" · {usage['unusable_free_blocks']} free blocks unusable", style="yellow")
+        on_gpu = cfg.on_cuda
+        line = Text(f"{cfg.allocator or '?'} allocator, block {_known(cfg.block_size)}, "
+                    f"{size(cfg.kv_cache_bytes)}", style="grey70")
+        if usage is not None and usage.num_blocks and usage.used_blocks is not None:
+            line.append(f" · blocks used {usage.used_blocks}/{usage.num_blocks} "
+                        f"({pct(usage.used_blocks / usage.num_blocks)})", style="grey70")
+            if usage.unusable_free_blocks:
+                line.append(f" · {usage.unusable_free_blocks} free blocks unusable", style="yellow")
         parts = [line,
                  headline(state, "kv_fragmentation_ratio"),
-                 signal_plot(state, "kv_fragmentation_ratio", "kv", "fragmentation_ratio", height, top=1.0),
+                 signal_plot(state, "kv_fragmentation_ratio", lambda w: w.kv.fragmentation_ratio, height, top=1.0),
                  headline(state, "kv_access_efficiency"),
-                 signal_plot(state, "kv_access_efficiency", "kv", "access_efficiency", height, top=1.0)]
+                 signal_plot(state, "kv_access_efficiency", lambda w: w.kv.access_efficiency, height, top=1.0)]
         note = "" if on_gpu else "(CPU: not judged)"
         parts += [headline(state, "effective_bandwidth_ratio", note),
-                  signal_plot(state, "effective_bandwidth_ratio", "kv", "effective_bandwidth_ratio", height,
+                  signal_plot(state, "effective_bandwidth_ratio", lambda w: w.kv.effective_bandwidth_ratio, height,
                               judged=on_gpu)]
         return Group(*parts)

@@ -14,6 +14,8 @@ from agent.tui.render.waterfall import Waterfall
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import evidence_state
+from agent.vocabulary import stage_of
+from engine_hooks.snapshot import EngineInfo
 
 
 def _fmt(kind: str, value) -> str:
@@ -42,21 +44,29 @@ def figures_grid(state: TuiState) -> CellTable:
 
 
 def settings_line(state: TuiState) -> Text:
-    cfg = ((state.last.engine or {}).get("engine") or {}) if state.last else {}
-    chunked = "on" if cfg.get("enable_chunked_prefill") else "off"
-    return Text(f"chunked prefill {chunked} · budget {cfg.get('max_num_batched_tokens', '?')} tokens · "
-                f"batch {cfg.get('max_num_seqs', '?')} · policy {cfg.get('policy', '?')}", style="grey70")
+    engine = state.last.engine if state.last else None
+    cfg = engine.engine if engine else EngineInfo()
+    chunked = {True: "on", False: "off", None: "?"}[cfg.enable_chunked_prefill]
+    return Text(f"chunked prefill {chunked} · budget {_known(cfg.max_num_batched_tokens)} tokens · "
+                f"batch {_known(cfg.max_num_seqs)} · policy {cfg.policy or '?'}", style="grey70")
+
+
+def _known(value) -> str:
+    return "?" if value is None else str(value)
 
 
 def reasons_line(state: TuiState) -> Text:
     w = state.last.window if state.last else None
-    reasons = {k: v for k, v in ((w or {}).get("scheduler") or {}).get("wait_seconds_by_reason", {}).items() if v}
+    by_reason = w.scheduler.wait_seconds_by_reason if w else None
+    if w is not None and by_reason is None:
+        return Text("waits: not observed by this engine source", style="grey50")
+    reasons = {k: v for k, v in (by_reason or {}).items() if v}
     total = sum(reasons.values())
     if not total:
         return Text("waits: none in the window", style="grey50")
     text = Text("waits: ", style="grey70")
     for reason, secs in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]:
-        text.append(f"{reason} {secs / total:.0%}  ", style="bold" if reason != "step_boundary" else "")
+        text.append(f"{reason} {secs / total:.0%}  ", style="bold" if stage_of(reason) is not None else "")
     return text
 
 
@@ -88,7 +98,7 @@ class SchedulerPanel(Panel):
 
     def render_state(self, state: TuiState, app_info: dict):
         last = state.last
-        if last is None or not last.engine:
+        if last is None or last.engine is None:
             return Text("no engine is observed: the scheduler signals need the engine hooks", style="grey50")
         parts = [settings_line(state), figures_grid(state)]
         parts.append(reasons_line(state))

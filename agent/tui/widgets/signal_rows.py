@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 
 from agent.diagnosis.signals import SIGNALS_BY_ID
 from agent.tui.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
 from agent.tui.render.plot import HistoryPlot
 from agent.tui.state import TuiState
+from engine_hooks.snapshot import Window
 
 
 def evidence_state(state: TuiState, signal_id: str) -> tuple[str, float | None]:
@@ -36,9 +39,10 @@ def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     return text
 
 
-def signal_plot(state: TuiState, signal_id: str, section: str, key: str, height: int, judged: bool = True,
-                top: float | None = None) -> HistoryPlot:
+def signal_plot(state: TuiState, signal_id: str, figure: Callable[[Window], float | None], height: int,
+                judged: bool = True, top: float | None = None) -> HistoryPlot:
+    """The signal's history: `figure` read from each frame's window, against its thresholds."""
     signal = SIGNALS_BY_ID[signal_id]
     threshold = state.config.threshold(signal_id)
-    return HistoryPlot(state.series(section, key), threshold.warn if judged else None,
+    return HistoryPlot(state.series(figure), threshold.warn if judged else None,
                        threshold.firing if judged else None, signal.direction, height=height, top=top)

@@ -30,10 +30,10 @@ def source_badge(info: dict, engine_down: bool = False) -> tuple[str, str]:
 
 def engine_summary(state: TuiState) -> str:
     last = state.last
-    cfg = (last.engine or {}).get("engine") if last else None
-    if not cfg:
+    if last is None or last.engine is None:
         return "no engine"
-    return f"{cfg.get('model', '?')} {cfg.get('allocator', '?')} {cfg.get('device', '?')}"
+    cfg = last.engine.engine
+    return f"{cfg.model or '?'} {cfg.allocator or '?'} {cfg.device or '?'}"
 
 
 class TopBar(RenderedLines):
