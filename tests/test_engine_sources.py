@@ -1,0 +1,294 @@
+"""Engine sources read from outside (agent/sources): vLLM's and SGLang's /metrics, served for real on
+loopback from exposition fixtures written with the engines' own family names, labels and buckets."""
+
+import contextlib
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.diagnosis.evaluate import LiveDiagnosis, diagnose
+from agent.frame import Frame
+from agent.sampler import Sampler
+from agent.sources.prometheus_text import ExpositionError, parse_exposition
+from agent.sources.vllm import METRICS, EngineScrapeError, VllmSource
+from agent.vocabulary import STAGES
+from engine_hooks.snapshot import EngineSnapshot
+
+FIXTURES = Path(__file__).parent / "fixtures" / "engines"
+WINDOW_S = 10.0
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+class Engine:
+    """A loopback HTTP server whose /metrics answers `body` after `delay_s`."""
+
+    def __init__(self, body: str = "", delay_s: float = 0.0) -> None:
+        self.body, self.delay_s = body, delay_s
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                time.sleep(engine.delay_s)
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                data = engine.body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):   # the source gave up, rightly
+                    self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def engine():
+    served = Engine()
+    yield served
+    served.close()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"    # nothing listens once the socket is closed
+
+
+def two_scrapes(engine: Engine, name: str, kind: str = "vllm") -> tuple[VllmSource, EngineSnapshot, EngineSnapshot]:
+    source = VllmSource(engine.url, timeout_s=2.0, kind=kind)
+    engine.body = fixture(f"{name}.txt")
+    first = source.snapshot(100.0)
+    engine.body = fixture(f"{name}.next.txt")
+    second = source.snapshot(100.0 + WINDOW_S)
+    return source, first, second
+
+
+# --- the parser -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["vllm_v1_new_names", "vllm_old_names", "sglang"])
+def test_each_fixture_parses_with_its_families_typed(name):
+    for suffix in (".txt", ".next.txt"):
+        exposition = parse_exposition(fixture(name + suffix))
+        kinds = {f.type for f in exposition.families.values()}
+        assert {"gauge", "counter", "histogram"} <= kinds
+        assert all(f.samples for f in exposition.families.values())
+
+
+def test_the_parser_finds_a_counter_by_its_exposed_name():
+    exposition = parse_exposition(fixture("vllm_v1_new_names.txt"))
+    preemptions = exposition.family("vllm:num_preemptions_total")
+    assert preemptions.type == "counter"
+    assert {s.labels["engine"] for s in preemptions.samples} == {"0", "1"}
+
+
+def test_a_malformed_body_raises_one_line():
+    with pytest.raises(ExpositionError) as caught:
+        parse_exposition('vllm:num_requests_running{engine="0" 3\nnot a metric line\n')
+    assert isinstance(caught.value, ValueError)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("not Prometheus exposition text")
+
+
+def test_every_table_entry_names_its_families_for_both_engines_or_none():
+    new, old, sglang = (parse_exposition(fixture(f"{n}.txt")) for n in ("vllm_v1_new_names", "vllm_old_names",
+                                                                       "sglang"))
+    for figure, metric in METRICS.items():
+        if metric.vllm:
+            assert new.first(metric.vllm) or old.first(metric.vllm), figure
+        if metric.sglang:
+            assert sglang.first(metric.sglang), figure
+
+
+# --- the snapshot from two scrapes ------------------------------------------------------------------------
+def test_vllm_new_names_fill_the_snapshot_from_deltas_summed_over_engines(engine):
+    source, first, snap = two_scrapes(engine, "vllm_v1_new_names")
+    s, r = snap.window.scheduler, source.reading
+    assert snap.window.span_s == WINDOW_S
+    assert (s.running, s.waiting) == (8, 6)
+    assert r.waiting_by_reason == {"capacity": 5.0, "deferred": 1.0}
+    assert snap.engine.model == "meta-llama/Llama-3.1-8B-Instruct" and snap.engine.block_size == 16
+    assert snap.engine.device is None and snap.engine.max_num_seqs is None     # not exposed: not observable
+    assert r.kv_usage_ratio == pytest.approx(0.8)
+    assert (snap.usage.num_blocks, snap.usage.used_blocks) == (2000, 1600)
+    assert snap.counters.preemptions_total == 6 and r.preemptions_in_window == 4
+    assert (snap.counters.requests_finished_total, snap.counters.requests_failed_total) == (65, 3)
+    assert snap.health.finish_reasons == {"stop": 50, "length": 15, "abort": 3}
+    assert s.steps == 200 and s.tokens_per_s == pytest.approx(200 * 256 / WINDOW_S)
+    assert s.decode_tokens_per_s == pytest.approx(100.0)
+    assert s.requests_finished == 10
+    # 50 waits in (0, 0.3], 49 in (0.3, 0.5], 1 in (2.5, 5]: interpolated as histogram_quantile does
+    assert s.wait_p50_s == pytest.approx(0.3) and s.wait_p99_s == pytest.approx(0.5)
+    assert r.e2e_p50_s == pytest.approx(2.25) and r.e2e_p99_s == pytest.approx(2.495)
+    assert r.ttft_p50_s == pytest.approx(0.07) and r.inter_token_p50_s == pytest.approx(0.0175)
+    # the hooks' figures are not observable from outside
+    assert s.decided_wait_p99_s is None and s.head_of_line_share is None and s.wait_seconds_by_reason is None
+    assert snap.window.kv.fragmentation_ratio is None and snap.window.tail is None
+    assert snap.counters.preemptions_with_free_memory_total is None
+    # the first scrape has no window: nothing from deltas, gauges as they are
+    assert first.window.span_s == 0.0 and first.window.scheduler.steps is None
+    assert first.window.scheduler.wait_p99_s is None and first.window.scheduler.running == 4
+    assert EngineSnapshot.from_dict(snap.to_dict()) == snap     # a valid stagelens-engine/1 snapshot
+
+
+def test_vllm_old_names_are_understood(engine):
+    source, _, snap = two_scrapes(engine, "vllm_old_names")
+    s, r = snap.window.scheduler, source.reading
+    assert (s.running, s.waiting) == (12, 9)
+    assert r.kv_usage_ratio == pytest.approx(0.98)                      # vllm:gpu_cache_usage_perc
+    assert (snap.usage.num_blocks, snap.usage.used_blocks) == (7000, 6860)
+    assert r.inter_token_p50_s is not None and 0.05 < r.inter_token_p50_s <= 0.075   # time_per_output_token
+    assert r.preemptions_in_window == 6 and s.requests_finished == 8 and s.steps == 100
+    assert r.waiting_by_reason is None                                  # that family came later
+    assert s.wait_p50_s == pytest.approx(1.25)                          # 8 waits in (1.0, 1.5]: rank 4 of 8
+
+
+def test_sglang_families_fill_what_they_can(engine):
+    source, _, snap = two_scrapes(engine, "sglang", kind="sglang")
+    s, r = snap.window.scheduler, source.reading
+    assert (s.running, s.waiting) == (30, 11)
+    assert r.kv_usage_ratio == pytest.approx(0.95) and r.kv_capacity_tokens == 80000
+    assert snap.counters.preemptions_total == 5 and r.preemptions_in_window == 3    # retractions
+    assert s.requests_finished == 20 and r.e2e_p50_s == pytest.approx(9.0)          # 20 in (8, 10]: rank 10
+    assert s.wait_p50_s == pytest.approx(0.5) and 2.0 < s.wait_p99_s <= 3.0
+    assert s.decode_tokens_per_s == pytest.approx(400.0)
+    assert snap.usage is None and snap.engine.block_size is None and s.steps is None     # not exposed
+    assert snap.health is None                                                           # no finish reasons
+
+
+def test_a_missing_family_leaves_its_fields_none(engine):
+    dropped = ("vllm:kv_cache_usage_perc", "vllm:request_queue_time_seconds", "vllm:num_preemptions")
+    keep = [line for line in fixture("vllm_v1_new_names.next.txt").splitlines()
+            if not any(line.startswith(n) or line.split(" ")[2:3] == [n] for n in dropped)]
+    source = VllmSource(engine.url)
+    engine.body = fixture("vllm_v1_new_names.txt")
+    source.snapshot(0.0)
+    engine.body = "\n".join(keep) + "\n"
+    snap = source.snapshot(WINDOW_S)
+    assert source.reading.kv_usage_ratio is None and snap.usage.used_blocks is None
+    assert snap.usage.num_blocks == 2000
+    assert snap.window.scheduler.wait_p99_s is None and snap.counters.preemptions_total is None
+    assert source.reading.preemptions_in_window is None
+    assert snap.window.scheduler.running == 8     # the rest still read
+
+
+def test_a_counter_reset_counts_from_zero(engine):
+    source = VllmSource(engine.url)
+    engine.body = fixture("vllm_v1_new_names.next.txt")
+    source.snapshot(0.0)
+    engine.body = fixture("vllm_v1_new_names.txt")     # the engine restarted: counters went down
+    snap = source.snapshot(WINDOW_S)
+    assert source.reading.preemptions_in_window == 2
+    assert snap.window.scheduler.steps == 100
+
+
+# --- failures: quick, one line, and a failed collector in the sampler's frame -------------------------------
+def _raises_quickly(source: VllmSource, kind: type[Exception], within_s: float) -> str:
+    started = time.monotonic()
+    with pytest.raises(kind) as caught:
+        source.snapshot(1.0)
+    assert time.monotonic() - started < within_s
+    message = str(caught.value)
+    assert message and "\n" not in message
+    return message
+
+
+def test_an_unreachable_engine_raises_quickly_with_a_reason():
+    message = _raises_quickly(VllmSource(closed_port_url(), timeout_s=1.0), EngineScrapeError, 1.5)
+    assert "connection refused" in message
+
+
+def test_a_slow_engine_raises_within_its_timeout():
+    slow = Engine(fixture("vllm_v1_new_names.txt"), delay_s=3.0)
+    try:
+        message = _raises_quickly(VllmSource(slow.url, timeout_s=0.5), EngineScrapeError, 1.5)
+    finally:
+        slow.close()
+    assert "no answer within 0.5s" in message
+
+
+def test_a_malformed_body_raises_with_a_reason(engine):
+    engine.body = "<html>502 Bad Gateway</html>\n"
+    message = _raises_quickly(VllmSource(engine.url), ExpositionError, 1.5)
+    assert message.startswith("not Prometheus exposition text")
+
+
+def test_a_wrong_path_is_an_http_error(engine):
+    message = _raises_quickly(VllmSource(engine.url + "/v1"), EngineScrapeError, 1.5)
+    assert "HTTP 404" in message
+
+
+@pytest.mark.parametrize("case", ["unreachable", "slow", "malformed"])
+def test_the_sampler_records_a_failed_engine_collector_and_goes_on(case, engine):
+    slow = None
+    if case == "unreachable":
+        url = closed_port_url()
+    elif case == "slow":
+        slow = Engine(fixture("vllm_v1_new_names.txt"), delay_s=2.0)
+        url = slow.url
+    else:
+        engine.body = "vllm:num_requests_running{ 1\n"
+        url = engine.url
+    sampler = Sampler(engine_source=VllmSource(url, timeout_s=0.3))
+    try:
+        frames = [sampler.tick() for _ in range(2)]
+    finally:
+        if slow is not None:
+            slow.close()
+    for f in frames:
+        assert f.engine is None
+        (collector,) = [c for c in f.collectors if c["name"] == "engine"]
+        assert collector["success"] is False and "\n" not in collector["error"]
+    Frame.from_dict(frames[0].to_dict())      # still a frame every surface reads
+
+
+# --- the diagnosis on what is observed from outside ------------------------------------------------------
+def _frames_from(engine: Engine, bodies: list[str], kind: str = "vllm") -> list[Frame]:
+    sampler = Sampler(engine_source=VllmSource(engine.url, kind=kind))
+    frames = []
+    for body in bodies:
+        engine.body = body
+        frames.append(sampler.tick())
+    assert all(c["success"] for f in frames for c in f.collectors)
+    return frames
+
+
+def test_a_source_observing_little_is_diagnosed_unknown_never_ok(engine):
+    little = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 3\n'
+              '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine="0",model_name="m"} 7\n')
+    frames = _frames_from(engine, [little] * 6)
+    result = diagnose(frames)
+    assert {s.stage: s.state for s in result.stages} == dict.fromkeys(STAGES, "unknown")
+    assert result.verdict == "unknown" and result.root_stage is None
+
+
+@pytest.mark.parametrize("name,kind", [("vllm_v1_new_names", "vllm"), ("vllm_old_names", "vllm"),
+                                       ("sglang", "sglang")])
+def test_busy_engines_seen_from_outside_are_never_judged_ok(engine, name, kind):
+    bodies = [fixture(f"{name}.txt"), fixture(f"{name}.next.txt")] * 3
+    live = LiveDiagnosis()
+    for f in _frames_from(engine, bodies, kind):
+        live.add(f)
+    states = {s.stage: s.state for s in live.result().stages}
+    assert "ok" not in states.values(), states
+    for stage in live.result().stages:
+        for e in stage.evidence:
+            assert e.state != "ok", (stage.stage, e.signal)
