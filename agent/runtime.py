@@ -36,7 +36,7 @@ class LabSettings:
 
 class AgentRuntime:
     def __init__(self, diagnosis_config: DiagnosisConfig | None = None, interval: float = 1.0,
-                 nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None,
+                 nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None, engine_source=None,
                  vllm_names: bool = False, request_timeout: float = 600.0, history: int = 900) -> None:
         from probes.sample import NodeProbe, open_backend
 
@@ -55,7 +55,9 @@ class AgentRuntime:
             from agent.lab.host import EngineHost
 
             self.lab = EngineHost()
-        self.sampler = Sampler(node_probe=self.probe, engine_source=self.lab, interval=interval, history=history)
+        # the hosted engine, or one read from outside (agent/sources), or none
+        self.sampler = Sampler(node_probe=self.probe, engine_source=self.lab or engine_source, interval=interval,
+                               history=history)
         self.tracer = tracer
         self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
         self._lock = threading.Lock()

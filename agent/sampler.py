@@ -11,6 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from agent.errors import CollectError
 from agent.frame import Frame
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class Sampler:
         self.listeners: list[Listener] = []
         self.listener_errors = 0
         self._last_timeline_end: float | None = None
+        self._engine_trouble: str | None = None   # the engine source's last failure, logged once
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,6 +57,12 @@ class Sampler:
                 if timelines:
                     self._last_timeline_end = max(tl.finished for tl in timelines)
                 frame.collectors.append(_status("engine", True, t))
+                self._engine_trouble = None
+            except CollectError as exc:     # an engine that does not answer: its reason when it changes, no traceback
+                if str(exc) != self._engine_trouble:
+                    log.warning("engine: %s", exc)
+                self._engine_trouble = str(exc)
+                frame.collectors.append(_status("engine", False, t, exc))
             except Exception as exc:
                 log.exception("engine snapshot failed")
                 frame.collectors.append(_status("engine", False, t, exc))

@@ -292,3 +292,64 @@ def test_busy_engines_seen_from_outside_are_never_judged_ok(engine, name, kind):
     for stage in live.result().stages:
         for e in stage.evidence:
             assert e.state != "ok", (stage.stage, e.signal)
+
+
+# --- attached from the command line: `serve` and `diagnose` with --engine vllm|sglang --engine-url ------------
+DGX = str(Path(__file__).parent / "fixtures" / "nvml" / "dgx_a100.json")
+
+
+def _stagelens(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "agent.cli", "--nvml-snapshot", DGX, *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--engine-url", "http://127.0.0.1:1"], "--engine-url needs --engine"),
+    (["--engine", "vllm"], "--engine vllm needs --engine-url"),
+    (["--engine", "vllm", "--engine-url", "ftp://host"], "expected http(s)://HOST[:PORT]"),
+    (["--engine", "sglang", "--engine-url", "http://host:99999"], "bad port"),
+])
+def test_diagnose_refuses_a_bad_engine_url_in_one_line(args, said):
+    done = _stagelens("diagnose", "--duration", "1", *args)
+    assert done.returncode == 3, done
+    assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_diagnose_on_an_engine_that_does_not_answer_exits_unknown_with_the_reason():
+    url = closed_port_url()
+    done = _stagelens("diagnose", "--duration", "1", "--engine", "vllm", "--engine-url", url)
+    assert done.returncode == 3, done
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"the engine at {url} did not answer" in last and "refused" in last, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2   # the sampler's warning
+
+
+def test_the_agent_reads_a_vllm_engine_attached_by_url(engine):
+    """The runtime `serve --engine vllm` builds: its frames carry what the engine's /metrics said, and its
+    /metrics and diagnosis serve them like any other frame."""
+    from fastapi.testclient import TestClient
+
+    from agent.runtime import AgentRuntime
+    from agent.server.app import create_app
+
+    engine.body = fixture("vllm_v1_new_names.txt")
+    runtime = AgentRuntime(nvml_snapshot=DGX, engine_source=VllmSource(engine.url))
+    runtime.sampler.tick()
+    engine.body = fixture("vllm_v1_new_names.next.txt")
+    frame = runtime.sampler.tick()
+    expected = VllmSource(engine.url)
+    expected.snapshot(0.0)
+    assert [c for c in frame.collectors if c["name"] == "engine"][0]["success"]
+    assert frame.engine.usage.used_blocks == expected.snapshot(1.0).usage.used_blocks is not None
+    client = TestClient(create_app(runtime, token=None))
+    exposition = client.get("/metrics").text
+    assert "stagelens_kv_blocks" in exposition or "stagelens_kv_" in exposition
+    diagnosis = client.get("/api/v1/diagnosis").json()
+    assert {s["stage"] for s in diagnosis["stages"]} == set(STAGES)
+    evidence = [e for s in diagnosis["stages"] for e in s["evidence"]]
+    assert all(e["state"] == "unknown" for e in evidence if e["value"] is None)   # not observable: never OK
+    scheduler = next(s for s in diagnosis["stages"] if s["stage"] == "scheduler")
+    assert scheduler["state"] == "unknown"       # every scheduler signal needs what /metrics does not give

@@ -8,6 +8,7 @@ import time
 import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
+from agent.commands.engine_source_flags import OUTSIDE_ENGINES, engine_url_option, open_engine_source
 from agent.diagnosis.model import Diagnosis, DiagnosisError
 from agent.errors import EXIT_UNKNOWN, CollectError, UserError
 from agent.numbers import Number
@@ -24,11 +25,14 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
 @click.option("--connect", "url", help="Ask a running `stagelens serve` (its base URL).")
 @click.option("--duration", type=Number(min=0, max=3600, min_open=True, unit="s"), default=3.0, show_default=True,
               help="Without --replay or --connect: seconds to sample this node.")
+@click.option("--engine", "engine_kind", type=click.Choice(["none", *OUTSIDE_ENGINES]), default="none",
+              show_default=True, help="Without --replay or --connect: also read this engine at --engine-url.")
+@engine_url_option
 @diagnosis_options
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.pass_context
-def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, config_path, thresholds,
-             as_json: bool) -> int:
+def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, engine_kind: str,
+             engine_url: str | None, config_path, thresholds, as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from agent.diagnosis.evaluate import NOTHING_OBSERVED
     from agent.diagnosis.run import judge_run
@@ -38,6 +42,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     if url and (config_path or thresholds):
         raise UserError("--config/--threshold: with --connect the server judges with its own settings "
                         "(give them to `stagelens serve`; `tui --connect` accepts them on top)")
+    if (replay_path or url) and engine_kind != "none":
+        raise UserError("--engine reads an engine while sampling this node: not with --replay or --connect")
+    engine_source = open_engine_source(engine_kind, engine_url)
     config = diagnosis_config(config_path, thresholds)
     if url:
         return _print(fetch_diagnosis(url), as_json)
@@ -51,7 +58,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
             raise UserError(f"{replay_path}: the bundle holds no frames")
         frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
-        frames = _sample_node((ctx.obj or {}).get("nvml_snapshot"), duration)
+        frames = _sample_node((ctx.obj or {}).get("nvml_snapshot"), duration, engine_source)
+        _require_engine(frames, engine_source)
     run = judge_run(frames, timelines, config)
     result = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
@@ -90,7 +98,17 @@ def fetch_diagnosis(url: str) -> Diagnosis:
     return result
 
 
-def _sample_node(snapshot: str | None, duration: float) -> list:
+def _require_engine(frames: list, engine_source) -> None:
+    """An engine named on the command line that never answered is a failure to collect, said as such."""
+    if engine_source is None:
+        return
+    failed = [c for f in frames for c in f.collectors if c["name"] == "engine" and not c["success"]]
+    if len(failed) == len(frames):
+        reason = failed[-1]["error"].partition(": ")[2] or failed[-1]["error"]    # without the exception's type
+        raise CollectError(f"the engine at {engine_source.url} did not answer: {reason}")
+
+
+def _sample_node(snapshot: str | None, duration: float, engine_source=None) -> list:
     from agent.sampler import Sampler
     from probes.sample import NodeProbe, open_backend
 
@@ -98,7 +116,7 @@ def _sample_node(snapshot: str | None, duration: float) -> list:
         probe = NodeProbe(open_backend(snapshot))
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    sampler = Sampler(node_probe=probe, interval=1.0)
+    sampler = Sampler(node_probe=probe, engine_source=engine_source, interval=1.0)
     try:
         deadline = time.monotonic() + duration
         while True:

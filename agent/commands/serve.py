@@ -8,6 +8,7 @@ import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
 from agent.commands.engine_flags import engine_options
+from agent.commands.engine_source_flags import OUTSIDE_ENGINES, engine_url_option, open_engine_source
 from agent.commands.sampling_flags import interval_option
 from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
@@ -25,8 +26,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 @click.command()
 @click.option("--listen", default="127.0.0.1:9481", show_default=True, help="HOST:PORT to bind (loopback by default).")
-@click.option("--engine", "engine_kind", type=click.Choice(["none", "lab"]), default="none", show_default=True,
-              help="Host the bundled lab engine (and /v1/completions).")
+@click.option("--engine", "engine_kind", type=click.Choice(["none", "lab", *OUTSIDE_ENGINES]), default="none",
+              show_default=True, help="lab: host the bundled engine (and /v1/completions); vllm, sglang: read the "
+              "engine at --engine-url from outside.")
+@engine_url_option
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="With --engine lab: run a scenario's workload.")
 @engine_options
 @diagnosis_options
@@ -46,7 +49,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.option("--max-connections", type=Number(min=1, max=65536, integer=True, unit="connections"), default=1024,
               show_default=True, help="Connections served at once; more get 503.")
 @click.pass_context
-def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | None, config_path, thresholds,
+def serve(ctx: click.Context, listen: str, engine_kind: str, engine_url: str | None, scenario: str | None,
+          config_path, thresholds,
           interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
           otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float, shutdown_grace: float,
           history: int, max_connections: int, **flags) -> int:
@@ -62,6 +66,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | Non
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
+    engine_source = open_engine_source(engine_kind, engine_url)
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario) if engine_kind == "lab" else None
     if lab:
         from agent.lab.settings import scenario_configs
@@ -69,8 +74,8 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, scenario: str | Non
         scenario_configs(lab.flags, scenario)   # bad flags fail now, not later
     sock = listen_socket(host, port)
     runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval, (ctx.obj or {}).get("nvml_snapshot"),
-                           lab=lab, vllm_names=vllm_metric_names, request_timeout=request_timeout,
-                           history=history)
+                           lab=lab, engine_source=engine_source, vllm_names=vllm_metric_names,
+                           request_timeout=request_timeout, history=history)
     runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
     runtime.start()
     click.echo(f"stagelens serving on http://{host}:{port} (engine: {engine_kind}"

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.errors import CollectError
 
-class ExpositionError(ValueError):
+
+class ExpositionError(CollectError, ValueError):
     """A body that is not Prometheus exposition text."""
 
 

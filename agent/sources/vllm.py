@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from agent.errors import CollectError
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
 from engine_hooks.snapshot import (
     Clock,
@@ -35,7 +36,7 @@ KINDS = ("vllm", "sglang")
 MAX_BODY_BYTES = 32 * 1024 * 1024     # a /metrics body past this is not an engine's
 
 
-class EngineScrapeError(RuntimeError):
+class EngineScrapeError(CollectError):
     """The engine's /metrics could not be read (unreachable, slow, an HTTP error, too large)."""
 
 
