@@ -95,8 +95,11 @@ def test_stagelens_debug_prints_the_traceback_too():
 
 
 def test_sigint_still_ends_a_one_shot_command_with_130():
+    # As a terminal's foreground command gets it: a test run started in the background (`make test &`) would
+    # otherwise pass on an ignored SIGINT, which Python then leaves ignored, as a shell asked.
     proc = subprocess.Popen([STAGELENS, "--nvml-snapshot", str(NVML / "dgx_a100.json"), "diagnose", "--duration",
-                             "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                             "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(5)     # past the imports: the interrupt lands while the node is sampled
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
