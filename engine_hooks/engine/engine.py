@@ -13,6 +13,12 @@ preparing, running the forward pass, sampling or updating fails only the request
 reason `error`, their KV blocks returned), is counted by phase in `step_errors` and logged once with
 its traceback, and the loop goes on. Should the loop die anyway, every request still held fails at
 once with the reason, `failure` says why, and `submit` refuses: nobody waits on a dead engine.
+
+Observers (`add_observer`) are the engine's own reporting seam, as vLLM's stat loggers are: after every
+step `on_step(engine, stats, batch)`, and as each request ends `on_request_end(engine, request)`, on the
+engine thread. Its vLLM-compatible interfaces (engine_hooks/vllm_face) are observers; the stagelens hooks
+are not (they patch from outside). An observer that raises is counted in `observer_errors`, logged once,
+and never fails a step or a request.
 """
 
 from __future__ import annotations
@@ -139,6 +145,32 @@ class LLMEngine:
         self.step_errors: Counter[str] = Counter(dict.fromkeys(PHASES, 0))
         self.finish_reasons: Counter[str] = Counter(dict.fromkeys(FINISH_REASONS, 0))
         self.totals = EngineTotals()
+        self._observers: tuple = ()
+        self.observer_errors: Counter[str] = Counter()   # by observer class
+
+    # --- observers (any thread adds or removes; the engine thread calls them) ---------------------------
+    def add_observer(self, observer) -> None:
+        """`observer.on_step(engine, stats, batch)` after each step, `observer.on_request_end(engine, request)`
+        as each request ends (either method may be absent)."""
+        with self._lock:
+            self._observers = (*self._observers, observer)
+
+    def remove_observer(self, observer) -> None:
+        with self._lock:
+            self._observers = tuple(o for o in self._observers if o is not observer)
+
+    def _notify(self, method: str, *args) -> None:
+        for observer in self._observers:
+            call = getattr(observer, method, None)
+            if call is None:
+                continue
+            try:
+                call(self, *args)
+            except Exception:
+                name = type(observer).__name__
+                self.observer_errors[name] += 1
+                if self.observer_errors[name] == 1:
+                    log.exception("engine observer %s failed in %s (further failures are only counted)", name, method)
 
     # --- the public API (any thread) ------------------------------------------------------------
     def submit(self, prompt_token_ids: list[int], params: SamplingParams | None = None,
@@ -264,6 +296,7 @@ class LLMEngine:
         stats.end = time.monotonic()
         stats.update_s = stats.end - t5
         self.totals.add(stats)
+        self._notify("on_step", stats, batch)
         return stats
 
     def schedule(self) -> ScheduledBatch:
@@ -383,6 +416,7 @@ class LLMEngine:
         self.finish_reasons[reason] += 1
         if stats is not None:
             stats.finished.append(req.request_id)
+        self._notify("on_request_end", req)
 
     def _end_all(self, reason: str, error: str) -> None:
         """Every request still held (queued, waiting or running) ends now; only once the loop is gone."""
