@@ -7,7 +7,7 @@ record/replay all read them. Plain data, JSON-serialisable, versioned. The engin
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 
 from agent.numbers import is_finite_number, shown
 from engine_hooks.snapshot import EngineSnapshot, SnapshotError, Window
@@ -37,9 +37,12 @@ class Frame:
     version: int = FRAME_VERSION
 
     def to_dict(self) -> dict:
-        out = asdict(replace(self, engine=None))
-        out["engine"] = self.engine.to_dict() if self.engine is not None else None
-        return out
+        """The frame as JSON data. The node sample is shared, not copied (its topology alone is tens of KB on
+        an 8-GPU node): callers serialise the result, they do not change it."""
+        return {"time_unix": self.time_unix, "time_monotonic": self.time_monotonic, "node": self.node,
+                "node_sample": self.node_sample,
+                "engine": self.engine.to_dict() if self.engine is not None else None,
+                "collectors": [dict(c) for c in self.collectors], "version": self.version}
 
     @classmethod
     def from_dict(cls, data: dict) -> Frame:

@@ -100,6 +100,8 @@ def test_read_only_api(served):
     assert frames and frames[-1]["engine"]["format"] == "stagelens-engine/1"
     since = frames[-1]["time_unix"]
     assert all(f["time_unix"] > since for f in client.get(f"/api/v1/frames?since={since}").json())
+    newest = client.get("/api/v1/frames?limit=1").json()
+    assert len(newest) == 1 and newest[0]["time_unix"] >= frames[-1]["time_unix"]
     slow = client.get("/api/v1/requests/slowest?n=2").json()
     assert len(slow) <= 2 and all("waits" in t and "latency_s" in t for t in slow)
     assert slow == sorted(slow, key=lambda t: -t["latency_s"])
@@ -119,6 +121,7 @@ def test_the_config_route_answers_the_thresholds_the_agent_judges_with():
 
 @pytest.mark.parametrize("method, path, body, status, words", [
     ("get", "/api/v1/frames?since=-1", None, 422, "greater than or equal"),
+    ("get", "/api/v1/frames?limit=0", None, 422, "greater than or equal"),
     ("get", "/api/v1/requests/slowest?n=0", None, 422, "greater than or equal"),
     ("post", "/v1/completions", {"max_tokens": 3}, 400, "prompt"),
     ("post", "/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),

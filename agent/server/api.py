@@ -48,11 +48,18 @@ def topology(request: Request) -> dict:
         raise HTTPException(503, f"no NVIDIA driver: {exc}") from None
 
 
+FRAMES_LIMIT = 120           # two minutes at the default interval: what the TUI plots
+MAX_FRAMES_LIMIT = 100_000   # past any history (`serve --history`)
+
+
 @router.get("/api/v1/frames", tags=["frames"])
-def frames(request: Request, since: float | None = Query(default=None, ge=0,
-                                                         description="only frames taken after this Unix time")) -> list:
-    """Frames kept in the agent's history, oldest first."""
-    return [f.to_dict() for f in request.app.state.runtime.frames(since)]
+def frames(request: Request,
+           since: float | None = Query(default=None, ge=0, description="only frames taken after this Unix time"),
+           limit: int = Query(default=FRAMES_LIMIT, ge=1, le=MAX_FRAMES_LIMIT,
+                              description="at most this many frames, the newest")) -> list:
+    """Frames kept in the agent's history, oldest first: the newest `limit` of those after `since`.
+    A frame of an 8-GPU node is some 50 KB of JSON, so the whole history is never the default."""
+    return [f.to_dict() for f in request.app.state.runtime.frames(since)[-limit:]]
 
 
 @router.get("/api/v1/requests/slowest", tags=["requests"])
