@@ -6,6 +6,7 @@ from agent.diagnosis.model import Diagnosis
 from agent.runbooks import runbook_stem
 
 _MARK = {"firing": "FIRING", "warn": "warn", "ok": "ok", "unknown": "unknown", "info": "info"}
+_ORIGIN = {"inferred": "  (inferred)", "not observable": "  (not observable on this engine)"}
 
 
 def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
@@ -25,7 +26,8 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
             for e in s.evidence:
                 value = "n/a" if e.value is None else f"{e.value:.4g}"
                 limits = f"warn {_limit(e.warn)} / firing {_limit(e.firing)}"
-                lines.append(f"    {_MARK[e.state]:<7} {e.signal:<30} {value:>10} {e.unit:<17} {limits}")
+                origin = _ORIGIN.get(e.provenance, "")
+                lines.append(f"    {_MARK[e.state]:<7} {e.signal:<30} {value:>10} {e.unit:<17} {limits}{origin}")
         for r in s.recommendations if s.state in ("warn", "firing") else []:
             lines.append(f"  -> {r.text}")
         if s.state in ("warn", "firing"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
 from engine_hooks import attribution
 from engine_hooks.engine import waits
-from engine_hooks.timeline import BEHIND_LONG_PREFILL, STEP_BOUNDARY
+from engine_hooks.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY
 
 KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
 STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
@@ -24,6 +24,7 @@ WAIT_STAGE: dict[str, str | None] = {
     waits.NO_FREE_BLOCKS: KV_CACHE, waits.PREEMPTED: KV_CACHE,
     waits.TOKEN_BUDGET: SCHEDULER, waits.MAX_NUM_SEQS: SCHEDULER, BEHIND_LONG_PREFILL: SCHEDULER,
     waits.MODEL_LOADING: COLD_PATH,
+    QUEUED: SCHEDULER,      # the engine did not say why: queueing is the scheduler's until shown otherwise
     STEP_BOUNDARY: None,
 }
 # ... and every component of a request's time (engine_hooks.attribution); None: the request's own compute.

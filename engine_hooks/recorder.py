@@ -306,6 +306,7 @@ class Recorder:
         return EngineSnapshot(
             clock=Clock(monotonic=now, wall=time.time() - (time.monotonic() - now)),
             engine=EngineInfo(
+                source="hooks",
                 model=ec.model, models=ec.models, allocator=ec.allocator, block_size=ec.block_size,
                 max_num_seqs=ec.max_num_seqs, max_num_batched_tokens=ec.max_num_batched_tokens,
                 enable_chunked_prefill=ec.enable_chunked_prefill, policy=ec.policy,

@@ -53,6 +53,7 @@ class Clock(_Section):
 @dataclass(slots=True, kw_only=True)
 class EngineInfo(_Section):
     """The engine's configuration and what is loaded (`engine`)."""
+    source: str | None = None     # who fills the snapshot: "hooks" (the bundled engine), "vllm", "sglang"
     model: str | None = None
     models: int | None = None
     allocator: str | None = None
@@ -249,6 +250,9 @@ class EngineSnapshot(_Section):
     hook_errors: dict[str, int] | None = None                 # hook failures by hook
     health: Health | None = None
     dropped: Dropped | None = None
+    # Figures a source read off what the engine publishes rather than measured: their path
+    # (`window.kv.fragmentation_ratio`) -> how, in words with the numbers. None: every figure is measured.
+    inferred: dict[str, str] | None = None
 
     @property
     def failure(self) -> str | None:
@@ -271,7 +275,8 @@ class EngineSnapshot(_Section):
                    wait_seconds_by_reason=_by_name(data.get("wait_seconds_by_reason"), f"{at}wait_seconds_by_reason"),
                    hook_errors=_by_name(data.get("hook_errors"), f"{at}hook_errors"),
                    health=_optional(Health)(data.get("health"), f"{at}health"),
-                   dropped=_optional(Dropped)(data.get("dropped"), f"{at}dropped"))
+                   dropped=_optional(Dropped)(data.get("dropped"), f"{at}dropped"),
+                   inferred=_texts_by_name(data.get("inferred"), f"{at}inferred"))
 
 
 # --- JSON ----------------------------------------------------------------------------------------------------
@@ -364,6 +369,15 @@ def _by_name(value, where: str):
     if not isinstance(value, dict):
         raise SnapshotError(f"{where}: must be an object or null, got {_shown(value)}")
     return {k: _finite(v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _texts_by_name(value, where: str):
+    """Words by name (how each inferred figure was read): an object of strings, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise SnapshotError(f"{where}: must be an object of strings or null, got {_shown(value)}")
+    return dict(value)
 
 
 def _required_by_name(value, where: str):

@@ -15,6 +15,8 @@ from engine_hooks.engine.waits import PREEMPTED
 # Reasons beyond the scheduler's own (engine_hooks.engine.waits)
 BEHIND_LONG_PREFILL = "behind_long_prefill"
 STEP_BOUNDARY = "step_boundary"
+# A wait whose reason the engine did not publish: an engine read from outside (vLLM's `time_in_queue`)
+QUEUED = "queued"
 
 
 @dataclass

@@ -186,7 +186,7 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
     if scheduler.state not in ("warn", "firing") or frame is None or frame.window is None:
         return
     reasons = {k: v for k, v in (frame.window.scheduler.wait_seconds_by_reason or {}).items()
-               if stage_of(k) is not None}
+               if stage_of(k) is not None and v > 0}
     if not reasons:
         return
     cause = stage_of(max(reasons, key=reasons.get))
@@ -228,8 +228,10 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
         value, state = values.get(signal.id, (UNKNOWN, "unknown"))
         threshold = config.threshold(signal.id)
         number = value.value if isinstance(value, NotJudged) else value if isinstance(value, int | float) else None
+        provenance, how = signal.provenance(frame, value)
         evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing, signal.unit,
-                                 f"{span:.0f}s", state, applicable=value is not NOT_APPLICABLE))
+                                 f"{span:.0f}s", state, applicable=value is not NOT_APPLICABLE,
+                                 provenance=provenance, how=how))
     evidence.sort(key=lambda e: -severity(e.state) if e.state in ("ok", "warn", "firing") else 1)
     explanation, recommendations = explain(stage, tracker.state, evidence, frame)
     since = None

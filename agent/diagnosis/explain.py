@@ -24,9 +24,14 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
     if not bad:
         return f"{STAGE_NAMES[stage]} healthy: " + ", ".join(_fmt_row(e) for e in evidence if e.value is not None
                                                              and e.applicable)[:200] or "no data", []
-    sentences = [_tail_sentence(e, ctx) if e.signal.endswith("_tail_share") else _SENTENCES[stage](e, ctx)
-                 for e in bad[:2]]
+    sentences = [_inferred_sentence(e) if e.provenance == "inferred" else _tail_sentence(e, ctx)
+                 if e.signal.endswith("_tail_share") else _SENTENCES[stage](e, ctx) for e in bad[:2]]
     return "; ".join(sentences), _RECOMMEND[stage](bad, ctx)
+
+
+def _inferred_sentence(e: Evidence) -> str:
+    """An engine read from outside: the value and what it was inferred from, not the hooks' account of why."""
+    return f"{_head(e)}, inferred from {e.how}"
 
 
 def _tail_sentence(e: Evidence, ctx: _Context) -> str:

@@ -12,6 +12,9 @@ from agent.numbers import is_finite_number, shown
 from agent.vocabulary import STATES, exit_code
 
 EVIDENCE_STATES = (*STATES, "info")   # info: measured, shown, not judged here
+# Where a signal's value came from: measured (hooks, NVML, the host), inferred from what an engine read from
+# outside publishes (`how` says from what), or not observable on that engine.
+PROVENANCES = ("measured", "inferred", "not observable")
 
 
 def severity(state: str) -> int:
@@ -33,16 +36,21 @@ class Evidence:
     window: str
     state: str   # ok | warn | firing; unknown: no data; info: measured but not judged here; ok when not applicable
     applicable: bool = True
+    provenance: str | None = None   # one of PROVENANCES; None: no data at all (no engine, no GPU)
+    how: str | None = None          # for an inferred value: from what, with the numbers
 
     def to_dict(self) -> dict:
         return {"signal": self.signal, "value": self.value, "warn": self.warn, "firing": self.firing,
-                "unit": self.unit, "window": self.window, "state": self.state, "label": self.label}
+                "unit": self.unit, "window": self.window, "state": self.state, "label": self.label,
+                "provenance": self.provenance, "how": self.how}
 
     @classmethod
     def from_dict(cls, data, where: str = "evidence") -> Evidence:
         f = _Fields(data, where)
+        provenance = f.one_of("provenance", PROVENANCES, nullable=True, absent=True)
         return cls(f.string("signal"), f.string("label"), f.number("value"), f.number("warn"), f.number("firing"),
-                   f.string("unit"), f.string("window"), f.one_of("state", EVIDENCE_STATES))
+                   f.string("unit"), f.string("window"), f.one_of("state", EVIDENCE_STATES),
+                   provenance=provenance, how=f.string("how", nullable=True, absent=True))
 
 
 @dataclass
@@ -143,8 +151,9 @@ class _Fields:
     def number(self, key: str) -> float | None:
         return self._get(key, is_finite_number, "a finite number", nullable=True)
 
-    def one_of(self, key: str, choices: tuple[str, ...]) -> str:
-        return self._get(key, lambda v: isinstance(v, str) and v in choices, f"one of {', '.join(choices)}")
+    def one_of(self, key: str, choices: tuple[str, ...], nullable: bool = False, absent: bool = False) -> str | None:
+        return self._get(key, lambda v: isinstance(v, str) and v in choices, f"one of {', '.join(choices)}",
+                         nullable, absent)
 
     def items(self, key: str, read) -> list:
         """A list whose items are each `read(item, path)`."""

@@ -63,6 +63,19 @@ class Signal:
     firing: float | None
     unit: str
     read: Callable[[Frame, list[Frame]], object]   # (this frame, the frames of the window up to it)
+    reads: tuple[str, ...] = ()   # the engine snapshot's figures it reads (paths); none: a node signal
+
+    def provenance(self, frame: Frame | None, value) -> tuple[str | None, str | None]:
+        """(measured | inferred | not observable, how it was inferred) of this signal's value in `frame`;
+        (None, None) when nothing was there to read (no engine for an engine signal, no GPU)."""
+        engine = frame.engine if frame is not None else None
+        if value is UNKNOWN:
+            if self.reads and engine is not None and not _hooked(frame):
+                return "not observable", None
+            return None, None
+        inferred = (engine.inferred or {}) if self.reads and engine is not None else {}
+        how = [inferred[path] for path in self.reads if path in inferred]
+        return ("inferred", "; ".join(how)) if how else ("measured", None)
 
 
 def _none_counted(*counts) -> bool | None:
@@ -191,6 +204,11 @@ def _no_wait(w: Window) -> bool | None:
     return None if reasons is None else not any(reasons.values())
 
 
+def _hooked(frame: Frame) -> bool:
+    """Whether the engine snapshot comes from the hooks (or a recording older than the `source` field)."""
+    return frame.engine.engine.source in (None, "hooks")
+
+
 def pcie_backpressure(frame: Frame, _window) -> object:
     values = [v for v in (busier_direction(g.get("pcie")) for g in frame.gpus()) if v is not None]
     return max(values) if values else UNKNOWN
@@ -214,8 +232,8 @@ def requests_waiting_on_model(frame: Frame, _window) -> object:
     if w is None:
         return UNKNOWN
     reasons = w.scheduler.wait_seconds_by_reason
-    if reasons is None:
-        return UNKNOWN
+    if reasons is None or (MODEL_LOADING not in reasons and not _hooked(frame)):
+        return UNKNOWN    # the hooks charge every wait; from outside, a reason left out is one not published
     span = w.span_s
     return reasons.get(MODEL_LOADING, 0.0) / span if span > 0 else NOT_APPLICABLE
 
@@ -255,35 +273,49 @@ _TAIL_LABEL = "share of the P99 TTFT tail's time"
 
 SIGNALS: tuple[Signal, ...] = (
     Signal("kv_fragmentation_ratio", KV_CACHE, "KV fragmentation", "above", 0.20, 0.30, "ratio",
-           lambda f, _w: _kv(f, lambda w: w.kv.fragmentation_ratio)),
+           lambda f, _w: _kv(f, lambda w: w.kv.fragmentation_ratio),
+           reads=("window.kv.fragmentation_ratio",)),
     Signal("kv_access_efficiency", KV_CACHE, "KV access efficiency", "below", 0.75, 0.60, "ratio",
-           lambda f, _w: _kv(f, lambda w: w.kv.access_efficiency)),
+           lambda f, _w: _kv(f, lambda w: w.kv.access_efficiency),
+           reads=("window.kv.access_efficiency",)),
     Signal("effective_bandwidth_ratio", KV_CACHE, "effective KV read bandwidth", "below", 0.75, 0.60, "ratio",
-           _memory_bound_only(lambda w: w.kv.effective_bandwidth_ratio)),
+           _memory_bound_only(lambda w: w.kv.effective_bandwidth_ratio),
+           reads=("window.kv.effective_bandwidth_ratio",)),
     Signal("bandwidth_swing_cv", KV_CACHE, "KV bandwidth swing", "above", 0.25, 0.40, "ratio",
-           _memory_bound_only(lambda w: w.kv.bandwidth_swing_cv)),
+           _memory_bound_only(lambda w: w.kv.bandwidth_swing_cv),
+           reads=("window.kv.bandwidth_swing_cv",)),
     Signal("memory_bandwidth_utilisation", KV_CACHE, "device memory busy", "above", 0.85, 0.95, "ratio",
            memory_bandwidth_utilisation),
     Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
-           "share of samples", preemption_with_free_memory),
-    Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE)),
+           "share of samples", preemption_with_free_memory,
+           reads=("counters.preemptions_with_free_memory_total",)),
+    Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE),
+           reads=("window.tail",)),
     Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
-           lambda f, _w: _figure(f, lambda w: w.scheduler.decided_wait_p99_s, _no_request)),
+           lambda f, _w: _figure(f, lambda w: w.scheduler.decided_wait_p99_s, _no_request),
+           reads=("window.scheduler.decided_wait_p99_s",)),
     Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
-           compute_utilisation),
+           compute_utilisation,
+           reads=("window.scheduler.waiting_share", "window.scheduler.busy_ratio_while_waiting")),
     Signal("head_of_line_blocking", SCHEDULER, "head-of-line blocking", "above", 0.30, 0.50, "ratio",
-           head_of_line_blocking),
+           head_of_line_blocking,
+           reads=("window.scheduler.head_of_line_share",)),
     Signal("token_budget_use", SCHEDULER, "token budget use while requests wait", "below", 0.50, None, "ratio",
-           token_budget_use),
-    Signal(TAIL_SHARE.format(SCHEDULER), SCHEDULER, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(SCHEDULER)),
+           token_budget_use,
+           reads=("window.scheduler.waiting_share", "window.scheduler.budget_use_while_waiting")),
+    Signal(TAIL_SHARE.format(SCHEDULER), SCHEDULER, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(SCHEDULER),
+           reads=("window.tail",)),
     Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure),
     Signal("step_time_inflation", COLD_PATH, "step-time inflation during model loads", "above", 1.20, 1.50, "ratio",
-           step_time_inflation),
+           step_time_inflation,
+           reads=("window.cold_path.step_time_inflation",)),
     # "any" warns; "sustained" (docs/stages.md) read as: on average 0.3 requests waiting through the window
     Signal("requests_waiting_on_model", COLD_PATH, "requests waiting on a model load", "above", 0.0, 0.3,
-           "requests", requests_waiting_on_model),
+           "requests", requests_waiting_on_model,
+           reads=("window.scheduler.wait_seconds_by_reason",)),
     Signal("threads_blocked_on_data", COLD_PATH, "threads blocked on data", "above", 0.10, 0.25, "ratio",
            threads_blocked_on_data),
-    Signal(TAIL_SHARE.format(COLD_PATH), COLD_PATH, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(COLD_PATH)),
+    Signal(TAIL_SHARE.format(COLD_PATH), COLD_PATH, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(COLD_PATH),
+           reads=("window.tail",)),
 )
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}

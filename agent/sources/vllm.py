@@ -11,14 +11,37 @@ failed `engine` collector). METRICS is the one table of which metric fills which
 
 from __future__ import annotations
 
-import math
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass
 
 from agent.errors import CollectError
+from agent.sources.families import (
+    HistogramDelta,
+    by_label,
+    counter_delta,
+    histogram_delta,
+    label,
+    mean,
+    quantile,
+    total,
+    values,
+)
+from agent.sources.inference import (
+    Gauges,
+    Inferred,
+    charge_queued,
+    decided_wait_p99,
+    fragmentation,
+    head_of_line_share,
+    step_period,
+    wait_seconds_by_reason,
+    waiting_share,
+)
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
+from engine_hooks.attribution import tail as attribution_tail
 from engine_hooks.snapshot import (
     Clock,
     ColdPathFigures,
@@ -30,6 +53,7 @@ from engine_hooks.snapshot import (
     KvUsage,
     SchedulerFigures,
     Window,
+    WindowTail,
 )
 
 KINDS = ("vllm", "sglang")
@@ -77,9 +101,15 @@ METRICS: dict[str, Metric] = {
                                "window.scheduler.steps (count), tokens_per_s (sum)"),
     "generation_tokens": Metric("counter", ("vllm:generation_tokens_total",), ("sglang:generation_tokens_total",),
                                 "window.scheduler.decode_tokens_per_s"),
+    "prompt_tokens": Metric("histogram", ("vllm:request_prompt_tokens",), (),
+                            "its mean, with output_tokens's: the tokens a running request holds (fragmentation)"),
+    "output_tokens": Metric("histogram", ("vllm:request_generation_tokens",), (), "see prompt_tokens"),
+    "lora": Metric("info", ("vllm:lora_requests_info",), (),
+                   "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
+WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,34 +131,60 @@ class Reading:
 class _Scrape:
     at: float                 # monotonic seconds
     exposition: Exposition
+    gauges: Gauges
 
 
 class VllmSource:
-    """An engine source for a vLLM (or, with kind="sglang", an SGLang) server at `url`."""
+    """An engine source for a vLLM (or, with kind="sglang", an SGLang) server at `url`.
 
-    def __init__(self, url: str, timeout_s: float = 2.0, kind: str = "vllm") -> None:
+    `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
+    exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give."""
+
+    def __init__(self, url: str, timeout_s: float = 2.0, kind: str = "vllm", window_s: float = WINDOW_S,
+                 spans=None) -> None:
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not timeout_s > 0:
             raise ValueError(f"the scrape timeout must be positive, got {timeout_s}")
+        if not window_s > 0:
+            raise ValueError(f"the window must be positive, got {window_s}")
         self.url = url.rstrip("/")
         self.metrics_url = self.url + "/metrics"
         self.timeout_s = timeout_s
         self.kind = kind
+        self.window_s = window_s
+        self.spans = spans
         self.reading = Reading()
-        self._previous: _Scrape | None = None
+        self._scrapes: deque[_Scrape] = deque()
+        self._timelines: deque = deque()     # requests the spans told of, finished within the window
 
     # --- the engine source interface (agent/sampler.py) ------------------------------------------------
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
-        scrape = _Scrape(now_monotonic, parse_exposition(self._fetch()))
-        previous, self._previous = self._previous, scrape
-        if previous is not None and previous.at >= scrape.at:
-            previous = None        # a clock that did not advance gives no window
-        snap, self.reading = self._fill(scrape, previous)
+        exposition = parse_exposition(self._fetch())
+        scrape = _Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
+        if self._scrapes and self._scrapes[-1].at >= scrape.at:
+            self._scrapes.clear()          # a clock that did not advance gives no window
+        self._scrapes.append(scrape)
+        # the window's base: the newest earlier scrape at least window_s old, else the oldest kept
+        while len(self._scrapes) > 2 and self._scrapes[1].at <= scrape.at - self.window_s:
+            self._scrapes.popleft()
+        base = self._scrapes[0] if len(self._scrapes) > 1 else None
+        timelines = self._window_timelines(base.at if base else scrape.at - self.window_s)
+        snap, self.reading = self._fill(scrape, base, list(self._scrapes)[1:] or [scrape], timelines)
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
-        return []   # per-request evidence (vLLM's llm_request spans) comes from OTLP, not /metrics
+        """Requests the engine's spans told of (none without `spans`)."""
+        return [] if self.spans is None else self.spans.recent_timelines(since)
+
+    def _window_timelines(self, start: float) -> list:
+        if self.spans is None:
+            return []
+        newest = self._timelines[-1].finished if self._timelines else None
+        self._timelines.extend(t for t in self.spans.recent_timelines(newest) if t.finished is not None)
+        while self._timelines and self._timelines[0].finished < start:
+            self._timelines.popleft()
+        return list(self._timelines)
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
@@ -160,22 +216,32 @@ class VllmSource:
         metric = METRICS[figure]
         return metric.vllm if self.kind == "vllm" else metric.sglang
 
-    def _fill(self, now: _Scrape, before: _Scrape | None) -> tuple[EngineSnapshot, Reading]:
+    def _gauges(self, ex: Exposition, at: float) -> Gauges:
+        reasons = by_label(ex.first(self._names("waiting_by_reason")), "reason") or {}
+        lora = ex.first(self._names("lora"))
+        return Gauges(at=at, running=total(ex.first(self._names("running"))),
+                      waiting=total(ex.first(self._names("waiting"))),
+                      capacity=reasons.get("capacity"), deferred=reasons.get("deferred"),
+                      kv_ratio=mean(ex.first(self._names("kv_usage"))),
+                      adapters=bool(label(lora, "max_lora")))
+
+    def _fill(self, now: _Scrape, before: _Scrape | None, window: list[_Scrape],
+              timelines: list) -> tuple[EngineSnapshot, Reading]:
         ex, was = now.exposition, before.exposition if before else None
         span = now.at - before.at if before else 0.0
+        gauges = [w.gauges for w in window]
 
         def family(figure):
             return ex.first(self._names(figure))
 
         def delta_total(figure) -> float | None:
-            return _counter_delta(family(figure), was.first(self._names(figure)) if was else None)
+            return counter_delta(family(figure), was.first(self._names(figure)) if was else None)
 
-        def histogram(figure) -> _HistogramDelta | None:
-            return _histogram_delta(family(figure), was.first(self._names(figure)) if was else None)
+        def histogram(figure) -> HistogramDelta | None:
+            return histogram_delta(family(figure), was.first(self._names(figure)) if was else None)
 
         block_size, num_blocks = _cache_config(family("cache_config"))
-        kv_ratio = _mean(family("kv_usage"))
-        model = _label(family("running"), "model_name")   # the served model name, as the engine labels it
+        kv_ratio = now.gauges.kv_ratio
         usage = None
         if num_blocks is not None:
             used = None if kv_ratio is None else round(kv_ratio * num_blocks)
@@ -183,85 +249,72 @@ class VllmSource:
 
         queue, ttft, itl, e2e = histogram("queue_time"), histogram("ttft"), histogram("inter_token"), histogram("e2e")
         steps = histogram("iteration_tokens")
+        step_count = None if steps is None else round(steps.count)
         generated = delta_total("generation_tokens")
+        inferred: dict[str, str] = {}
+
+        def infer(path: str, found: Inferred | None):
+            if found is None:
+                return None
+            inferred[path] = found.how
+            return found.value
+
+        period = step_period(span, step_count)
+        by_reason = infer("window.scheduler.wait_seconds_by_reason", wait_seconds_by_reason(gauges, span))
         scheduler = SchedulerFigures(
-            running=_whole(_total(family("running"))),
-            waiting=_whole(_total(family("waiting"))),
-            steps=None if steps is None else round(steps.count),
+            running=_whole(now.gauges.running),
+            waiting=_whole(now.gauges.waiting),
+            steps=step_count,
             tokens_per_s=_per_s(None if steps is None else steps.sum, span),
             decode_tokens_per_s=_per_s(generated, span),
             requests_finished=None if e2e is None else round(e2e.count),
-            wait_p50_s=_quantile(queue, 0.50), wait_p99_s=_quantile(queue, 0.99))
+            wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
+            decided_wait_p99_s=infer("window.scheduler.decided_wait_p99_s",
+                                     decided_wait_p99(timelines, period, queue)) if span else None,
+            head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
+            waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
+            wait_seconds_by_reason=by_reason,
+            step_time_mean_s=period)
+        kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(
+            gauges, num_blocks, block_size, histogram("prompt_tokens"), histogram("output_tokens"))))
+        cold = ColdPathFigures(waiting_on_model=_whole(now.gauges.deferred) if now.gauges.adapters else None)
+        tail = None
+        if timelines:
+            charged = charge_queued(timelines, by_reason)
+            tail = WindowTail(ttft=attribution_tail(charged, "ttft"), latency=attribution_tail(charged, "latency"))
+            inferred["window.tail"] = (f"{len(charged)} requests' llm_request spans: queue, prefill and decode; "
+                                       f"their queue time charged by the window's mix of waiting reasons")
 
-        finish_reasons = _by_label(family("finished"), "finished_reason")
+        finish_reasons = by_label(family("finished"), "finished_reason")
         succeeded = failed = health = None
         if finish_reasons is not None:
             succeeded = sum(v for k, v in finish_reasons.items() if k in FINISHED_OK)
             failed = sum(finish_reasons.values()) - succeeded
             health = Health(finish_reasons={k: int(v) for k, v in finish_reasons.items()})
-        counters = Counters(preemptions_total=_total(family("preemptions")),
+        counters = Counters(preemptions_total=total(family("preemptions")),
                             requests_finished_total=succeeded, requests_failed_total=failed)
 
         snap = EngineSnapshot(
             clock=Clock(monotonic=now.at, wall=time.time()),
-            engine=EngineInfo(model=model, block_size=block_size),
+            engine=EngineInfo(source=self.kind, model=label(family("running"), "model_name"),
+                              allocator="paged", block_size=block_size),
             usage=usage,
-            window=Window(span_s=span, kv=KvFigures(), scheduler=scheduler, cold_path=ColdPathFigures()),
-            counters=counters, health=health)
+            window=Window(span_s=span, kv=kv, scheduler=scheduler, cold_path=cold, tail=tail),
+            counters=counters, health=health, inferred=inferred or None)
         reading = Reading(
-            kv_usage_ratio=kv_ratio, kv_capacity_tokens=_total(family("kv_tokens_capacity")),
-            waiting_by_reason=_by_label(family("waiting_by_reason"), "reason"),
+            kv_usage_ratio=kv_ratio, kv_capacity_tokens=total(family("kv_tokens_capacity")),
+            waiting_by_reason=by_label(family("waiting_by_reason"), "reason"),
             preemptions_in_window=delta_total("preemptions"),
-            ttft_p50_s=_quantile(ttft, 0.50), ttft_p99_s=_quantile(ttft, 0.99),
-            inter_token_p50_s=_quantile(itl, 0.50), inter_token_p99_s=_quantile(itl, 0.99),
-            e2e_p50_s=_quantile(e2e, 0.50), e2e_p99_s=_quantile(e2e, 0.99))
+            ttft_p50_s=quantile(ttft, 0.50), ttft_p99_s=quantile(ttft, 0.99),
+            inter_token_p50_s=quantile(itl, 0.50), inter_token_p99_s=quantile(itl, 0.99),
+            e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99))
         return snap, reading
 
 
 # --- reading families ----------------------------------------------------------------------------------
-def _values(family, suffix: str = "") -> list:
-    """The finite values of the family's samples named `family.name + suffix` (or `_total` for a counter)."""
-    if family is None:
-        return []
-    names = {family.name + suffix}
-    if family.type == "counter" and not suffix:
-        names.add(family.name + "_total")
-    return [s for s in family.samples if s.name in names and math.isfinite(s.value)]
-
-
-def _total(family) -> float | None:
-    """The family's value added up over its label sets (engines, ranks); None when it is absent."""
-    samples = _values(family)
-    return sum(s.value for s in samples) if samples else None
-
-
-def _mean(family) -> float | None:
-    """A ratio's mean over label sets (each data-parallel engine has its own KV pool of the same size)."""
-    samples = _values(family)
-    return sum(s.value for s in samples) / len(samples) if samples else None
-
-
-def _label(family, name: str) -> str | None:
-    for s in _values(family):
-        if s.labels.get(name):
-            return s.labels[name]
-    return None
-
-
-def _by_label(family, label: str) -> dict[str, float] | None:
-    samples = _values(family)
-    if not samples:
-        return None
-    out: dict[str, float] = {}
-    for s in samples:
-        key = s.labels.get(label, "")
-        out[key] = out.get(key, 0.0) + s.value
-    return out
-
-
 def _cache_config(family) -> tuple[int | None, int | None]:
     """(block size, KV blocks over all engines) from vLLM's cache_config_info labels."""
-    samples = _values(family)
+    samples = values(family)
     sizes = {_int(s.labels.get("block_size")) for s in samples} - {None}
     blocks = [_int(s.labels.get("num_gpu_blocks")) for s in samples]
     block_size = sizes.pop() if len(sizes) == 1 else None
@@ -275,65 +328,6 @@ def _int(text) -> int | None:
     except (TypeError, ValueError):
         return None     # "None" before the KV cache is profiled
     return value if value > 0 else None
-
-
-def _counter_delta(now, before) -> float | None:
-    """The counter's increase since the previous scrape; None without both; a reset counts from zero."""
-    total_now = _total(now)
-    if total_now is None or before is None:
-        return None
-    total_before = _total(before)
-    if total_before is None:
-        return None
-    return total_now - total_before if total_now >= total_before else total_now
-
-
-@dataclass(frozen=True, slots=True)
-class _HistogramDelta:
-    buckets: list[tuple[float, float]]     # (upper bound, cumulative count), ascending, +Inf last
-    count: float
-    sum: float
-
-
-def _cumulative(family) -> tuple[dict[float, float], float, float] | None:
-    if family is None or family.type != "histogram":
-        return None
-    buckets: dict[float, float] = {}
-    for s in _values(family, "_bucket"):
-        bound = float(s.labels["le"])
-        buckets[bound] = buckets.get(bound, 0.0) + s.value
-    if math.inf not in buckets:
-        return None
-    count = sum(s.value for s in _values(family, "_count")) if _values(family, "_count") else buckets[math.inf]
-    return buckets, count, sum(s.value for s in _values(family, "_sum"))
-
-
-def _histogram_delta(now, before) -> _HistogramDelta | None:
-    """Observations between two scrapes; None without both or when buckets changed (a restart with other
-    buckets); a reset (counts went down) counts from zero."""
-    a, b = _cumulative(now), _cumulative(before)
-    if a is None or b is None or set(a[0]) != set(b[0]):
-        return None
-    reset = a[1] < b[1]
-    base = ({k: 0.0 for k in b[0]}, 0.0, 0.0) if reset else b
-    buckets = sorted((le, a[0][le] - base[0][le]) for le in a[0])
-    return _HistogramDelta(buckets, a[1] - base[1], a[2] - base[2])
-
-
-def _quantile(h: _HistogramDelta | None, q: float) -> float | None:
-    """The q-quantile of the window's observations, interpolated within its bucket as Prometheus's
-    histogram_quantile does; the highest finite bound when it falls past it. None without observations."""
-    if h is None or h.count <= 0:
-        return None
-    rank = q * h.buckets[-1][1]
-    lower, below = 0.0, 0.0
-    for bound, cumulative in h.buckets:
-        if cumulative >= rank and cumulative > below:
-            if math.isinf(bound):
-                return lower
-            return lower + (bound - lower) * (rank - below) / (cumulative - below)
-        lower, below = bound, cumulative
-    return lower
 
 
 def _per_s(amount: float | None, span: float) -> float | None:

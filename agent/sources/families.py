@@ -1,0 +1,131 @@
+"""Reading figures off one scrape's families, and off the change between two scrapes.
+
+Label sets are added up (vLLM's `engine` label, one per data-parallel engine; SGLang's ranks); ratios are
+averaged over them. Counters and histograms are read as deltas between two scrapes; a counter that went
+down (the engine restarted) counts from zero. Quantiles come from the window's bucket counts, as
+Prometheus's `histogram_quantile` does, and `quantile_bucket` says how far that can be trusted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agent.sources.prometheus_text import Family
+
+
+def values(family: Family | None, suffix: str = "") -> list:
+    """The finite samples of the family named `family.name + suffix` (or `_total` for a counter)."""
+    if family is None:
+        return []
+    names = {family.name + suffix}
+    if family.type == "counter" and not suffix:
+        names.add(family.name + "_total")
+    return [s for s in family.samples if s.name in names and math.isfinite(s.value)]
+
+
+def total(family: Family | None) -> float | None:
+    """The family's value added up over its label sets; None when it is absent."""
+    samples = values(family)
+    return sum(s.value for s in samples) if samples else None
+
+
+def mean(family: Family | None) -> float | None:
+    """A ratio's mean over label sets (each data-parallel engine has its own KV pool of the same size)."""
+    samples = values(family)
+    return sum(s.value for s in samples) / len(samples) if samples else None
+
+
+def label(family: Family | None, name: str) -> str | None:
+    """The first non-empty value of label `name` among the family's samples."""
+    for s in values(family):
+        if s.labels.get(name):
+            return s.labels[name]
+    return None
+
+
+def by_label(family: Family | None, name: str) -> dict[str, float] | None:
+    """The family's values added up by the value of label `name`."""
+    samples = values(family)
+    if not samples:
+        return None
+    out: dict[str, float] = {}
+    for s in samples:
+        key = s.labels.get(name, "")
+        out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def counter_delta(now: Family | None, before: Family | None) -> float | None:
+    """The counter's increase between two scrapes; None without both; a reset counts from zero."""
+    total_now, total_before = total(now), total(before)
+    if total_now is None or total_before is None:
+        return None
+    return total_now - total_before if total_now >= total_before else total_now
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramDelta:
+    buckets: list[tuple[float, float]]     # (upper bound, cumulative count), ascending, +Inf last
+    count: float
+    sum: float
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+
+def _cumulative(family: Family | None) -> tuple[dict[float, float], float, float] | None:
+    if family is None or family.type != "histogram":
+        return None
+    buckets: dict[float, float] = {}
+    for s in values(family, "_bucket"):
+        bound = float(s.labels["le"])
+        buckets[bound] = buckets.get(bound, 0.0) + s.value
+    if math.inf not in buckets:
+        return None
+    counts = values(family, "_count")
+    count = sum(s.value for s in counts) if counts else buckets[math.inf]
+    return buckets, count, sum(s.value for s in values(family, "_sum"))
+
+
+def histogram_delta(now: Family | None, before: Family | None) -> HistogramDelta | None:
+    """Observations between two scrapes; None without both or when the buckets changed (a restart with
+    other buckets); a reset (counts went down) counts from zero."""
+    a, b = _cumulative(now), _cumulative(before)
+    if a is None or b is None or set(a[0]) != set(b[0]):
+        return None
+    base = ({k: 0.0 for k in b[0]}, 0.0, 0.0) if a[1] < b[1] else b
+    buckets = sorted((le, a[0][le] - base[0][le]) for le in a[0])
+    return HistogramDelta(buckets, a[1] - base[1], a[2] - base[2])
+
+
+def quantile(h: HistogramDelta | None, q: float) -> float | None:
+    """The q-quantile of the window's observations, interpolated within its bucket as Prometheus's
+    histogram_quantile does; the highest finite bound when it falls past it. None without observations."""
+    bucket = quantile_bucket(h, q)
+    if bucket is None:
+        return None
+    lower, upper, rank, below, cumulative = bucket
+    if math.isinf(upper):
+        return lower
+    return lower + (upper - lower) * (rank - below) / (cumulative - below)
+
+
+def quantile_bounds(h: HistogramDelta | None, q: float) -> tuple[float, float] | None:
+    """The bucket (lower, upper] the q-quantile lies in: all a histogram can say of it for sure."""
+    bucket = quantile_bucket(h, q)
+    return None if bucket is None else bucket[:2]
+
+
+def quantile_bucket(h: HistogramDelta | None, q: float) -> tuple[float, float, float, float, float] | None:
+    """(lower, upper, rank, count below, cumulative count) of the bucket holding the q-quantile."""
+    if h is None or h.count <= 0:
+        return None
+    rank = q * h.buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, cumulative in h.buckets:
+        if cumulative >= rank and cumulative > below:
+            return lower, bound, rank, below, cumulative
+        lower, below = bound, cumulative
+    return lower, math.inf, rank, below, below

@@ -1,0 +1,176 @@
+"""Figures of the engine snapshot inferred from what an engine publishes, each with how it was read.
+
+An engine read from outside (vLLM, SGLang) publishes gauges at the scrape, counters and coarse histograms
+and, where its traces reach the agent, one span per request. None of them is a stagelens figure; each
+function here turns them into one, says how in words with the numbers (the snapshot's `inferred`, which
+the diagnosis shows beside the evidence), and returns None where what is published does not settle it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from agent.sources.families import HistogramDelta, quantile_bounds
+from engine_hooks.attribution import components
+from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
+from engine_hooks.stats import percentile
+from engine_hooks.timeline import QUEUED, RequestTimeline
+
+LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
+
+
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """One scrape's gauges; None: not published."""
+    at: float                       # monotonic seconds of the scrape
+    running: float | None = None
+    waiting: float | None = None
+    capacity: float | None = None   # waiting for KV blocks (vLLM's reason="capacity")
+    deferred: float | None = None   # waiting on something else (vLLM's reason="deferred")
+    kv_ratio: float | None = None   # KV blocks in use / all
+    adapters: bool = False          # the engine serves LoRA adapters (vllm:lora_requests_info)
+
+
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    value: object
+    how: str
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def waiting_share(gauges: list[Gauges]) -> Inferred | None:
+    """The share of scrapes that found requests waiting (the hooks count steps; a scrape is a sample)."""
+    seen = [g.waiting > 0 for g in gauges if g.waiting is not None]
+    if not seen:
+        return None
+    share = sum(seen) / len(seen)
+    return Inferred(share, f"requests were waiting at {sum(seen)} of {len(seen)} scrapes of num_requests_waiting")
+
+
+def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None:
+    """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
+    for a reason times the window. vLLM's `capacity` is waiting for KV blocks; `deferred` counts as waiting
+    on a model only where the engine serves LoRA adapters (loading one is what defers a request there);
+    the rest of the queue, and every wait of an engine that gives no reason, is the scheduler's."""
+    waiting = _mean([g.waiting for g in gauges])
+    if waiting is None or span <= 0:
+        return None
+    capacity = _mean([g.capacity for g in gauges])
+    deferred = _mean([g.deferred for g in gauges])
+    adapters = any(g.adapters for g in gauges)
+    out = {}
+    if capacity is not None:
+        out[NO_FREE_BLOCKS] = capacity * span
+    if deferred is not None and adapters:
+        out[MODEL_LOADING] = deferred * span
+    out[QUEUED] = max(0.0, waiting - sum(out.values()) / span) * span
+    parts = [f"{waiting:.2f} waiting on average over {len(gauges)} scrapes"]
+    if capacity is not None:
+        parts.append(f"{capacity:.2f} for KV capacity")
+    if deferred is not None:
+        parts.append(f"{deferred:.2f} deferred" + (" (LoRA adapters served: waiting on a load)" if adapters else ""))
+    return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
+
+
+def fragmentation(gauges: list[Gauges], num_blocks: int | None, block_size: int | None,
+                  prompt: HistogramDelta | None, generation: HistogramDelta | None) -> Inferred | None:
+    """The share of reserved KV slots holding no token: slots in use (KV usage × blocks × block size)
+    against the tokens the running requests hold, estimated as a finished request's mean prompt plus half
+    its mean output (a running request is on average half-way through its decode)."""
+    if not (num_blocks and block_size) or prompt is None or prompt.mean is None:
+        return None
+    output = generation.mean if generation is not None and generation.mean is not None else 0.0
+    per_request = prompt.mean + output / 2
+    pairs = [(g.kv_ratio * num_blocks * block_size, g.running) for g in gauges
+             if g.kv_ratio is not None and g.running]
+    reserved = sum(r for r, _ in pairs)
+    if not reserved:
+        return None
+    held = min(reserved, sum(n for _, n in pairs) * per_request)
+    running = sum(n for _, n in pairs) / len(pairs)
+    value = 1.0 - held / reserved
+    return Inferred(value, f"{reserved / len(pairs):,.0f} KV slots in use (kv_cache_usage_perc × {num_blocks:,} "
+                           f"blocks × {block_size}) for {running:.1f} running requests of ~{per_request:,.0f} "
+                           f"tokens (mean prompt {prompt.mean:,.0f} + half the mean output {output:,.0f})")
+
+
+def step_period(span: float, steps: int | None) -> float | None:
+    """The mean time between steps: what a request arriving mid-step waits for any scheduler (the hooks'
+    `step_boundary`, which is no stage's fault)."""
+    return span / steps if steps and span > 0 else None
+
+
+def decided_waits(timelines: list[RequestTimeline], period: float) -> list[float]:
+    """Each request's queue time less one step period: the part of its wait the scheduler chose."""
+    return [max(0.0, tl.scheduler_wait_s - period) for tl in timelines]
+
+
+def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
+                     queue: HistogramDelta | None) -> Inferred | None:
+    """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them,
+    else only when the queue-time histogram settles it (its P99's bucket starts above zero: the P99 is at
+    least that lower bound); a P99 in the first bucket could be anything under it."""
+    if timelines and period is not None:
+        value = percentile(decided_waits(timelines, period), 99)
+        return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
+                               f"one step period ({period * 1000:.0f} ms)")
+    bounds = quantile_bounds(queue, 0.99)
+    if bounds is None or bounds[0] <= 0:
+        return None
+    lower, upper = bounds
+    return Inferred(lower, f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: at least "
+                           f"{lower:g} s")
+
+
+def head_of_line_share(timelines: list[RequestTimeline], period: float | None,
+                       long_prefill_tokens: int = LONG_PREFILL_TOKENS) -> Inferred | None:
+    """The share of short requests' decided wait spent while a long prompt's prefill ran, from the spans:
+    each span's prefill interval is known, so a short request's queue time overlapping a long one's
+    prefill was spent behind it."""
+    if not timelines or period is None:
+        return None
+    long_prefills = [(c.start, c.end) for tl in timelines if tl.prompt_tokens > long_prefill_tokens
+                     for c in tl.chunks]
+    short = [tl for tl in timelines if tl.prompt_tokens <= long_prefill_tokens]
+    waited = behind = 0.0
+    for tl in short:
+        for w in tl.waits:
+            overlap = sum(max(0.0, min(w.end, end) - max(w.start, start)) for start, end in long_prefills)
+            waited += max(0.0, w.seconds - period)
+            behind += max(0.0, min(overlap, w.seconds) - period)
+    if not short:
+        return None
+    value = behind / waited if waited > 0 else 0.0
+    return Inferred(value, f"{behind:.2f} s of {waited:.2f} s that {len(short)} short requests queued (less a step "
+                           f"period each) overlapped the prefill of a prompt over {long_prefill_tokens} tokens, "
+                           f"from their llm_request spans")
+
+
+def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None) -> list[RequestTimeline]:
+    """The timelines with each one's `queued` time split by the window's mix of waiting reasons, so the tail
+    attribution charges it to the stage that held the queue (the spans do not say why a request waited)."""
+    mix = {k: v for k, v in (by_reason or {}).items() if v > 0}
+    total = sum(mix.values())
+    out = []
+    for tl in timelines:
+        tl = dataclasses.replace(tl)
+        if tl.finished is not None:
+            tl.ttft_components = _split(components(tl, tl.first_token or tl.finished), mix, total)
+            tl.latency_components = _split(components(tl, tl.finished), mix, total)
+        out.append(tl)
+    return out
+
+
+def _split(parts: dict[str, float], mix: dict[str, float], total: float) -> dict[str, float]:
+    queued = parts.pop(QUEUED, 0.0)
+    if queued and total:
+        for reason, seconds in mix.items():
+            parts[reason] = parts.get(reason, 0.0) + queued * seconds / total
+    elif queued:
+        parts[QUEUED] = queued
+    return parts
