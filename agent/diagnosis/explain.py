@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from agent.diagnosis.engine_flags import for_engine
 from agent.diagnosis.model import Evidence, Recommendation
 from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
 from agent.frame import Frame
@@ -26,7 +27,7 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
                                                              and e.applicable)[:200] or "no data", []
     sentences = [_inferred_sentence(e) if e.provenance == "inferred" else _tail_sentence(e, ctx)
                  if e.signal.endswith("_tail_share") else _SENTENCES[stage](e, ctx) for e in bad[:2]]
-    return "; ".join(sentences), _RECOMMEND[stage](bad, ctx)
+    return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source)
 
 
 def _inferred_sentence(e: Evidence) -> str:
@@ -59,7 +60,8 @@ class _Context:
         lengths = self.kv.sequence_lengths or []
         self.lengths = lengths
         self.mean_length = sum(lengths) / len(lengths) if lengths else None
-        self.device = self.cfg.device or "cpu"
+        # an engine read from outside does not publish its device: vLLM and SGLang serve on GPUs
+        self.device = self.cfg.device or ("cuda" if self.cfg.source in ("vllm", "sglang") else "cpu")
         self.tail = window_tail(frame) if frame is not None else None
 
 
