@@ -56,6 +56,7 @@ class AgentRuntime:
 
             self.lab = EngineHost()
         # the hosted engine, or one read from outside (agent/sources), or none
+        self.engine_source = engine_source
         self.sampler = Sampler(node_probe=self.probe, engine_source=self.lab or engine_source, interval=interval,
                                history=history)
         self.tracer = tracer
@@ -73,6 +74,7 @@ class AgentRuntime:
     def start(self) -> None:
         if self.lab_settings:
             self.start_lab(self.lab_settings.scenario)
+        _lifecycle(self.engine_source, "start")
         self.sampler.start()
 
     def start_lab(self, scenario: str | None, overrides: dict | None = None) -> None:
@@ -91,6 +93,7 @@ class AgentRuntime:
             self.lab.stop(grace_s)
         self.sampler.stop()
         self.sampler.tick()      # the requests that ended while stopping reach the traces and the record
+        _lifecycle(self.engine_source, "close")
         if self.tracer:
             self.tracer.shutdown()
         self.probe.close()
@@ -106,10 +109,10 @@ class AgentRuntime:
         return self.sampler.frames(since)
 
     def slowest_requests(self, n: int) -> list[dict]:
-        recorder = self.lab.recorder if self.lab else None
-        if recorder is None:
+        source = self.lab.recorder if self.lab else self.engine_source   # an outside engine's come from its spans
+        if source is None:
             return []
-        timelines = [t for t in recorder.recent_timelines() if t.finished is not None]
+        timelines = [t for t in source.recent_timelines() if t.finished is not None]
         timelines.sort(key=lambda t: t.finished - t.arrival, reverse=True)
         return [with_stages(t.to_dict()) for t in timelines[:n]]
 
@@ -161,3 +164,11 @@ def _bounded_put(store: OrderedDict, key: str, value: str) -> None:
     store[key] = value
     while len(store) > TRACE_MEMORY:
         store.popitem(last=False)
+
+
+def _lifecycle(source, method: str) -> None:
+    """Start or close what an engine read from outside runs beside its scrape (a span receiver, a KV-events
+    subscriber); a source without such parts has no such method."""
+    call = getattr(source, method, None)
+    if call is not None:
+        call()

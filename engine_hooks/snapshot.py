@@ -101,6 +101,11 @@ class KvFigures(_Section):
     block_runs_per_sequence: float | None = None
     attention_share_of_step: float | None = None
     sequence_lengths: list[int] | None = None
+    # block-level, from an engine's KV events (vLLM's --kv-events-config); None where none are received
+    blocks_stored: int | None = None
+    blocks_removed: int | None = None
+    blocks_restored: int | None = None          # stored again soon after their removal: KV recomputed
+    block_lifetime_p50_s: float | None = None   # store to removal, of the blocks removed in the window
 
 
 @dataclass(slots=True, kw_only=True)

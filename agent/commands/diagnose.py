@@ -8,7 +8,12 @@ import time
 import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.commands.engine_source_flags import OUTSIDE_ENGINES, engine_url_option, open_engine_source
+from agent.commands.engine_source_flags import (
+    OUTSIDE_ENGINES,
+    OutsideFlags,
+    engine_url_option,
+    open_engine_source,
+)
 from agent.diagnosis.model import Diagnosis, DiagnosisError
 from agent.errors import EXIT_UNKNOWN, CollectError, UserError
 from agent.numbers import Number
@@ -32,7 +37,7 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.pass_context
 def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, engine_kind: str,
-             engine_url: str | None, config_path, thresholds, as_json: bool) -> int:
+             outside: OutsideFlags, config_path, thresholds, as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from agent.diagnosis.evaluate import NOTHING_OBSERVED
     from agent.diagnosis.run import judge_run
@@ -44,7 +49,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
                         "(give them to `stagelens serve`; `tui --connect` accepts them on top)")
     if (replay_path or url) and engine_kind != "none":
         raise UserError("--engine reads an engine while sampling this node: not with --replay or --connect")
-    engine_source = open_engine_source(engine_kind, engine_url)
+    engine_source = open_engine_source(engine_kind, outside)
     config = diagnosis_config(config_path, thresholds)
     if url:
         return _print(fetch_diagnosis(url), as_json)
@@ -117,7 +122,10 @@ def _sample_node(snapshot: str | None, duration: float, engine_source=None) -> l
     except ValueError as exc:
         raise UserError(str(exc)) from None
     sampler = Sampler(node_probe=probe, engine_source=engine_source, interval=1.0)
+    lifecycle = getattr(engine_source, "start", None) and engine_source   # spans and KV events beside the scrape
     try:
+        if lifecycle:
+            lifecycle.start()
         deadline = time.monotonic() + duration
         while True:
             sampler.tick()
@@ -125,5 +133,7 @@ def _sample_node(snapshot: str | None, duration: float, engine_source=None) -> l
                 break
             time.sleep(1.0)
     finally:
+        if lifecycle:
+            lifecycle.close()
         probe.close()
     return sampler.frames()

@@ -1,7 +1,11 @@
-"""`--engine-url`: attach to an engine serving on its own (vLLM, SGLang) and read it from outside (agent/sources)."""
+"""`--engine-url` and what comes with it: attach to an engine serving on its own (vLLM, SGLang) and read it
+from outside (agent/sources): its /metrics each tick, its per-request spans where it exports them to the
+agent (`--otlp-receiver`), its KV events where it publishes them (`--kv-events`)."""
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
 import click
@@ -11,27 +15,95 @@ from agent.errors import UserError
 OUTSIDE_ENGINES = ("vllm", "sglang")
 
 
+@dataclass(frozen=True)
+class OutsideFlags:
+    """What the command line says of an engine read from outside; every field None when nothing."""
+    engine_url: str | None = None
+    otlp_receiver: str | None = None
+    otlp_receiver_grpc: str | None = None
+    otlp_forward: str | None = None
+    kv_events: str | None = None
+
+
+_OPTIONS = (
+    click.option("--engine-url", help="With --engine vllm or sglang: the engine's base URL (its /metrics is "
+                 "read each tick), e.g. http://127.0.0.1:8000."),
+    click.option("--otlp-receiver", metavar="HOST:PORT", help="With --engine-url: receive the engine's OTLP traces "
+                 "over HTTP here (vLLM: --otlp-traces-endpoint http://HOST:PORT/v1/traces with "
+                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf), one timeline per llm_request span."),
+    click.option("--otlp-receiver-grpc", metavar="HOST:PORT", help="With --engine-url: the same over gRPC, vLLM's "
+                 "default protocol (vLLM: --otlp-traces-endpoint HOST:PORT)."),
+    click.option("--otlp-forward", metavar="URL", help="With a receiver: send every trace received on, unchanged, "
+                 "to this OTLP/HTTP endpoint (your collector's /v1/traces)."),
+    click.option("--kv-events", metavar="ENDPOINT", help="With --engine vllm: subscribe to the engine's KV events "
+                 "(vLLM: --kv-events-config with this endpoint), e.g. tcp://127.0.0.1:5557."),
+)
+
+
 def engine_url_option(func):
-    return click.option("--engine-url", help="With --engine vllm or sglang: the engine's base URL "
-                        "(its /metrics is read each tick), e.g. http://127.0.0.1:8000.")(func)
+    """The options of an engine read from outside, handed to the command as one `outside: OutsideFlags`."""
+    @functools.wraps(func)
+    def command(*args, **kwargs):
+        kwargs["outside"] = OutsideFlags(**{f.name: kwargs.pop(f.name) for f in fields(OutsideFlags)})
+        return func(*args, **kwargs)
+
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command
 
 
-def open_engine_source(kind: str, url: str | None):
-    """The engine source for `--engine KIND --engine-url URL`; None for an engine not read from outside.
-    UserError for a URL missing, given without such an engine, or not http(s)://HOST[:PORT]."""
+def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
+    """The engine source for `--engine KIND --engine-url URL` (and its span receiver and KV-events
+    subscriber, started with the source); None for an engine not read from outside. UserError for a flag
+    missing, given without what it needs, or malformed."""
+    o = outside
     if kind not in OUTSIDE_ENGINES:
-        if url:
-            raise UserError(f"--engine-url needs --engine {' or '.join(OUTSIDE_ENGINES)}")
+        for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
+                            ("--otlp-receiver-grpc", o.otlp_receiver_grpc), ("--kv-events", o.kv_events)):
+            if value:
+                raise UserError(f"{flag} needs --engine {' or '.join(OUTSIDE_ENGINES)}")
+        if o.otlp_forward:
+            raise UserError("--otlp-forward needs --otlp-receiver or --otlp-receiver-grpc")
         return None
-    if not url:
+    if not o.engine_url:
         raise UserError(f"--engine {kind} needs --engine-url (e.g. http://127.0.0.1:8000)")
+    _check_http_url("--engine-url", o.engine_url)
+    receiving = o.otlp_receiver or o.otlp_receiver_grpc
+    if o.otlp_forward and not receiving:
+        raise UserError("--otlp-forward needs --otlp-receiver or --otlp-receiver-grpc")
+    if o.otlp_forward:
+        _check_http_url("--otlp-forward", o.otlp_forward)
+    if o.kv_events and kind != "vllm":
+        raise UserError("--kv-events needs --engine vllm (SGLang publishes no KV events)")
+    if o.kv_events and not o.kv_events.startswith(("tcp://", "ipc://")):
+        raise UserError(f"--kv-events: expected tcp://HOST:PORT or ipc://PATH, got {o.kv_events!r}")
+    spans = _receiver(o.otlp_receiver, o.otlp_receiver_grpc, o.otlp_forward) if receiving else None
+    subscriber = None
+    if o.kv_events:
+        from agent.sources.kv_events import KvEventsSubscriber
+
+        subscriber = KvEventsSubscriber(o.kv_events)
+    from agent.sources.vllm import VllmSource
+
+    return VllmSource(o.engine_url, kind=kind, spans=spans, kv_events=subscriber)
+
+
+def _receiver(http: str | None, grpc: str | None, forward: str | None):
+    from agent.commands.listen import parse_listen
+    from agent.sources.otlp_receiver import OtlpReceiver
+
+    http_host, http_port = parse_listen(http, "--otlp-receiver") if http else (None, None)
+    grpc_host, grpc_port = parse_listen(grpc, "--otlp-receiver-grpc") if grpc else (None, None)
+    if http and grpc and http_host != grpc_host:
+        raise UserError("--otlp-receiver and --otlp-receiver-grpc: one host for both, please")
+    return OtlpReceiver(host=http_host or grpc_host, http_port=http_port, grpc_port=grpc_port, forward_to=forward)
+
+
+def _check_http_url(flag: str, url: str) -> None:
     parts = urlsplit(url)
     try:
         parts.port    # noqa: B018  (reading it checks it)
     except ValueError:
-        raise UserError(f"--engine-url: bad port in {url!r}") from None
+        raise UserError(f"{flag}: bad port in {url!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"--engine-url: expected http(s)://HOST[:PORT], got {url!r}")
-    from agent.sources.vllm import VllmSource
-
-    return VllmSource(url, kind=kind)
+        raise UserError(f"{flag}: expected http(s)://HOST[:PORT], got {url!r}")

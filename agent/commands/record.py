@@ -1,4 +1,5 @@
-"""`stagelens record --out FILE`: the lab engine with its agent, written to a bundle as it runs.
+"""`stagelens record --out FILE`: the lab engine with its agent, or with `--engine vllm|sglang --engine-url`
+an engine read from outside for `--duration` seconds, written to a bundle as it runs.
 
 SIGTERM or SIGINT ends the run early and cleanly (arrivals stop, the requests in flight finish, a
 last frame is written, exit 0); a second one acts as it would have without us. A bundle that cannot
@@ -14,7 +15,9 @@ from contextlib import contextmanager
 import click
 
 from agent.commands.engine_flags import engine_options
+from agent.commands.engine_source_flags import OUTSIDE_ENGINES, OutsideFlags, engine_url_option, open_engine_source
 from agent.commands.sampling_flags import interval_option
+from agent.errors import CollectError, UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import build_configs
 
@@ -24,14 +27,22 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.command()
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="The bundle to write.")
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Run one of the lab's scenarios.")
+@click.option("--engine", "engine_kind", type=click.Choice(["lab", *OUTSIDE_ENGINES]), default="lab",
+              show_default=True, help="lab: the bundled engine; vllm, sglang: the engine at --engine-url, read "
+              "from outside for --duration seconds.")
+@engine_url_option
 @interval_option()
 @engine_options
 @click.pass_context
-def record(ctx: click.Context, out_path: str, scenario: str | None, interval: float, **flags) -> int:
-    """Record frames and request timelines of the lab engine to a bundle that `--replay` reads."""
+def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind: str, outside: OutsideFlags,
+           interval: float, **flags) -> int:
+    """Record frames and request timelines of an engine to a bundle that `--replay` reads."""
     from agent.lab.run import run_lab
     from agent.record import BundleWriter
 
+    source = open_engine_source(engine_kind, outside)
+    if source is not None:
+        return _record_outside(ctx, source, out_path, interval, flags)
     engine_cfg, workload_cfg = build_configs(flags, SCENARIOS[scenario].defaults if scenario else {})
     stop = threading.Event()
     writer = BundleWriter.open(out_path, source=f"record {scenario or 'lab'}", stop=stop)
@@ -48,6 +59,53 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, interval: fl
                f"(verdict {result.diagnosis.verdict})")
     if result.run is not None and result.run.tail is not None:
         click.echo(f"tail: {result.run.tail.sentence()}")
+    return 0
+
+
+def _record_outside(ctx: click.Context, source, out_path: str, interval: float, flags: dict) -> int:
+    """Sample the node and the engine read from outside for --duration seconds (30 by default)."""
+    import time
+
+    from agent.record import BundleWriter
+    from agent.sampler import Sampler
+    from probes.sample import NodeProbe, open_backend
+
+    given = sorted(k for k, v in flags.items() if v is not None and k != "duration")
+    if ctx.params.get("scenario"):
+        given.insert(0, "scenario")
+    if given:
+        raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: lab engine flags, not for "
+                        f"--engine {source.kind}")
+    duration = flags.get("duration") or 30.0
+    stop = threading.Event()
+    writer = BundleWriter.open(out_path, source=f"record {source.kind} {source.url}", stop=stop)
+    try:
+        probe = NodeProbe(open_backend((ctx.obj or {}).get("nvml_snapshot")))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    sampler = Sampler(node_probe=probe, engine_source=source, interval=interval)
+    sampler.listeners.append(writer.on_frame)
+    answered = 0
+    with stop_on_signals(stop) as caught:
+        try:
+            source.start()
+            deadline = time.monotonic() + duration
+            while not stop.is_set():
+                frame = sampler.tick()
+                answered += frame.engine is not None
+                if time.monotonic() + interval > deadline:
+                    break
+                stop.wait(interval)
+        finally:
+            source.close()
+            probe.close()
+            writer.close()
+    if caught:
+        click.echo(f"stagelens: {caught[0]}: stopped early, the bundle is complete", err=True)
+    click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to {out_path} "
+               f"({answered} with the engine's figures)")
+    if not answered:
+        raise CollectError(f"the engine at {source.url} never answered: the bundle holds the node only")
     return 0
 
 

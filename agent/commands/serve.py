@@ -8,20 +8,19 @@ import click
 
 from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
 from agent.commands.engine_flags import engine_options
-from agent.commands.engine_source_flags import OUTSIDE_ENGINES, engine_url_option, open_engine_source
+from agent.commands.engine_source_flags import (
+    OUTSIDE_ENGINES,
+    OutsideFlags,
+    engine_url_option,
+    open_engine_source,
+)
+from agent.commands.listen import parse_listen
 from agent.commands.sampling_flags import interval_option
 from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.numbers import Number
 
 EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UserError(f"--listen: expected HOST:PORT (e.g. 127.0.0.1:9481), got {text!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 @click.command()
@@ -49,11 +48,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.option("--max-connections", type=Number(min=1, max=65536, integer=True, unit="connections"), default=1024,
               show_default=True, help="Connections served at once; more get 503.")
 @click.pass_context
-def serve(ctx: click.Context, listen: str, engine_kind: str, engine_url: str | None, scenario: str | None,
-          config_path, thresholds,
-          interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
-          otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float, shutdown_grace: float,
-          history: int, max_connections: int, **flags) -> int:
+def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFlags, scenario: str | None,
+          config_path, thresholds, interval: float, token: str | None, otel_exporter: str | None,
+          otel_endpoint: str | None, otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float,
+          shutdown_grace: float, history: int, max_connections: int, **flags) -> int:
     """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs). SIGTERM or SIGINT stops it
     gracefully (exit 0)."""
     import prometheus_client
@@ -66,7 +64,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, engine_url: str | N
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
-    engine_source = open_engine_source(engine_kind, engine_url)
+    engine_source = open_engine_source(engine_kind, outside)
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario) if engine_kind == "lab" else None
     if lab:
         from agent.lab.settings import scenario_configs

@@ -1,7 +1,8 @@
 """`stagelens tui`: the firing stage, its evidence and its runbook at a glance.
 
 Local by default (the agent in-process with the bundled lab engine, optionally a scenario),
-`--connect URL` for a running `stagelens serve`, `--replay FILE` for a recorded bundle.
+`--engine vllm|sglang --engine-url URL` for an engine read from outside, `--connect URL` for a running
+`stagelens serve`, `--replay FILE` for a recorded bundle.
 """
 
 from __future__ import annotations
@@ -10,6 +11,12 @@ import click
 
 from agent.commands.diagnosis_flags import diagnosis_options
 from agent.commands.engine_flags import engine_options
+from agent.commands.engine_source_flags import (
+    OUTSIDE_ENGINES,
+    OutsideFlags,
+    engine_url_option,
+    open_engine_source,
+)
 from agent.commands.sampling_flags import interval_option
 from agent.diagnosis import DiagnosisConfig, load_config
 from agent.diagnosis.config import apply_document
@@ -22,6 +29,10 @@ from agent.remote import check_url, get_json
 @click.option("--connect", "url", help="Watch a running `stagelens serve` (its base URL).")
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False), help="Play back a recorded bundle.")
 @interval_option(help="Refresh interval in seconds.")
+@click.option("--engine", "engine_kind", type=click.Choice(["lab", *OUTSIDE_ENGINES]), default="lab",
+              show_default=True, help="lab: the bundled engine in-process; vllm, sglang: read the engine at "
+              "--engine-url from outside.")
+@engine_url_option
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)),
               help="Local mode: run the lab engine on this scenario.")
 @click.option("--screenshot-dir", type=click.Path(file_okay=False), default=".", show_default=True,
@@ -29,8 +40,8 @@ from agent.remote import check_url, get_json
 @engine_options
 @diagnosis_options
 @click.pass_context
-def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float, scenario: str | None,
-        screenshot_dir: str, config_path, thresholds, **flags) -> int:
+def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float, engine_kind: str,
+        outside: OutsideFlags, scenario: str | None, screenshot_dir: str, config_path, thresholds, **flags) -> int:
     """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local mode."""
     if url and replay_path:
         raise UserError("--connect and --replay are alternatives: give one")
@@ -41,9 +52,16 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
         names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
         raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, "
                         f"not with --connect or --replay")
+    if (url or replay_path) and engine_kind != "lab":
+        raise UserError("--engine reads an engine from this process: not with --connect or --replay")
+    outside = open_engine_source(engine_kind, outside)
+    if outside is not None and (given or scenario):
+        names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
+        raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, not to "
+                        f"--engine {engine_kind}")
     base, notice = _server_settings(url) if url else (None, None)
     config = load_config(config_path, thresholds, base)
-    source = _source(ctx, url, replay_path, scenario, interval, flags)
+    source = _source(ctx, url, replay_path, scenario, interval, flags, outside)
 
     from agent.tui.app import StagelensApp
 
@@ -64,7 +82,11 @@ def _server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:
     return served, None
 
 
-def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict):
+def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict, outside=None):
+    if outside is not None:
+        from agent.tui.outside_source import OutsideSource
+
+        return OutsideSource(outside, (ctx.obj or {}).get("nvml_snapshot"), interval)
     if url:
         from agent.tui.remote_source import RemoteSource
 

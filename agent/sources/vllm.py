@@ -17,7 +17,7 @@ import urllib.request
 from collections import deque
 from dataclasses import dataclass
 
-from agent.errors import CollectError
+from agent.errors import CollectError, UserError
 from agent.sources.families import (
     HistogramDelta,
     by_label,
@@ -108,6 +108,7 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
+_PART_NAMES = {"OtlpReceiver": "traces", "KvEventsSubscriber": "KV events"}
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 
@@ -138,10 +139,12 @@ class VllmSource:
     """An engine source for a vLLM (or, with kind="sglang", an SGLang) server at `url`.
 
     `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
-    exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give."""
+    exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
+    `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
+    `start()` and `close()` start and stop both with the agent."""
 
     def __init__(self, url: str, timeout_s: float = 2.0, kind: str = "vllm", window_s: float = WINDOW_S,
-                 spans=None) -> None:
+                 spans=None, kv_events=None) -> None:
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not timeout_s > 0:
@@ -154,9 +157,27 @@ class VllmSource:
         self.kind = kind
         self.window_s = window_s
         self.spans = spans
+        self.kv_events = kv_events
         self.reading = Reading()
         self._scrapes: deque[_Scrape] = deque()
         self._timelines: deque = deque()     # requests the spans told of, finished within the window
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the span receiver and the KV-events subscriber; UserError when one cannot (a port taken)."""
+        for part in (self.spans, self.kv_events):
+            if part is None:
+                continue
+            try:
+                part.start()
+            except OSError as exc:
+                self.close()
+                raise UserError(f"cannot listen for the engine's {_PART_NAMES[type(part).__name__]}: {exc}") from None
+
+    def close(self) -> None:
+        for part in (self.spans, self.kv_events):
+            if part is not None:
+                part.stop()
 
     # --- the engine source interface (agent/sampler.py) ------------------------------------------------
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
@@ -277,6 +298,10 @@ class VllmSource:
             step_time_mean_s=period)
         kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(
             gauges, num_blocks, block_size, histogram("prompt_tokens"), histogram("output_tokens"))))
+        if self.kv_events is not None:
+            blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
+            kv.blocks_stored, kv.blocks_removed = blocks.blocks_stored, blocks.blocks_removed
+            kv.blocks_restored, kv.block_lifetime_p50_s = blocks.restored_blocks, blocks.lifetime_p50_s
         cold = ColdPathFigures(waiting_on_model=_whole(now.gauges.deferred) if now.gauges.adapters else None)
         tail = None
         if timelines:

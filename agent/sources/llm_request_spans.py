@@ -1,0 +1,170 @@
+"""vLLM's per-request `llm_request` span → a RequestTimeline (the pure part of the OTLP receiver).
+
+vLLM, started with `--otlp-traces-endpoint`, exports one span per finished request: named `llm_request`,
+kind SERVER, starting at the request's arrival (Unix epoch), ending when the request finished, parented
+to the client's `traceparent`, with `gen_ai.*` attributes (vllm/tracing.py `SpanAttributes`, set in the
+output processor's `do_tracing`). What this module reads:
+
+| attribute | type | becomes |
+|---|---|---|
+| `gen_ai.request.id` | string | `request_id` (else the span id in hex) |
+| `gen_ai.response.model` (else `gen_ai.request.model`) | string | `model` (else `unknown`: vLLM V1 omits it) |
+| `gen_ai.usage.prompt_tokens` (else `input_tokens`) | int | `prompt_tokens` (0 when absent) |
+| `gen_ai.usage.completion_tokens` (else `output_tokens`) | int | `output_tokens` (0 when absent) |
+| `gen_ai.latency.time_in_queue` | int/double s | one `queued` wait from arrival, and the `scheduled` event |
+| `gen_ai.latency.time_to_first_token` | int/double s | `first_token` = arrival + it |
+| `gen_ai.latency.time_in_model_prefill` | int/double s | one prefill chunk after the queue wait |
+| `gen_ai.response.finish_reasons` | string array | `finish_reason` (an ERROR span status reads `error`) |
+
+vLLM sets no span status and (upstream) no finish reason, so `finish_reason` is usually None.
+`gen_ai.latency.e2e` and `time_in_model_decode` are not needed: the span's own end is the finish.
+
+Times: span timestamps are epoch nanoseconds of the engine's host; timelines carry this process's
+`time.monotonic()` seconds. `clock_offset` is `time.monotonic() - time.time()` taken once by the caller,
+so the conversion is exact only when the engine and the agent share a host clock (the agent runs beside
+the engine on its node). Approximations that come from vLLM itself: its queue time runs from the engine
+core receiving the request (not the HTTP arrival) to its first scheduling, so the `queued` wait is placed
+at arrival and the gap between the frontend and the engine core counts as compute.
+
+A figure that is absent, of the wrong type, negative, not finite or past the span's end is left unknown
+(and named in `problems`); a span without usable start and end times gives None. Nothing here raises on
+a span's content.
+"""
+
+from __future__ import annotations
+
+import math
+
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from engine_hooks.attribution import components
+from engine_hooks.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+
+__all__ = ["LLM_REQUEST", "QUEUED", "timeline_from_span"]
+
+LLM_REQUEST = "llm_request"
+UNKNOWN_MODEL = "unknown"
+
+REQUEST_ID = "gen_ai.request.id"
+RESPONSE_MODEL = "gen_ai.response.model"
+REQUEST_MODEL = "gen_ai.request.model"
+PROMPT_TOKENS = ("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")
+COMPLETION_TOKENS = ("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")
+TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
+TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
+TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+
+_TOLERANCE_S = 1e-3      # a latency attribute may overshoot the span's own duration by this much (rounding)
+_MAX_TOKENS = 1 << 40
+
+
+def timeline_from_span(span: trace_pb2.Span, clock_offset: float,
+                       problems: list[str] | None = None) -> RequestTimeline | None:
+    """The request an `llm_request` span describes, in this process's monotonic seconds; None when it
+    is not an `llm_request` span or its start and end times are unusable. Figures that cannot be trusted
+    are left unknown and their attribute named in `problems` (when given)."""
+    notes: list[str] = problems if problems is not None else []
+    if span.name != LLM_REQUEST:
+        return None
+    start_ns, end_ns = span.start_time_unix_nano, span.end_time_unix_nano
+    if start_ns <= 0 or end_ns < start_ns or not math.isfinite(clock_offset):
+        notes.append("span times")
+        return None
+    arrival = start_ns / 1e9 + clock_offset
+    duration = (end_ns - start_ns) / 1e9
+    finished = arrival + duration
+    attrs = {kv.key: kv.value for kv in span.attributes}
+
+    queue = _seconds(attrs, TIME_IN_QUEUE, duration, notes)
+    ttft = _seconds(attrs, TIME_TO_FIRST_TOKEN, duration, notes)
+    prefill = _seconds(attrs, TIME_IN_MODEL_PREFILL, duration, notes)
+    prompt_tokens = _tokens(attrs, PROMPT_TOKENS, notes)
+    output_tokens = _tokens(attrs, COMPLETION_TOKENS, notes)
+
+    tl = RequestTimeline(
+        request_id=_string(attrs, REQUEST_ID, notes) or span.span_id.hex(),
+        model=_string(attrs, RESPONSE_MODEL, notes) or _string(attrs, REQUEST_MODEL, notes) or UNKNOWN_MODEL,
+        prompt_tokens=prompt_tokens or 0,
+        output_tokens=output_tokens or 0,
+        arrival=arrival,
+        finished=finished,
+        finish_reason=_finish_reason(span, attrs, notes),
+        first_token=arrival + ttft if ttft is not None else None,
+    )
+    events = [(arrival, "arrival")]
+    if queue is not None:
+        scheduled = arrival + queue
+        events.append((scheduled, "scheduled"))
+        if queue > 0:
+            tl.waits.append(Wait(start=arrival, end=scheduled, reason=QUEUED))
+        if prefill is not None and scheduled + prefill <= finished + _TOLERANCE_S:
+            tl.chunks.append(PrefillChunk(start=scheduled, end=scheduled + prefill, tokens=prompt_tokens or 0,
+                                          step=0))
+    if tl.first_token is not None:
+        events.append((tl.first_token, "first_token"))
+    events.append((finished, "finished"))
+    tl.events = sorted(events, key=lambda e: e[0])
+    if tl.first_token is not None:
+        tl.ttft_components = components(tl, tl.first_token)
+    tl.latency_components = components(tl, finished)
+    return tl
+
+
+def _value(attrs: dict[str, common_pb2.AnyValue], key: str) -> tuple[str | None, object]:
+    v = attrs.get(key)
+    if v is None:
+        return None, None
+    kind = v.WhichOneof("value")
+    return kind, getattr(v, kind) if kind else None
+
+
+def _seconds(attrs: dict[str, common_pb2.AnyValue], key: str, duration: float, notes: list[str]) -> float | None:
+    kind, raw = _value(attrs, key)
+    if kind is None:
+        return None
+    if kind not in ("int_value", "double_value"):
+        notes.append(key)
+        return None
+    s = float(raw)
+    if not math.isfinite(s) or s < 0 or s > duration + _TOLERANCE_S:
+        notes.append(key)
+        return None
+    return min(s, duration)
+
+
+def _tokens(attrs: dict[str, common_pb2.AnyValue], keys: tuple[str, ...], notes: list[str]) -> int | None:
+    for key in keys:
+        kind, raw = _value(attrs, key)
+        if kind is None:
+            continue
+        if kind != "int_value" or not 0 <= raw < _MAX_TOKENS:
+            notes.append(key)
+            return None
+        return int(raw)
+    return None
+
+
+def _string(attrs: dict[str, common_pb2.AnyValue], key: str, notes: list[str]) -> str | None:
+    kind, raw = _value(attrs, key)
+    if kind is None:
+        return None
+    if kind != "string_value":
+        notes.append(key)
+        return None
+    return raw or None
+
+
+def _finish_reason(span: trace_pb2.Span, attrs: dict[str, common_pb2.AnyValue], notes: list[str]) -> str | None:
+    if span.status.code == trace_pb2.Status.STATUS_CODE_ERROR:
+        return "error"
+    kind, raw = _value(attrs, FINISH_REASONS)
+    if kind is None:
+        return None
+    if kind == "string_value":
+        return raw or None
+    if kind == "array_value" and raw.values and raw.values[0].WhichOneof("value") == "string_value":
+        return raw.values[0].string_value or None
+    notes.append(FINISH_REASONS)
+    return None
