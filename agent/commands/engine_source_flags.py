@@ -32,7 +32,8 @@ _OPTIONS = (
                  "over HTTP here (vLLM: --otlp-traces-endpoint http://HOST:PORT/v1/traces with "
                  "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf), one timeline per llm_request span."),
     click.option("--otlp-receiver-grpc", metavar="HOST:PORT", help="With --engine-url: the same over gRPC, vLLM's "
-                 "default protocol (vLLM: --otlp-traces-endpoint HOST:PORT)."),
+                 "default protocol (vLLM: --otlp-traces-endpoint HOST:PORT with "
+                 "OTEL_EXPORTER_OTLP_TRACES_INSECURE=true: the receiver speaks plaintext)."),
     click.option("--otlp-forward", metavar="URL", help="With a receiver: send every trace received on, unchanged, "
                  "to this OTLP/HTTP endpoint (your collector's /v1/traces)."),
     click.option("--kv-events", metavar="ENDPOINT", help="With --engine vllm: subscribe to the engine's KV events "

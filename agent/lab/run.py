@@ -32,6 +32,7 @@ class LabResult:
     diagnosis: Diagnosis | None = None      # the run's verdict (agent.diagnosis.run)
     started_unix: float = 0.0
     run: RunDiagnosis | None = None          # ... with the tail explained, the episodes and the end's state
+    outside: RunDiagnosis | None = None      # with outside=True: the same run through its vLLM interfaces
 
     def first_firing_s(self, stage: str, config: DiagnosisConfig | None = None) -> float | None:
         """Seconds from the start of the workload to the first sample where `stage` was reported firing."""
@@ -71,18 +72,26 @@ class ProgressLine:
 
 def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False,
             interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
-            listeners: tuple = (), stop: threading.Event | None = None) -> LabResult:
+            listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False) -> LabResult:
     """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose.
     Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written); the requests in
-    flight still finish and the last frame is taken, as at the end of the duration."""
+    flight still finish and the last frame is taken, as at the end of the duration. With `outside`, the
+    engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again."""
     host = EngineHost()
     probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
     sampler = Sampler(node_probe=probe, engine_source=host, interval=interval)
     sampler.listeners.extend(listeners)
     engine = host.start(engine_cfg)
+    view = None
+    if outside:
+        from agent.lab.outside import OutsideView
+
+        view = OutsideView(engine, nvml_snapshot, interval)
     line = ProgressLine(engine, workload_cfg.duration) if progress else None
     started = time.time()
     sampler.start()
+    if view:
+        view.start()
     try:
         run = host.run(workload_cfg, on_progress=line, stop=stop)
     except EngineStopped as exc:     # its loop died: every request has already failed with the reason
@@ -90,6 +99,8 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     finally:
         sampler.stop()
         sampler.tick()          # one last frame with the drained state
+        if view:
+            view.stop()
         host.stop()
         probe.close()
         if line:
@@ -101,7 +112,8 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     # the tail is every request's, as the P99 printed is.
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
     judged = judge_run(loaded, host.recent_timelines(), diagnosis_config)
-    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged)
+    seen_outside = view.judge(started + workload_cfg.duration, diagnosis_config) if view else None
+    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside)
 
 
 def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:

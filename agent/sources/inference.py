@@ -18,6 +18,9 @@ from engine_hooks.stats import percentile
 from engine_hooks.timeline import QUEUED, RequestTimeline
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
+MIN_REQUESTS = 8              # fewer finished requests say too little of what a running one holds
+KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
+                              # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,8 +29,7 @@ class Gauges:
     at: float                       # monotonic seconds of the scrape
     running: float | None = None
     waiting: float | None = None
-    capacity: float | None = None   # waiting for KV blocks (vLLM's reason="capacity")
-    deferred: float | None = None   # waiting on something else (vLLM's reason="deferred")
+    deferred: float | None = None   # requests the engine skipped (vLLM's reason="deferred")
     kv_ratio: float | None = None   # KV blocks in use / all
     adapters: bool = False          # the engine serves LoRA adapters (vllm:lora_requests_info)
 
@@ -54,49 +56,69 @@ def waiting_share(gauges: list[Gauges]) -> Inferred | None:
 
 def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None:
     """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
-    for a reason times the window. vLLM's `capacity` is waiting for KV blocks; `deferred` counts as waiting
-    on a model only where the engine serves LoRA adapters (loading one is what defers a request there);
-    the rest of the queue, and every wait of an engine that gives no reason, is the scheduler's."""
-    waiting = _mean([g.waiting for g in gauges])
-    if waiting is None or span <= 0:
+    for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
+    `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
+    found the KV cache at least KV_FULL in use is charged to `no_free_blocks`, the rest to `queued` (the
+    scheduler's); `deferred` counts as waiting on a model only where the engine serves LoRA adapters
+    (loading one is what defers a request there) and the engine publishes who it deferred."""
+    if span <= 0:
         return None
-    capacity = _mean([g.capacity for g in gauges])
-    deferred = _mean([g.deferred for g in gauges])
-    adapters = any(g.adapters for g in gauges)
-    out = {}
-    if capacity is not None:
-        out[NO_FREE_BLOCKS] = capacity * span
-    if deferred is not None and adapters:
-        out[MODEL_LOADING] = deferred * span
-    out[QUEUED] = max(0.0, waiting - sum(out.values()) / span) * span
-    parts = [f"{waiting:.2f} waiting on average over {len(gauges)} scrapes"]
-    if capacity is not None:
-        parts.append(f"{capacity:.2f} for KV capacity")
-    if deferred is not None:
-        parts.append(f"{deferred:.2f} deferred" + (" (LoRA adapters served: waiting on a load)" if adapters else ""))
+    seen = [g for g in gauges if g.waiting is not None]
+    if not seen:
+        return None
+    adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
+    full = [g for g in seen if g.kv_ratio is not None and g.kv_ratio >= KV_FULL]
+    on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
+    rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
+    by_scrape = len(seen)
+    no_blocks = sum(r for g, r in zip(seen, rest, strict=True) if g in full) / by_scrape
+    queued = sum(rest) / by_scrape - no_blocks
+    out = {QUEUED: queued * span}
+    if any(g.kv_ratio is not None for g in seen):
+        out[NO_FREE_BLOCKS] = no_blocks * span
+    if adapters:
+        out[MODEL_LOADING] = sum(on_model) / by_scrape * span
+    usage = _mean([g.kv_ratio for g in seen])
+    parts = [f"{sum(g.waiting for g in seen) / by_scrape:.2f} requests waiting on average over {by_scrape} scrapes"]
+    if usage is not None:
+        parts.append(f"KV usage {usage:.2f} on average, at least {KV_FULL:.2f} in {len(full)} of them "
+                     f"({no_blocks:.2f} waiting there: no free blocks)")
+    if adapters:
+        parts.append(f"{sum(on_model) / by_scrape:.2f} deferred while LoRA adapters load")
     return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
 
 
 def fragmentation(gauges: list[Gauges], num_blocks: int | None, block_size: int | None,
-                  prompt: HistogramDelta | None, generation: HistogramDelta | None) -> Inferred | None:
-    """The share of reserved KV slots holding no token: slots in use (KV usage × blocks × block size)
-    against the tokens the running requests hold, estimated as a finished request's mean prompt plus half
-    its mean output (a running request is on average half-way through its decode)."""
-    if not (num_blocks and block_size) or prompt is None or prompt.mean is None:
+                  timelines: list[RequestTimeline]) -> Inferred | None:
+    """The share of reserved KV slots holding no token: slots in use (KV usage x blocks x block size)
+    against the tokens the running requests hold. Those are estimated from the latest requests' spans (at
+    least MIN_REQUESTS): each request's prompt plus half its output (a running request is on average half-way
+    through its decode), weighted by how long it ran, since a scrape finds long-running requests more often
+    than short ones. Without spans the estimate would be the finished requests' plain mean, biased low whenever long
+    requests run longer: None then."""
+    if not (num_blocks and block_size) or len(timelines) < MIN_REQUESTS:
         return None
-    output = generation.mean if generation is not None and generation.mean is not None else 0.0
-    per_request = prompt.mean + output / 2
+    ran = [(tl.prompt_tokens + tl.output_tokens / 2, _running_s(tl)) for tl in timelines]
+    weight = sum(seconds for _, seconds in ran)
     pairs = [(g.kv_ratio * num_blocks * block_size, g.running) for g in gauges
              if g.kv_ratio is not None and g.running]
     reserved = sum(r for r, _ in pairs)
-    if not reserved:
+    if not (reserved and weight > 0):
         return None
+    per_request = sum(tokens * seconds for tokens, seconds in ran) / weight
     held = min(reserved, sum(n for _, n in pairs) * per_request)
     running = sum(n for _, n in pairs) / len(pairs)
-    value = 1.0 - held / reserved
-    return Inferred(value, f"{reserved / len(pairs):,.0f} KV slots in use (kv_cache_usage_perc × {num_blocks:,} "
-                           f"blocks × {block_size}) for {running:.1f} running requests of ~{per_request:,.0f} "
-                           f"tokens (mean prompt {prompt.mean:,.0f} + half the mean output {output:,.0f})")
+    return Inferred(1.0 - held / reserved,
+                    f"{reserved / len(pairs):,.0f} KV slots in use (kv_cache_usage_perc x {num_blocks:,} blocks x "
+                    f"{block_size}) for {running:.1f} running requests holding ~{per_request:,.0f} tokens each "
+                    f"(prompt + half the output of {len(ran)} requests' llm_request spans, weighted by how long "
+                    f"each ran)")
+
+
+def _running_s(tl: RequestTimeline) -> float:
+    """Seconds from first scheduled to finished: while the request held KV blocks."""
+    start = tl.arrival + tl.scheduler_wait_s
+    return max(0.0, (tl.finished or start) - start)
 
 
 def step_period(span: float, steps: int | None) -> float | None:

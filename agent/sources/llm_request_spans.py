@@ -33,6 +33,7 @@ a span's content.
 
 from __future__ import annotations
 
+import json
 import math
 
 from opentelemetry.proto.common.v1 import common_pb2
@@ -163,8 +164,17 @@ def _finish_reason(span: trace_pb2.Span, attrs: dict[str, common_pb2.AnyValue], 
     if kind is None:
         return None
     if kind == "string_value":
-        return raw or None
+        return _first_of_json_list(raw) if raw.startswith("[") else raw or None
     if kind == "array_value" and raw.values and raw.values[0].WhichOneof("value") == "string_value":
         return raw.values[0].string_value or None
     notes.append(FINISH_REASONS)
     return None
+
+
+def _first_of_json_list(text: str) -> str | None:
+    """vLLM writes the finish reasons as a JSON list inside a string ('["length"]'): the first of them."""
+    try:
+        reasons = json.loads(text)
+    except ValueError:
+        return None
+    return reasons[0] if isinstance(reasons, list) and reasons and isinstance(reasons[0], str) else None

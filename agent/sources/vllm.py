@@ -101,9 +101,6 @@ METRICS: dict[str, Metric] = {
                                "window.scheduler.steps (count), tokens_per_s (sum)"),
     "generation_tokens": Metric("counter", ("vllm:generation_tokens_total",), ("sglang:generation_tokens_total",),
                                 "window.scheduler.decode_tokens_per_s"),
-    "prompt_tokens": Metric("histogram", ("vllm:request_prompt_tokens",), (),
-                            "its mean, with output_tokens's: the tokens a running request holds (fragmentation)"),
-    "output_tokens": Metric("histogram", ("vllm:request_generation_tokens",), (), "see prompt_tokens"),
     "lora": Metric("info", ("vllm:lora_requests_info",), (),
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
@@ -111,6 +108,8 @@ METRICS: dict[str, Metric] = {
 _PART_NAMES = {"OtlpReceiver": "traces", "KvEventsSubscriber": "KV events"}
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
+LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
+REQUESTS_SAMPLE = 64                  # the latest requests a running request's tokens are estimated from
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +160,8 @@ class VllmSource:
         self.reading = Reading()
         self._scrapes: deque[_Scrape] = deque()
         self._timelines: deque = deque()     # requests the spans told of, finished within the window
+        self._lately: deque = deque(maxlen=LENGTHS_SAMPLE)   # ... and the latest finished, window or not
+        self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -195,14 +196,17 @@ class VllmSource:
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
-        """Requests the engine's spans told of (none without `spans`)."""
-        return [] if self.spans is None else self.spans.recent_timelines(since)
+        """Requests the engine's spans told of (none without `spans`), their queue time charged by the latest
+        window's mix of waiting reasons (a span does not say why its request waited)."""
+        return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason)
 
     def _window_timelines(self, start: float) -> list:
         if self.spans is None:
             return []
-        newest = self._timelines[-1].finished if self._timelines else None
-        self._timelines.extend(t for t in self.spans.recent_timelines(newest) if t.finished is not None)
+        newest = self._lately[-1].finished if self._lately else None
+        fresh = [t for t in self.spans.recent_timelines(newest) if t.finished is not None]
+        self._timelines.extend(fresh)
+        self._lately.extend(fresh)
         while self._timelines and self._timelines[0].finished < start:
             self._timelines.popleft()
         return list(self._timelines)
@@ -242,7 +246,7 @@ class VllmSource:
         lora = ex.first(self._names("lora"))
         return Gauges(at=at, running=total(ex.first(self._names("running"))),
                       waiting=total(ex.first(self._names("waiting"))),
-                      capacity=reasons.get("capacity"), deferred=reasons.get("deferred"),
+                      deferred=reasons.get("deferred"),
                       kv_ratio=mean(ex.first(self._names("kv_usage"))),
                       adapters=bool(label(lora, "max_lora")))
 
@@ -282,6 +286,7 @@ class VllmSource:
 
         period = step_period(span, step_count)
         by_reason = infer("window.scheduler.wait_seconds_by_reason", wait_seconds_by_reason(gauges, span))
+        self._by_reason = by_reason
         scheduler = SchedulerFigures(
             running=_whole(now.gauges.running),
             waiting=_whole(now.gauges.waiting),
@@ -296,8 +301,11 @@ class VllmSource:
             waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
             wait_seconds_by_reason=by_reason,
             step_time_mean_s=period)
-        kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(
-            gauges, num_blocks, block_size, histogram("prompt_tokens"), histogram("output_tokens"))))
+        # what a request holds is the workload's: read off the latest requests, not only the window's few
+        lately = list(self._lately)[-REQUESTS_SAMPLE:]
+        kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio",
+                                                 fragmentation(gauges, num_blocks, block_size, lately)),
+                       sequence_lengths=[t.prompt_tokens + t.output_tokens for t in self._lately] or None)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
             kv.blocks_stored, kv.blocks_removed = blocks.blocks_stored, blocks.blocks_removed

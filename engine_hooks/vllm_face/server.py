@@ -1,0 +1,87 @@
+"""A registry's Prometheus exposition at `/metrics`, on a port of its own, as vLLM's API server serves it.
+
+`MetricsServer(registry, host, port).start()` binds (port 0 picks a free one), serves on a daemon thread,
+and `stop()` shuts the listener, closes the socket and joins the thread. Only `GET /metrics` (and `HEAD`)
+answer 200; any other path is 404.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+METRICS_PATH = "/metrics"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = True
+
+    def __init__(self, address, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    timeout = 10          # a client that sends nothing is dropped
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._answer(with_body=True)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._answer(with_body=False)
+
+    def _answer(self, with_body: bool) -> None:
+        if self.path.split("?", 1)[0] != METRICS_PATH:
+            body, status, content_type = b"not found\n", 404, "text/plain; charset=utf-8"
+        else:
+            body, status, content_type = generate_latest(self.server.registry), 200, CONTENT_TYPE_LATEST
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def log_message(self, format, *args) -> None:  # noqa: A002 (http.server's signature)
+        pass              # a scrape every few seconds is not worth a log line
+
+
+class MetricsServer:
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> MetricsServer:
+        if self._server is not None:
+            raise RuntimeError("the metrics server is already started")
+        self._server = _Server((self.host, self.port), self.registry)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+                                        name="vllm-face-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if thread is not None:
+            thread.join(timeout=10)
