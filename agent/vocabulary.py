@@ -24,7 +24,7 @@ WAIT_STAGE: dict[str, str | None] = {
     waits.NO_FREE_BLOCKS: KV_CACHE, waits.PREEMPTED: KV_CACHE,
     waits.TOKEN_BUDGET: SCHEDULER, waits.MAX_NUM_SEQS: SCHEDULER, BEHIND_LONG_PREFILL: SCHEDULER,
     waits.MODEL_LOADING: COLD_PATH,
-    QUEUED: SCHEDULER,      # the engine did not say why: queueing is the scheduler's until shown otherwise
+    QUEUED: None,           # the engine did not say why it waited: charged to no stage rather than guessed
     STEP_BOUNDARY: None,
 }
 # ... and every component of a request's time (engine_hooks.attribution); None: the request's own compute.
@@ -32,6 +32,7 @@ COMPONENT_STAGE: dict[str, str | None] = {
     **WAIT_STAGE, attribution.RECOMPUTE: KV_CACHE, attribution.LOAD_SLOWDOWN: COLD_PATH, attribution.COMPUTE: None,
 }
 COMPONENT_NAMES = {**{k: k.replace("_", " ") for k in COMPONENT_STAGE}, waits.MODEL_LOADING: "model loads",
+                   QUEUED: "queued (why, the engine does not say)",
                    attribution.RECOMPUTE: "recomputed prefill", attribution.LOAD_SLOWDOWN: "steps slowed by loads"}
 
 # The alert of each stage; its runbook is named after it (agent.runbooks.stage_runbook)

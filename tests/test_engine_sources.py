@@ -144,12 +144,16 @@ def test_vllm_new_names_fill_the_snapshot_from_deltas_summed_over_engines(engine
     # one for blocks (vLLM's `capacity` is its whole queue; `deferred` is the scheduler's without adapters)
     assert s.decided_wait_p99_s == pytest.approx(0.3)
     assert s.wait_seconds_by_reason == pytest.approx({"no_free_blocks": 0.0, "queued": 60.0})
+    # 0.8 x 2000 blocks x 16 = 25,600 slots in use for 4,000 tokens held: 110,000 prompt and 11,000 generated
+    # tokens counted, less 100,000 and 17,000 in the requests finished
+    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - 4000 / 25600)
     assert set(snap.inferred) == {"window.scheduler.decided_wait_p99_s", "window.scheduler.wait_seconds_by_reason",
-                                  "window.scheduler.waiting_share"}
+                                  "window.scheduler.waiting_share", "window.kv.fragmentation_ratio"}
     assert "(0.3, 0.5]" in snap.inferred["window.scheduler.decided_wait_p99_s"]
+    assert "25,600 KV slots in use on average" in snap.inferred["window.kv.fragmentation_ratio"]
     assert snap.engine.source == "vllm"
     # without the engine's spans, what needs each request's time stays not observable
-    assert s.head_of_line_share is None and snap.window.tail is None and snap.window.kv.fragmentation_ratio is None
+    assert s.head_of_line_share is None and snap.window.tail is None
     assert snap.counters.preemptions_with_free_memory_total is None
     # the first scrape has no window: nothing from deltas, gauges as they are
     assert first.window.span_s == 0.0 and first.window.scheduler.steps is None
@@ -169,7 +173,7 @@ def test_vllm_old_names_are_understood(engine):
     # the KV cache 98% in use with 9 waiting: they wait for blocks (the "no free blocks inferred");
     # LoRA adapters are served, but who was deferred is not published: model loads stay not observable
     assert s.wait_seconds_by_reason == pytest.approx({"no_free_blocks": 90.0, "queued": 0.0})
-    assert "at least 0.90 in 1 of them" in snap.inferred["window.scheduler.wait_seconds_by_reason"]
+    assert "no room for one more request in 1 of them" in snap.inferred["window.scheduler.wait_seconds_by_reason"]
     assert s.wait_p50_s == pytest.approx(1.25)                          # 8 waits in (1.0, 1.5]: rank 4 of 8
 
 

@@ -19,7 +19,8 @@ from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, TAIL_SHARE, UNKNOWN
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame
 from agent.runbooks import stage_runbook
-from agent.vocabulary import SCHEDULER, STAGES, stage_of
+from agent.vocabulary import KV_CACHE, SCHEDULER, STAGES, stage_of
+from engine_hooks.timeline import QUEUED
 
 
 def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:
@@ -185,9 +186,15 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
     scheduler = by_name[SCHEDULER]
     if scheduler.state not in ("warn", "firing") or frame is None or frame.window is None:
         return
-    reasons = {k: v for k, v in (frame.window.scheduler.wait_seconds_by_reason or {}).items()
-               if stage_of(k) is not None and v > 0}
+    by_reason = frame.window.scheduler.wait_seconds_by_reason or {}
+    reasons = {k: v for k, v in by_reason.items() if stage_of(k) is not None and v > 0}
     if not reasons:
+        # An engine read from outside does not say why its queue waited: with KV memory in trouble, the
+        # chain's order (memory feeds queueing) is the best account there is, and is said to be one.
+        if by_reason.get(QUEUED, 0.0) > 0 and by_name[KV_CACHE].state in ("warn", "firing"):
+            scheduler.consequence_of = KV_CACHE
+            scheduler.explanation += ("; taken as the KV cache's consequence by the chain's order (the engine does "
+                                      "not say why requests waited)")
         return
     cause = stage_of(max(reasons, key=reasons.get))
     if cause != SCHEDULER and by_name[cause].state in ("warn", "firing"):

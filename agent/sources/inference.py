@@ -18,7 +18,6 @@ from engine_hooks.stats import percentile
 from engine_hooks.timeline import QUEUED, RequestTimeline
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
-MIN_REQUESTS = 8              # fewer finished requests say too little of what a running one holds
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
                               # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
 
@@ -31,6 +30,7 @@ class Gauges:
     waiting: float | None = None
     deferred: float | None = None   # requests the engine skipped (vLLM's reason="deferred")
     kv_ratio: float | None = None   # KV blocks in use / all
+    held_tokens: float | None = None   # tokens in the running requests (held_tokens())
     adapters: bool = False          # the engine serves LoRA adapters (vllm:lora_requests_info)
 
 
@@ -58,16 +58,16 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
     for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
     `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
-    found the KV cache at least KV_FULL in use is charged to `no_free_blocks`, the rest to `queued` (the
-    scheduler's); `deferred` counts as waiting on a model only where the engine serves LoRA adapters
-    (loading one is what defers a request there) and the engine publishes who it deferred."""
+    found the KV cache full (_kv_full) is charged to `no_free_blocks`, the rest to `queued` (the scheduler's);
+    `deferred` counts as waiting on a model only where the engine serves LoRA adapters (loading one is what
+    defers a request there) and the engine publishes who it deferred."""
     if span <= 0:
         return None
     seen = [g for g in gauges if g.waiting is not None]
     if not seen:
         return None
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
-    full = [g for g in seen if g.kv_ratio is not None and g.kv_ratio >= KV_FULL]
+    full = [g for g in seen if _kv_full(g)]
     on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
     rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
     by_scrape = len(seen)
@@ -81,44 +81,50 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     usage = _mean([g.kv_ratio for g in seen])
     parts = [f"{sum(g.waiting for g in seen) / by_scrape:.2f} requests waiting on average over {by_scrape} scrapes"]
     if usage is not None:
-        parts.append(f"KV usage {usage:.2f} on average, at least {KV_FULL:.2f} in {len(full)} of them "
+        parts.append(f"KV usage {usage:.2f} on average, no room for one more request in {len(full)} of them "
                      f"({no_blocks:.2f} waiting there: no free blocks)")
     if adapters:
         parts.append(f"{sum(on_model) / by_scrape:.2f} deferred while LoRA adapters load")
     return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
 
 
-def fragmentation(gauges: list[Gauges], num_blocks: int | None, block_size: int | None,
-                  timelines: list[RequestTimeline]) -> Inferred | None:
-    """The share of reserved KV slots holding no token: slots in use (KV usage x blocks x block size)
-    against the tokens the running requests hold. Those are estimated from the latest requests' spans (at
-    least MIN_REQUESTS): each request's prompt plus half its output (a running request is on average half-way
-    through its decode), weighted by how long it ran, since a scrape finds long-running requests more often
-    than short ones. Without spans the estimate would be the finished requests' plain mean, biased low whenever long
-    requests run longer: None then."""
-    if not (num_blocks and block_size) or len(timelines) < MIN_REQUESTS:
+def _kv_full(g: Gauges) -> bool:
+    """Whether the scrape found no room in the KV cache for one more request like those running: under
+    10% free, or less free than a running request holds on average (an allocator reserving much per
+    request is full long before 90%)."""
+    if g.kv_ratio is None:
+        return False
+    per_request = g.kv_ratio / g.running if g.running else 0.0
+    return g.kv_ratio >= KV_FULL or 1.0 - g.kv_ratio < per_request
+
+
+def fragmentation(gauges: list[Gauges], num_blocks: int | None, block_size: int | None) -> Inferred | None:
+    """The share of reserved KV slots holding no token, over the window's scrapes: slots in use (KV usage x
+    blocks x block size) against the tokens the running requests hold (Gauges.held_tokens)."""
+    if not (num_blocks and block_size):
         return None
-    ran = [(tl.prompt_tokens + tl.output_tokens / 2, _running_s(tl)) for tl in timelines]
-    weight = sum(seconds for _, seconds in ran)
-    pairs = [(g.kv_ratio * num_blocks * block_size, g.running) for g in gauges
-             if g.kv_ratio is not None and g.running]
+    pairs = [(g.kv_ratio * num_blocks * block_size, g.held_tokens) for g in gauges
+             if g.kv_ratio is not None and g.held_tokens is not None and g.kv_ratio > 0]
     reserved = sum(r for r, _ in pairs)
-    if not (reserved and weight > 0):
+    if not reserved:
         return None
-    per_request = sum(tokens * seconds for tokens, seconds in ran) / weight
-    held = min(reserved, sum(n for _, n in pairs) * per_request)
-    running = sum(n for _, n in pairs) / len(pairs)
+    held = min(reserved, sum(h for _, h in pairs))
     return Inferred(1.0 - held / reserved,
-                    f"{reserved / len(pairs):,.0f} KV slots in use (kv_cache_usage_perc x {num_blocks:,} blocks x "
-                    f"{block_size}) for {running:.1f} running requests holding ~{per_request:,.0f} tokens each "
-                    f"(prompt + half the output of {len(ran)} requests' llm_request spans, weighted by how long "
-                    f"each ran)")
+                    f"{reserved / len(pairs):,.0f} KV slots in use on average (kv_cache_usage_perc x {num_blocks:,} "
+                    f"blocks x {block_size}) against {held / len(pairs):,.0f} tokens held by running requests "
+                    f"(prompt and generation tokens counted, less those of the requests finished) over "
+                    f"{len(pairs)} scrapes")
 
 
-def _running_s(tl: RequestTimeline) -> float:
-    """Seconds from first scheduled to finished: while the request held KV blocks."""
-    start = tl.arrival + tl.scheduler_wait_s
-    return max(0.0, (tl.finished or start) - start)
+def held_tokens(prompt_total: float | None, generated_total: float | None, finished_prompt_sum: float | None,
+                finished_generated_sum: float | None) -> float | None:
+    """Tokens in the requests now running, by bookkeeping on the engine's own counts: every prompt counted
+    (once, at its first token) and every token generated, less the prompt and output lengths of the
+    requests that finished (their histograms' sums). A prompt still in its prefill is not counted yet."""
+    parts = (prompt_total, generated_total, finished_prompt_sum, finished_generated_sum)
+    if any(p is None for p in parts):
+        return None
+    return max(0.0, prompt_total + generated_total - finished_prompt_sum - finished_generated_sum)
 
 
 def step_period(span: float, steps: int | None) -> float | None:

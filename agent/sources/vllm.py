@@ -36,6 +36,7 @@ from agent.sources.inference import (
     decided_wait_p99,
     fragmentation,
     head_of_line_share,
+    held_tokens,
     step_period,
     wait_seconds_by_reason,
     waiting_share,
@@ -101,6 +102,12 @@ METRICS: dict[str, Metric] = {
                                "window.scheduler.steps (count), tokens_per_s (sum)"),
     "generation_tokens": Metric("counter", ("vllm:generation_tokens_total",), ("sglang:generation_tokens_total",),
                                 "window.scheduler.decode_tokens_per_s"),
+    "prompt_tokens": Metric("counter", ("vllm:prompt_tokens_total",), ("sglang:prompt_tokens_total",),
+                            "with the three below, the tokens running requests hold (fragmentation)"),
+    "request_prompt_tokens": Metric("histogram", ("vllm:request_prompt_tokens",), (),
+                                    "its sum: the prompt tokens of the requests finished"),
+    "request_generation_tokens": Metric("histogram", ("vllm:request_generation_tokens",), (),
+                                        "its sum: the output tokens of the requests finished"),
     "lora": Metric("info", ("vllm:lora_requests_info",), (),
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
@@ -109,7 +116,6 @@ _PART_NAMES = {"OtlpReceiver": "traces", "KvEventsSubscriber": "KV events"}
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
-REQUESTS_SAMPLE = 64                  # the latest requests a running request's tokens are estimated from
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +250,11 @@ class VllmSource:
     def _gauges(self, ex: Exposition, at: float) -> Gauges:
         reasons = by_label(ex.first(self._names("waiting_by_reason")), "reason") or {}
         lora = ex.first(self._names("lora"))
-        return Gauges(at=at, running=total(ex.first(self._names("running"))),
+        finished_prompts = _histogram_sum(ex.first(self._names("request_prompt_tokens")))
+        finished_outputs = _histogram_sum(ex.first(self._names("request_generation_tokens")))
+        held = held_tokens(total(ex.first(self._names("prompt_tokens"))),
+                           total(ex.first(self._names("generation_tokens"))), finished_prompts, finished_outputs)
+        return Gauges(at=at, running=total(ex.first(self._names("running"))), held_tokens=held,
                       waiting=total(ex.first(self._names("waiting"))),
                       deferred=reasons.get("deferred"),
                       kv_ratio=mean(ex.first(self._names("kv_usage"))),
@@ -301,10 +311,8 @@ class VllmSource:
             waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
             wait_seconds_by_reason=by_reason,
             step_time_mean_s=period)
-        # what a request holds is the workload's: read off the latest requests, not only the window's few
-        lately = list(self._lately)[-REQUESTS_SAMPLE:]
         kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio",
-                                                 fragmentation(gauges, num_blocks, block_size, lately)),
+                                                 fragmentation(gauges, num_blocks, block_size)),
                        sequence_lengths=[t.prompt_tokens + t.output_tokens for t in self._lately] or None)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
@@ -361,6 +369,12 @@ def _int(text) -> int | None:
     except (TypeError, ValueError):
         return None     # "None" before the KV cache is profiled
     return value if value > 0 else None
+
+
+def _histogram_sum(family) -> float | None:
+    """A histogram's `_sum` added up over its label sets; None when it is absent."""
+    sums = values(family, "_sum") if family is not None and family.type == "histogram" else []
+    return sum(x.value for x in sums) if sums else None
 
 
 def _per_s(amount: float | None, span: float) -> float | None:
