@@ -1,4 +1,5 @@
-"""Each lab scenario reproduces its stage on the real engine, and its fix clears it.
+"""Each lab scenario reproduces its stage on the real engine, and its fix clears it; read from outside through
+the engine's vLLM interfaces, the same run names the same root stage.
 
 Runs the `small` model on the CPU for 12 s a run: the scenarios need real step times and queues.
 """
@@ -13,18 +14,27 @@ from agent.lab.settings import build_configs
 DURATION = 12.0
 
 
-def _run(name, seed, extra=None, model_dir=None):
+def _run(name, seed, extra=None, model_dir=None, outside=False):
     spec = SCENARIOS[name]
     flags = {"duration": DURATION, "seed": seed, "model_dir": model_dir, **(extra or {})}
     engine_cfg, workload_cfg = build_configs(flags, spec.defaults)
-    return run_lab(engine_cfg, workload_cfg)
+    return run_lab(engine_cfg, workload_cfg, outside=outside)
+
+
+def _root(diagnosis) -> str | None:
+    return diagnosis.root_stage if diagnosis.verdict in ("warn", "firing") else None
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("name", ["kv-fragmentation", "hol-blocking", "cold-load", "chain"])
 def test_the_named_stage_fires(name, seed):
     spec = SCENARIOS[name]
-    result = _run(name, seed)
+    # seed 1 is also read from outside, through the engine's vLLM interfaces only, as `--engine vllm` reads
+    # a vLLM server: the same run must give the same root stage (agent.lab.outside)
+    result = _run(name, seed, outside=seed == 1)
+    if result.outside is not None:
+        assert _root(result.outside.diagnosis) == _root(result.diagnosis) == spec.stage, \
+            result.outside.diagnosis.to_dict()
     d = result.diagnosis
     assert d.verdict == "firing" and d.root_stage == spec.stage, d.to_dict()
     if name == "cold-load":
@@ -43,7 +53,10 @@ def test_the_named_stage_fires(name, seed):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_healthy_has_no_firing_stage(seed):
-    d = _run("healthy", seed).diagnosis
+    result = _run("healthy", seed, outside=seed == 1)
+    if result.outside is not None:   # nor from outside
+        assert all(s.state != "firing" for s in result.outside.diagnosis.stages), result.outside.diagnosis.to_dict()
+    d = result.diagnosis
     assert all(s.state != "firing" for s in d.stages), d.to_dict()
     assert d.stage("kv_cache").state == "ok" and d.stage("scheduler").state == "ok"
 
