@@ -32,6 +32,7 @@ STALE_AFTER_INTERVALS = 5   # a frame older than this many intervals means the s
 class LabSettings:
     flags: dict            # engine and workload flags as the user gave them
     scenario: str | None   # a scenario whose workload runs in the background, if any
+    vllm_face: dict | None = None   # VllmFace's settings: the engine also speaks vLLM's interfaces
 
 
 class AgentRuntime:
@@ -54,7 +55,7 @@ class AgentRuntime:
         if lab is not None:
             from agent.lab.host import EngineHost
 
-            self.lab = EngineHost()
+            self.lab = EngineHost(face=lab.vllm_face)
         # the hosted engine, or one read from outside (agent/sources), or none
         self.engine_source = engine_source
         self.sampler = Sampler(node_probe=self.probe, engine_source=self.lab or engine_source, interval=interval,

@@ -30,6 +30,13 @@ EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
               "engine at --engine-url from outside.")
 @engine_url_option
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="With --engine lab: run a scenario's workload.")
+@click.option("--vllm-face", metavar="HOST:PORT", help="With --engine lab: the engine also speaks vLLM's "
+              "interfaces, its /metrics here, so `--engine vllm --engine-url http://HOST:PORT` reads it as a vLLM "
+              "server.")
+@click.option("--vllm-face-otlp", metavar="URL", help="With --vllm-face: export vLLM's llm_request spans to this "
+              "OTLP/HTTP endpoint (an agent's --otlp-receiver: http://HOST:PORT/v1/traces).")
+@click.option("--vllm-face-kv-events", metavar="ENDPOINT", help="With --vllm-face: publish vLLM's KV events here "
+              "(ZMQ PUB, e.g. tcp://127.0.0.1:5557).")
 @engine_options
 @diagnosis_options
 @interval_option()
@@ -49,9 +56,10 @@ EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
               show_default=True, help="Connections served at once; more get 503.")
 @click.pass_context
 def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFlags, scenario: str | None,
-          config_path, thresholds, interval: float, token: str | None, otel_exporter: str | None,
-          otel_endpoint: str | None, otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float,
-          shutdown_grace: float, history: int, max_connections: int, **flags) -> int:
+          vllm_face: str | None, vllm_face_otlp: str | None, vllm_face_kv_events: str | None, config_path,
+          thresholds, interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
+          otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float, shutdown_grace: float,
+          history: int, max_connections: int, **flags) -> int:
     """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs). SIGTERM or SIGINT stops it
     gracefully (exit 0)."""
     import prometheus_client
@@ -65,7 +73,9 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
     engine_source = open_engine_source(engine_kind, outside)
-    lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario) if engine_kind == "lab" else None
+    face = _face_settings(engine_kind, vllm_face, vllm_face_otlp, vllm_face_kv_events)
+    lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario, face) \
+        if engine_kind == "lab" else None
     if lab:
         from agent.lab.settings import scenario_configs
 
@@ -81,6 +91,22 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     serve_until_stopped(create_app(runtime, token), sock, runtime, shutdown_grace, max_connections)
     click.echo("stagelens: stopped", err=True)
     return 0
+
+
+def _face_settings(engine_kind: str, listen: str | None, otlp: str | None, kv_events: str | None) -> dict | None:
+    """VllmFace's settings from `--vllm-face*`; UserError for one given without what it needs."""
+    if not listen:
+        if otlp or kv_events:
+            raise UserError("--vllm-face-otlp and --vllm-face-kv-events need --vllm-face HOST:PORT")
+        return None
+    if engine_kind != "lab":
+        raise UserError("--vllm-face needs --engine lab: it is the bundled engine that speaks vLLM's interfaces")
+    host, port = parse_listen(listen, "--vllm-face")
+    if otlp and not otlp.startswith(("http://", "https://")):
+        raise UserError(f"--vllm-face-otlp: expected http(s)://HOST:PORT/v1/traces, got {otlp!r}")
+    if kv_events and not kv_events.startswith(("tcp://", "ipc://")):
+        raise UserError(f"--vllm-face-kv-events: expected tcp://HOST:PORT or ipc://PATH, got {kv_events!r}")
+    return {"host": host, "port": port, "otlp_traces_endpoint": otlp, "kv_events_endpoint": kv_events}
 
 
 def _tracer(exporter: str | None, endpoint: str | None, jsonl: str | None, registry):

@@ -24,7 +24,13 @@ JOIN_S = 40.0              # ... and its thread this long (its drain, then the e
 
 
 class EngineHost:
-    def __init__(self) -> None:
+    """`face`, when given, are VllmFace's settings (engine_hooks/vllm_face: host, port, otlp_traces_endpoint,
+    kv_events_endpoint): each engine hosted then also speaks vLLM's interfaces, on the same port across
+    restarts, so that `--engine vllm --engine-url` can read it as it would a vLLM server."""
+
+    def __init__(self, face: dict | None = None) -> None:
+        self.face_settings = face
+        self.face = None           # the VllmFace of the engine hosted now
         self.engine: LLMEngine | None = None
         self.recorder = None       # the flight recorder of the engine hosted now, or of the last one stopped
         self._workload: threading.Thread | None = None
@@ -64,6 +70,10 @@ class EngineHost:
             self.recorder = instrument(engine)
             engine.start()
             self.engine = engine
+            if self.face_settings is not None:
+                from engine_hooks.vllm_face import VllmFace
+
+                self.face = VllmFace(engine, **self.face_settings).start()
             if workload is not None:
                 self._stop_workload = threading.Event()
                 args = (engine, workload, repeat, self._stop_workload)
@@ -85,6 +95,9 @@ class EngineHost:
             self._stop_current(grace_s)
 
     def _stop_current(self, grace_s: float) -> None:
+        if self.face is not None:
+            self.face.stop()
+            self.face = None
         self._stop_workload.set()
         engine, self.engine = self.engine, None
         if engine is not None:

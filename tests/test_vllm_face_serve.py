@@ -1,0 +1,87 @@
+"""`serve --engine lab --vllm-face HOST:PORT`: the bundled engine speaks vLLM's interfaces on a port of its own,
+and a second agent reads it with `--engine vllm --engine-url` as it would a vLLM server, its spans received
+by `--otlp-receiver`; the face stays on its port across the engine's restarts."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from agent.cli import main
+from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+from agent.runtime import AgentRuntime, LabSettings
+from agent.server.app import create_app
+
+DGX = str(Path(__file__).parent / "fixtures" / "nvml" / "dgx_a100.json")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _until(predicate, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("not within the deadline")
+
+
+def test_an_agent_reads_the_lab_engine_through_its_vllm_face(model_dir):
+    face_port, receiver_port = free_port(), free_port()
+    face = {"host": "127.0.0.1", "port": face_port, "otlp_schedule_delay_s": 0.2,
+            "otlp_traces_endpoint": f"http://127.0.0.1:{receiver_port}/v1/traces"}
+    flags = {"model": "tiny", "max_model_len": 128, "kv_cache_memory": "1MiB", "device": "cpu", "model_dir": model_dir}
+    lab = AgentRuntime(interval=0.5, nvml_snapshot=DGX, lab=LabSettings(flags, None, face))
+    source = open_engine_source("vllm", OutsideFlags(f"http://127.0.0.1:{face_port}",
+                                                      otlp_receiver=f"127.0.0.1:{receiver_port}"))
+    outside = AgentRuntime(interval=0.5, nvml_snapshot=DGX, engine_source=source)
+    lab.start()
+    outside.start()
+    try:
+        client = TestClient(create_app(lab, token=None))
+        for i in range(4):
+            assert client.post("/v1/completions", json={"prompt": "abc" * (i + 1), "max_tokens": 4}).status_code == 200
+        seen = TestClient(create_app(outside, token=None))
+        slowest = _until(lambda: (r := seen.get("/api/v1/requests/slowest?n=10").json()) and len(r) == 4 and r)
+        assert all(t["output_tokens"] == 4 and t["latency_s"] > 0 for t in slowest)      # from the spans
+        frame = _until(lambda: (f := outside.latest_frame()) and f.engine and f.engine.counters.requests_finished_total
+                       and f)
+        assert frame.engine.engine.source == "vllm" and frame.engine.counters.requests_finished_total == 4
+        diagnosis = seen.get("/api/v1/diagnosis").json()
+        provenance = {e["signal"]: e["provenance"] for s in diagnosis["stages"] for e in s["evidence"]}
+        assert provenance["kv_access_efficiency"] == "not observable"
+        assert provenance["memory_bandwidth_utilisation"] == "measured"
+
+        # a restart with other settings keeps the face on its port
+        lab.start_lab(None, {"max_num_seqs": 4})
+        body = urllib.request.urlopen(f"http://127.0.0.1:{face_port}/metrics", timeout=5).read().decode()
+        assert "vllm:num_requests_running" in body
+    finally:
+        outside.stop()
+        lab.stop()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{face_port}/metrics", timeout=2)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["serve", "--vllm-face", "127.0.0.1:8001"], "--vllm-face needs --engine lab"),
+    (["serve", "--engine", "lab", "--vllm-face-otlp", "http://x/v1/traces"], "need --vllm-face HOST:PORT"),
+    (["serve", "--engine", "lab", "--vllm-face", "8001"], "--vllm-face: expected HOST:PORT"),
+    (["serve", "--engine", "lab", "--vllm-face", "127.0.0.1:8001", "--vllm-face-kv-events", "5557"],
+     "--vllm-face-kv-events: expected tcp://"),
+])
+def test_bad_face_flags_are_one_line_and_exit_3(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--nvml-snapshot", DGX, *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 3 and message in err and len(err.strip().splitlines()) == 1, err
