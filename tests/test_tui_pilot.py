@@ -280,3 +280,32 @@ async def test_small_terminals_scroll_the_root_stages_panel_into_view(size):
         await pilot.pause()
         assert "3 scheduler" in text_of(app)
         assert "? help" in text_of(app).splitlines()[0]
+
+
+async def test_an_engine_read_from_outside_shows_what_is_inferred_and_offers_no_fix():
+    """Frames from a vLLM-shaped /metrics (the exposition fixtures, served for real), as `tui --engine vllm`
+    gets them: what is inferred says so, what is not observable says so, and there is no fix to apply."""
+    from test_engine_sources import DGX, Engine, fixture
+
+    from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+    from agent.tui.outside_source import OutsideSource
+
+    engine = Engine(fixture("vllm_v1_new_names.txt"))
+    source = OutsideSource(open_engine_source("vllm", OutsideFlags(engine.url)), DGX, interval=0.5)
+    try:
+        source.open()
+        polls = [source.poll()]
+        engine.body = fixture("vllm_v1_new_names.next.txt")
+        polls += [source.poll() for _ in range(4)]
+    finally:
+        source.close()
+        engine.close()
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await inject(app, pilot, *polls)
+        screen = text_of(app)
+        assert "FIRING" in screen and "inferred" in screen
+        assert "apply fix" not in screen
+        await pilot.press("2")       # the KV panel
+        screen = text_of(app)
+        assert "not observable on this engine" in screen

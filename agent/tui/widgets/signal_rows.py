@@ -13,18 +13,30 @@ from agent.tui.state import TuiState
 from engine_hooks.snapshot import Window
 
 
-def evidence_state(state: TuiState, signal_id: str) -> tuple[str, float | None]:
+def _evidence(state: TuiState, signal_id: str):
     d = state.diagnosis
     if d is None:
-        return "unknown", None
+        return None
     signal = SIGNALS_BY_ID[signal_id]
-    e = next((e for e in d.stage(signal.stage).evidence if e.signal == signal_id), None)
+    return next((e for e in d.stage(signal.stage).evidence if e.signal == signal_id), None)
+
+
+def evidence_state(state: TuiState, signal_id: str) -> tuple[str, float | None]:
+    e = _evidence(state, signal_id)
     return (e.state, e.value) if e else ("unknown", None)
+
+
+# an engine read from outside: where the value came from, beside it
+_ORIGIN = {"inferred": "inferred", "not observable": "not observable on this engine"}
 
 
 def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     signal = SIGNALS_BY_ID[signal_id]
     st, value = evidence_state(state, signal_id)
+    e = _evidence(state, signal_id)
+    origin = _ORIGIN.get(e.provenance) if e is not None else None
+    if origin:
+        note = f"{origin}; {note}" if note else origin
     threshold = state.config.threshold(signal_id)
     text = Text()
     text.append(f"{signal.label} ", style="bold")
