@@ -258,6 +258,9 @@ class EngineSnapshot(_Section):
     # Figures a source read off what the engine publishes rather than measured: their path
     # (`window.kv.fragmentation_ratio`) -> how, in words with the numbers. None: every figure is measured.
     inferred: dict[str, str] | None = None
+    # What an engine read from outside sent beside its /metrics, counted since the agent started: traces
+    # (`traces.<count>`: spans received, malformed bodies, forwarded...) and KV events (`kv_events.<count>`)
+    intake: dict[str, float] | None = None
 
     @property
     def failure(self) -> str | None:
@@ -281,7 +284,8 @@ class EngineSnapshot(_Section):
                    hook_errors=_by_name(data.get("hook_errors"), f"{at}hook_errors"),
                    health=_optional(Health)(data.get("health"), f"{at}health"),
                    dropped=_optional(Dropped)(data.get("dropped"), f"{at}dropped"),
-                   inferred=_texts_by_name(data.get("inferred"), f"{at}inferred"))
+                   inferred=_texts_by_name(data.get("inferred"), f"{at}inferred"),
+                   intake=_by_name(data.get("intake"), f"{at}intake"))
 
 
 # --- JSON ----------------------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_a_counter_is_absent_until_it_counts_and_reads_as_zero(real):
 def test_the_json_has_the_documented_sections(real):
     data = real[-1].to_dict()
     assert list(data) == ["format", "clock", "engine", "usage", "window", "counters", "wait_seconds_by_reason",
-                          "hook_errors", "health", "dropped", "inferred"]
+                          "hook_errors", "health", "dropped", "inferred", "intake"]
     assert list(data["window"]) == ["span_s", "kv", "scheduler", "cold_path", "tail"]
     assert data["format"] == "stagelens-engine/1" and set(data["window"]["tail"]) == {"ttft", "latency"}
 
@@ -110,6 +110,10 @@ def test_every_recorded_bundle_reads_and_writes_back_as_recorded(name):
         # not observable, written as null
         assert again["engine"].pop("health") is None and again["engine"]["window"].pop("tail") is None
         assert again["engine"].pop("inferred") is None and again["engine"]["engine"].pop("source") is None
+        assert again["engine"].pop("intake") is None
+        kv = again["engine"]["window"]["kv"]
+        assert [kv.pop(k) for k in ("blocks_stored", "blocks_removed", "blocks_restored", "block_lifetime_p50_s")] \
+            == [None] * 4
         assert again == original
 
 

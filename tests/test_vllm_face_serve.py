@@ -38,12 +38,14 @@ def _until(predicate, timeout_s: float = 20.0):
 
 def test_an_agent_reads_the_lab_engine_through_its_vllm_face(model_dir):
     face_port, receiver_port = free_port(), free_port()
+    kv_events = f"tcp://127.0.0.1:{free_port()}"
     face = {"host": "127.0.0.1", "port": face_port, "otlp_schedule_delay_s": 0.2,
-            "otlp_traces_endpoint": f"http://127.0.0.1:{receiver_port}/v1/traces"}
+            "otlp_traces_endpoint": f"http://127.0.0.1:{receiver_port}/v1/traces", "kv_events_endpoint": kv_events}
     flags = {"model": "tiny", "max_model_len": 128, "kv_cache_memory": "1MiB", "device": "cpu", "model_dir": model_dir}
     lab = AgentRuntime(interval=0.5, nvml_snapshot=DGX, lab=LabSettings(flags, None, face))
     source = open_engine_source("vllm", OutsideFlags(f"http://127.0.0.1:{face_port}",
-                                                      otlp_receiver=f"127.0.0.1:{receiver_port}"))
+                                                      otlp_receiver=f"127.0.0.1:{receiver_port}",
+                                                      kv_events=kv_events))
     outside = AgentRuntime(interval=0.5, nvml_snapshot=DGX, engine_source=source)
     lab.start()
     outside.start()
@@ -61,6 +63,14 @@ def test_an_agent_reads_the_lab_engine_through_its_vllm_face(model_dir):
         provenance = {e["signal"]: e["provenance"] for s in diagnosis["stages"] for e in s["evidence"]}
         assert provenance["kv_access_efficiency"] == "not observable"
         assert provenance["memory_bandwidth_utilisation"] == "measured"
+        # what came beside /metrics is counted, and the KV events' blocks reach the metrics
+        exposition = seen.get("/metrics").text
+        assert 'stagelens_engine_intake_total{part="traces",what="llm_request_spans"} 4.0' in exposition
+        assert 'stagelens_engine_info{' in exposition and 'source="vllm"' in exposition
+        # (a ZMQ subscriber misses what was published before it joined: these requests come after it has)
+        client.post("/v1/completions", json={"prompt": "abc" * 20, "max_tokens": 4})
+        frame = _until(lambda: (f := outside.latest_frame()) and f.engine and f.engine.window.kv.blocks_stored and f)
+        assert frame.engine.intake["kv_events.messages"] >= 1 and frame.engine.intake["kv_events.malformed"] == 0
 
         # a restart with other settings keeps the face on its port
         lab.start_lab(None, {"max_num_seqs": 4})

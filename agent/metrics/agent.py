@@ -35,7 +35,12 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     chunked = config.enable_chunked_prefill
     out.gauge("stagelens_engine_info", "1, labelled with the engine's configuration.", 1,
               model=config.model, allocator=config.allocator, policy=config.policy, device=config.device,
-              dtype=config.dtype, chunked_prefill="" if chunked is None else str(chunked).lower())
+              dtype=config.dtype, chunked_prefill="" if chunked is None else str(chunked).lower(),
+              source=config.source or "")
+    for name, count in sorted((engine.intake or {}).items()):
+        part, _, what = name.partition(".")
+        out.counter("stagelens_engine_intake_total", "What an engine read from outside sent beside its /metrics "
+                    "(part: traces, kv_events), counted since the agent started.", count, part=part, what=what)
     out.gauge("stagelens_engine_window_seconds", "Span of the window the engine's derived figures cover.",
               engine.window.span_s)
     health = engine.health    # None: not observable, so neither up nor down is said

@@ -50,3 +50,11 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     out.counter("stagelens_kv_moved_bytes_total", "KV bytes attention moved.", counters.kv_moved_bytes_total)
     out.counter("stagelens_kv_gathered_bytes_total", "KV bytes moved by gathers.", counters.kv_gathered_bytes_total)
     out.counter("stagelens_kv_attention_seconds_total", "Seconds spent in attention.", counters.attention_seconds_total)
+    out.gauge("stagelens_kv_blocks_stored", "KV blocks the engine's KV events said were stored, over the window.",
+              kv.blocks_stored)
+    out.gauge("stagelens_kv_blocks_removed", "KV blocks the engine's KV events said were removed, over the window.",
+              kv.blocks_removed)
+    out.gauge("stagelens_kv_blocks_restored", "KV blocks stored again soon after their removal (KV recomputed), "
+              "over the window, from the engine's KV events.", kv.blocks_restored)
+    out.gauge("stagelens_kv_block_lifetime_p50_seconds", "Median store-to-removal time of the KV blocks removed in "
+              "the window, from the engine's KV events.", kv.block_lifetime_p50_s)

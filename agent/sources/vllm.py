@@ -341,7 +341,7 @@ class VllmSource:
                               allocator="paged", block_size=block_size),
             usage=usage,
             window=Window(span_s=span, kv=kv, scheduler=scheduler, cold_path=cold, tail=tail),
-            counters=counters, health=health, inferred=inferred or None)
+            counters=counters, health=health, inferred=inferred or None, intake=self._intake())
         reading = Reading(
             kv_usage_ratio=kv_ratio, kv_capacity_tokens=total(family("kv_tokens_capacity")),
             waiting_by_reason=by_label(family("waiting_by_reason"), "reason"),
@@ -350,6 +350,21 @@ class VllmSource:
             inter_token_p50_s=quantile(itl, 0.50), inter_token_p99_s=quantile(itl, 0.99),
             e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99))
         return snap, reading
+
+
+    def _intake(self) -> dict[str, float] | None:
+        """What the span receiver and the KV-events subscriber took in and dropped, so far."""
+        out: dict[str, float] = {}
+        if self.spans is not None:
+            out.update({f"traces.{k}": v for k, v in self.spans.counts.items()})
+        if self.kv_events is not None:
+            f = self.kv_events.figures()
+            out.update({f"kv_events.{k}": getattr(f, k) for k in KV_EVENT_COUNTS})
+        return out or None
+
+
+KV_EVENT_COUNTS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
+                   "unmatched_removals", "dropped_blocks")
 
 
 # --- reading families ----------------------------------------------------------------------------------
