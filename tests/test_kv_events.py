@@ -8,6 +8,7 @@ from dataclasses import replace
 import msgpack
 import pytest
 import zmq
+from polling import wait_for
 
 from agent.sources.kv_events import KvEventsSubscriber
 from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
@@ -36,13 +37,7 @@ def _prompt(seed: int, n: int) -> list[int]:
 
 
 def _until(predicate, timeout: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(predicate, timeout, what, every=0.005)
 
 
 class RawSub:

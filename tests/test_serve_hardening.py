@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+from polling import wait_for
 from serve_support import DGX, TINY_LAB, ServeProcess
 
 ABORT = {"reason": "abort"}
@@ -55,16 +56,6 @@ def _response(sock: socket.socket) -> tuple[bytes, bytes]:
     return head, body
 
 
-def _wait_for(condition, timeout: float = 30, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def _idle_and_nothing_held(server) -> bool:
     return (server.metric("stagelens_kv_cache_used_blocks") == 0
             and server.metric("stagelens_scheduler_running_requests") == 0
@@ -83,9 +74,9 @@ def test_1_streams_dropped_after_one_token_are_cancelled(server):
         sock = _raw(server, _post("/v1/completions", body))
         _read_until(sock, b"data: ")       # the first token arrived
         sock.close()
-    _wait_for(lambda: (server.metric("stagelens_engine_requests_ended_total", **ABORT) or 0) >= before + 16,
+    wait_for(lambda: (server.metric("stagelens_engine_requests_ended_total", **ABORT) or 0) >= before + 16,
               what="16 aborts")
-    _wait_for(lambda: _idle_and_nothing_held(server), what="the KV blocks to return")
+    wait_for(lambda: _idle_and_nothing_held(server), what="the KV blocks to return")
     _serves_promptly(server)
 
 
@@ -96,9 +87,9 @@ def test_1_clients_that_send_and_close_leave_nothing_queued(server):
     time.sleep(0.5)
     for sock in socks:
         sock.close()
-    _wait_for(lambda: (server.metric("stagelens_engine_requests_ended_total", **ABORT) or 0) >= before + 90,
+    wait_for(lambda: (server.metric("stagelens_engine_requests_ended_total", **ABORT) or 0) >= before + 90,
               timeout=60, what="the abandoned requests to be aborted")
-    _wait_for(lambda: _idle_and_nothing_held(server), timeout=60, what="the queue to empty")
+    wait_for(lambda: _idle_and_nothing_held(server), timeout=60, what="the queue to empty")
     _serves_promptly(server)
 
 
@@ -149,7 +140,7 @@ def test_8_a_body_over_the_limit_is_refused_before_it_is_read(server):
 def test_10_used_kv_blocks_read_zero_once_idle(server):
     for _ in range(3):
         _serves_promptly(server)
-    _wait_for(lambda: _idle_and_nothing_held(server), what="idle engine with no blocks held")
+    wait_for(lambda: _idle_and_nothing_held(server), what="idle engine with no blocks held")
 
 
 def test_14_a_fix_that_conflicts_with_the_new_scenario_is_a_409_and_nothing_stops(model_dir):

@@ -5,12 +5,12 @@ by `--otlp-receiver`; the face stays on its port across the engine's restarts.""
 from __future__ import annotations
 
 import socket
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from polling import wait_for
 
 from agent.cli import main
 from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
@@ -26,14 +26,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _until(predicate, timeout_s: float = 20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("not within the deadline")
+def _until(predicate):
+    return wait_for(predicate, 20.0, "the outside agent to see it")
 
 
 def test_an_agent_reads_the_lab_engine_through_its_vllm_face(model_dir):
