@@ -1,0 +1,67 @@
+"""What the fleet view shows: one row a node, read from Prometheus (agent/fleet/query.py), rendered as text or
+JSON (agent/fleet/render.py) and on the fleet screen (agent/tui/fleet/).
+
+A node is one scrape target of the agents' job: Prometheus's `instance` label. Its row holds what its agent
+last exported (agent/metrics/diagnosis.py: stage states -1 unknown, 0 ok, 1 warn, 2 firing) and whether that
+is current: the target down, or frames stale, says so rather than showing old states as live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.vocabulary import STAGES, STATES
+
+STATE_OF_VALUE = {-1: "unknown", 0: "ok", 1: "warn", 2: "firing"}
+
+
+@dataclass(frozen=True)
+class StageCell:
+    stage: str
+    state: str                       # unknown | ok | warn | firing
+    since_unix: float | None = None  # when it entered that state
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The node's worst signal: its state, value and unit, e.g. scheduler_wait_p99 firing 0.9 seconds."""
+    stage: str
+    signal: str
+    state: str
+    value: float | None
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    instance: str                        # Prometheus's instance label: host:port of the agent
+    labels: dict[str, str]               # the target's other labels (cluster, model, gpu, ...) for filters
+    up: bool                             # the last scrape succeeded
+    verdict: str                         # the worst stage state; "unknown" when down
+    root_stage: str | None
+    stages: dict[str, StageCell]         # by stage, in STAGES order
+    evidence: Evidence | None = None     # the worst signal, None when all are ok or unknown
+    tail: dict[str, float] | None = None  # the P99 TTFT tail's share by stage, where exported
+    frame_age_s: float | None = None     # seconds since the agent's latest frame (stale past a few intervals)
+    collector_failures: int = 0          # collectors failing in the latest frame
+    url: str | None = None               # the agent's base URL, for `tui --connect`
+
+    @property
+    def severity(self) -> int:
+        return STATES.index(self.verdict) if self.up else STATES.index("firing") + 1   # down sorts first
+
+
+@dataclass(frozen=True)
+class FleetView:
+    rows: list[NodeRow] = field(default_factory=list)   # most severe first
+    fetched_unix: float | None = None                  # when Prometheus answered; None: it never has
+    error: str | None = None                           # why this refresh has no answer (the rows are the last)
+    prometheus: str = ""
+
+    @property
+    def stale(self) -> bool:
+        return self.error is not None
+
+
+def stage_cells(states: dict[str, tuple[str, float | None]]) -> dict[str, StageCell]:
+    """Every stage, unknown where nothing was exported."""
+    return {s: StageCell(s, *states.get(s, ("unknown", None))) for s in STAGES}
