@@ -69,3 +69,16 @@ def test_every_setting_explain_recommends_is_mapped_for_both_engines():
                 "block_size", "policy", "num_preload_models", "max_resident_models", "allocator"}
     for engine in ("vllm", "sglang"):
         assert set(FLAGS[engine]) == settings
+
+
+def test_a_stage_ok_on_node_signals_alone_says_what_it_could_not_see():
+    node = Evidence("pcie_backpressure", "PCIe backpressure", 0.1, 0.3, 0.5, "ratio", "10s", "ok", provenance="measured")
+    unseen = Evidence("step_time_inflation", "step-time inflation", None, 1.2, 1.5, "ratio", "10s", "unknown",
+                      provenance="not observable")
+    sentence, recs = explain("cold_path", "ok", [node, unseen], _frame("vllm"))
+    assert sentence.startswith("cold path healthy on the node's signals only (PCIe backpressure 0.10)")
+    assert "step_time_inflation not observable on this engine" in sentence and recs == []
+    # with an engine signal judged, or on the hooks, OK is plain
+    seen = Evidence("step_time_inflation", "step-time inflation", 1.0, 1.2, 1.5, "ratio", "10s", "ok",
+                    provenance="measured")
+    assert explain("cold_path", "ok", [node, seen], _frame("hooks"))[0].startswith("cold path healthy: ")

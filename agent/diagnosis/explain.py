@@ -23,8 +23,13 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
     bad = [e for e in evidence if e.state in ("warn", "firing")]
     ctx = _Context(frame)
     if not bad:
-        return f"{STAGE_NAMES[stage]} healthy: " + ", ".join(_fmt_row(e) for e in evidence if e.value is not None
-                                                             and e.applicable)[:200] or "no data", []
+        rows = ", ".join(_fmt_row(e) for e in evidence if e.value is not None and e.applicable)[:200] or "no data"
+        unseen = [e.signal for e in evidence if e.provenance == "not observable"]
+        engine_seen = any(SIGNALS_BY_ID[e.signal].reads and e.state not in ("unknown", "info") for e in evidence)
+        if unseen and not engine_seen:   # an engine read from outside: OK says little when only the node was read
+            return (f"{STAGE_NAMES[stage]} healthy on the node's signals only ({rows}): "
+                    f"{', '.join(unseen)} not observable on this engine"), []
+        return f"{STAGE_NAMES[stage]} healthy: {rows}", []
     sentences = [_inferred_sentence(e) if e.provenance == "inferred" else _tail_sentence(e, ctx)
                  if e.signal.endswith("_tail_share") else _SENTENCES[stage](e, ctx) for e in bad[:2]]
     return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source)
