@@ -72,7 +72,8 @@ def test_every_setting_explain_recommends_is_mapped_for_both_engines():
 
 
 def test_a_stage_ok_on_node_signals_alone_says_what_it_could_not_see():
-    node = Evidence("pcie_backpressure", "PCIe backpressure", 0.1, 0.3, 0.5, "ratio", "10s", "ok", provenance="measured")
+    node = Evidence("pcie_backpressure", "PCIe backpressure", 0.1, 0.3, 0.5, "ratio", "10s", "ok",
+                    provenance="measured")
     unseen = Evidence("step_time_inflation", "step-time inflation", None, 1.2, 1.5, "ratio", "10s", "unknown",
                       provenance="not observable")
     sentence, recs = explain("cold_path", "ok", [node, unseen], _frame("vllm"))
