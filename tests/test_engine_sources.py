@@ -144,9 +144,10 @@ def test_vllm_new_names_fill_the_snapshot_from_deltas_summed_over_engines(engine
     # one for blocks (vLLM's `capacity` is its whole queue; `deferred` is the scheduler's without adapters)
     assert s.decided_wait_p99_s == pytest.approx(0.3)
     assert s.wait_seconds_by_reason == pytest.approx({"no_free_blocks": 0.0, "queued": 60.0})
-    # 0.8 x 2000 blocks x 16 = 25,600 slots in use for 4,000 tokens held: 110,000 prompt and 11,000 generated
-    # tokens counted, less 100,000 and 17,000 in the requests finished
-    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - 4000 / 25600)
+    # 0.8 x 2000 blocks x 16 = 25,600 slots in use for the tokens held: 110,000 prompt and 11,000 generated
+    # tokens counted, less 100,000 and 17,000 in the 40 requests finished, = 4,000; and the 8 running are all
+    # still in prefill (40 past their first token, 40 ended): half a mean prompt (2,500) each, 10,000 more
+    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - (4000 + 8 * 2500 / 2) / 25600)
     assert set(snap.inferred) == {"window.scheduler.decided_wait_p99_s", "window.scheduler.wait_seconds_by_reason",
                                   "window.scheduler.waiting_share", "window.kv.fragmentation_ratio"}
     assert "(0.3, 0.5]" in snap.inferred["window.scheduler.decided_wait_p99_s"]

@@ -116,15 +116,34 @@ def fragmentation(gauges: list[Gauges], num_blocks: int | None, block_size: int 
                     f"{len(pairs)} scrapes")
 
 
-def held_tokens(prompt_total: float | None, generated_total: float | None, finished_prompt_sum: float | None,
-                finished_generated_sum: float | None) -> float | None:
+def held_tokens(counted: Counted) -> float | None:
     """Tokens in the requests now running, by bookkeeping on the engine's own counts: every prompt counted
     (once, at its first token) and every token generated, less the prompt and output lengths of the
-    requests that finished (their histograms' sums). A prompt still in its prefill is not counted yet."""
-    parts = (prompt_total, generated_total, finished_prompt_sum, finished_generated_sum)
+    requests that finished (their histograms' sums); plus, for the running requests still in their prefill
+    (running less those past their first token and not finished: the TTFT and e2e histograms' counts), half a
+    mean prompt each, as far as a chunked prefill has got on average."""
+    c = counted
+    parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
     if any(p is None for p in parts):
         return None
-    return max(0.0, prompt_total + generated_total - finished_prompt_sum - finished_generated_sum)
+    held = max(0.0, c.prompt_tokens + c.generated_tokens - c.finished_prompt_tokens - c.finished_generated_tokens)
+    if None not in (c.running, c.first_tokens, c.ended) and c.finished_prompts:
+        in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
+        held += in_prefill * c.finished_prompt_tokens / c.finished_prompts / 2
+    return held
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """An engine's cumulative counts at one scrape, as `held_tokens` reads them; None: not published."""
+    prompt_tokens: float | None = None            # prompt tokens counted (at each request's first token)
+    generated_tokens: float | None = None
+    finished_prompt_tokens: float | None = None   # the prompt lengths of the requests finished (a histogram's sum)
+    finished_generated_tokens: float | None = None
+    finished_prompts: float | None = None         # ... and how many (its count)
+    running: float | None = None
+    first_tokens: float | None = None             # requests past their first token (the TTFT histogram's count)
+    ended: float | None = None                    # requests finished (the e2e histogram's count)
 
 
 def step_period(span: float, steps: int | None) -> float | None:

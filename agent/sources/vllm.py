@@ -30,6 +30,7 @@ from agent.sources.families import (
     values,
 )
 from agent.sources.inference import (
+    Counted,
     Gauges,
     Inferred,
     charge_queued,
@@ -250,11 +251,17 @@ class VllmSource:
     def _gauges(self, ex: Exposition, at: float) -> Gauges:
         reasons = by_label(ex.first(self._names("waiting_by_reason")), "reason") or {}
         lora = ex.first(self._names("lora"))
-        finished_prompts = _histogram_sum(ex.first(self._names("request_prompt_tokens")))
-        finished_outputs = _histogram_sum(ex.first(self._names("request_generation_tokens")))
-        held = held_tokens(total(ex.first(self._names("prompt_tokens"))),
-                           total(ex.first(self._names("generation_tokens"))), finished_prompts, finished_outputs)
-        return Gauges(at=at, running=total(ex.first(self._names("running"))), held_tokens=held,
+        prompts = ex.first(self._names("request_prompt_tokens"))
+        running = total(ex.first(self._names("running")))
+        held = held_tokens(Counted(
+            prompt_tokens=total(ex.first(self._names("prompt_tokens"))),
+            generated_tokens=total(ex.first(self._names("generation_tokens"))),
+            finished_prompt_tokens=_histogram_part(prompts, "_sum"),
+            finished_prompts=_histogram_part(prompts, "_count"),
+            finished_generated_tokens=_histogram_part(ex.first(self._names("request_generation_tokens")), "_sum"),
+            running=running, first_tokens=_histogram_part(ex.first(self._names("ttft")), "_count"),
+            ended=_histogram_part(ex.first(self._names("e2e")), "_count")))
+        return Gauges(at=at, running=running, held_tokens=held,
                       waiting=total(ex.first(self._names("waiting"))),
                       deferred=reasons.get("deferred"),
                       kv_ratio=mean(ex.first(self._names("kv_usage"))),
@@ -386,10 +393,10 @@ def _int(text) -> int | None:
     return value if value > 0 else None
 
 
-def _histogram_sum(family) -> float | None:
-    """A histogram's `_sum` added up over its label sets; None when it is absent."""
-    sums = values(family, "_sum") if family is not None and family.type == "histogram" else []
-    return sum(x.value for x in sums) if sums else None
+def _histogram_part(family, suffix: str) -> float | None:
+    """A histogram's `_sum` or `_count` added up over its label sets; None when it is absent."""
+    found = values(family, suffix) if family is not None and family.type == "histogram" else []
+    return sum(x.value for x in found) if found else None
 
 
 def _per_s(amount: float | None, span: float) -> float | None:
