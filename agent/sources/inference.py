@@ -152,9 +152,18 @@ def step_period(span: float, steps: int | None) -> float | None:
     return span / steps if steps and span > 0 else None
 
 
-def decided_waits(timelines: list[RequestTimeline], period: float) -> list[float]:
-    """Each request's queue time less one step period: the part of its wait the scheduler chose."""
-    return [max(0.0, tl.scheduler_wait_s - period) for tl in timelines]
+def decided_waits(timelines: list[RequestTimeline], period: float,
+                  long_prefill_tokens: int = LONG_PREFILL_TOKENS) -> list[float]:
+    """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
+    when it arrived (the hooks' `step_boundary`): the end of the prefill of a short prompt in progress at its
+    arrival, as the spans show it, or one mean step period. A long prompt's prefill is not such a step: waiting
+    behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
+    steps = [(c.start, c.end) for tl in timelines if tl.prompt_tokens <= long_prefill_tokens for c in tl.chunks]
+    out = []
+    for tl in timelines:
+        boundary = max([end - tl.arrival for start, end in steps if start <= tl.arrival < end], default=0.0)
+        out.append(max(0.0, tl.scheduler_wait_s - max(boundary, period)))
+    return out
 
 
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
@@ -165,7 +174,8 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
     if timelines and period is not None:
         value = percentile(decided_waits(timelines, period), 99)
         return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
-                               f"one step period ({period * 1000:.0f} ms)")
+                               f"the step running at each one's arrival (a short prefill in progress, else one step "
+                               f"period: {period * 1000:.0f} ms)")
     bounds = quantile_bounds(queue, 0.99)
     if bounds is None or bounds[0] <= 0:
         return None

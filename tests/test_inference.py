@@ -1,0 +1,66 @@
+"""What is inferred of an engine read from outside (agent/sources/inference.py), on hand-made gauges and
+request timelines whose answers are worked out in the comments."""
+
+import pytest
+
+from agent.sources.inference import (
+    Counted,
+    Gauges,
+    decided_waits,
+    fragmentation,
+    head_of_line_share,
+    held_tokens,
+    wait_seconds_by_reason,
+)
+from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
+from engine_hooks.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+
+
+def span(rid: str, arrival: float, queue: float, prefill: float, prompt: int, end: float) -> RequestTimeline:
+    """A request as an llm_request span gives it: queued, then one prefill, then decode to its end."""
+    tl = RequestTimeline(rid, "m", prompt, output_tokens=8, arrival=arrival, finished=end,
+                         first_token=arrival + queue + prefill)
+    if queue:
+        tl.waits.append(Wait(arrival, arrival + queue, QUEUED))
+    tl.chunks.append(PrefillChunk(arrival + queue, arrival + queue + prefill, prompt, 0))
+    return tl
+
+
+def test_a_wait_for_the_step_in_progress_is_no_decision_but_one_behind_a_long_prefill_is():
+    short_step = span("a", 0.0, 0.0, 0.30, 100, 1.0)        # a short prompt's prefill runs 0.0-0.3
+    waited_it_out = span("b", 0.1, 0.2, 0.05, 50, 1.0)       # arrived mid-step, scheduled at its end
+    long_step = span("c", 2.0, 0.0, 1.50, 1800, 4.0)         # a long prompt's prefill runs 2.0-3.5
+    behind_long = span("d", 2.5, 1.0, 0.05, 50, 4.0)         # arrived during it: waited 1.0 s behind it
+    waits = decided_waits([short_step, waited_it_out, long_step, behind_long], period=0.02)
+    assert waits == pytest.approx([0.0, 0.0, 0.0, 1.0 - 0.02])
+    # the same short request's wait, entirely behind the long prefill, is head-of-line blocking
+    share = head_of_line_share([short_step, waited_it_out, long_step, behind_long], period=0.02)
+    assert share.value == pytest.approx((1.0 - 0.02) / ((0.2 - 0.02) + (1.0 - 0.02)))
+
+
+def test_waits_by_reason_by_littles_law_with_the_cache_full_or_adapters_loading():
+    full = Gauges(at=1.0, running=3, waiting=4, kv_ratio=0.95)           # no room: the 4 wait for blocks
+    roomy = Gauges(at=2.0, running=3, waiting=2, kv_ratio=0.30)          # room: the 2 wait for the scheduler
+    reserved = Gauges(at=3.0, running=2, waiting=1, kv_ratio=0.70)       # 0.35 a request, 0.30 free: full
+    out = wait_seconds_by_reason([full, roomy, reserved], span=10.0)
+    assert out.value == pytest.approx({NO_FREE_BLOCKS: (4 + 1) / 3 * 10, QUEUED: 2 / 3 * 10})
+    loading = Gauges(at=1.0, running=1, waiting=3, deferred=2, kv_ratio=0.1, adapters=True)
+    out = wait_seconds_by_reason([loading], span=10.0)
+    assert out.value == pytest.approx({MODEL_LOADING: 20.0, NO_FREE_BLOCKS: 0.0, QUEUED: 10.0})
+    # adapters, but who was deferred is not published: model loads stay not observable
+    blind = Gauges(at=1.0, running=1, waiting=3, kv_ratio=0.1, adapters=True)
+    assert MODEL_LOADING not in wait_seconds_by_reason([blind], span=10.0).value
+    assert wait_seconds_by_reason([full], span=0.0) is None
+
+
+def test_tokens_held_by_bookkeeping_and_fragmentation_against_slots_in_use():
+    counted = Counted(prompt_tokens=10_000, generated_tokens=3_000, finished_prompt_tokens=9_000,
+                      finished_generated_tokens=2_800, finished_prompts=90, running=5, first_tokens=94, ended=90)
+    # 1,200 in the running requests past their first token; 5 running, 4 past it: 1 in prefill, 50 on average
+    assert held_tokens(counted) == pytest.approx(1_200 + 1 * (9_000 / 90) / 2)
+    assert held_tokens(Counted(prompt_tokens=1.0)) is None
+    gauges = [Gauges(at=1.0, running=5, kv_ratio=0.5, held_tokens=1_250.0),
+              Gauges(at=2.0, running=5, kv_ratio=0.5, held_tokens=750.0)]
+    # 0.5 x 250 blocks x 16 = 2,000 slots a scrape; 1,000 tokens held on average
+    assert fragmentation(gauges, 250, 16).value == pytest.approx(0.5)
+    assert fragmentation(gauges, None, 16) is None
