@@ -64,11 +64,3 @@ def test_tokens_held_by_bookkeeping_and_fragmentation_against_slots_in_use():
     # 0.5 x 250 blocks x 16 = 2,000 slots a scrape; 1,000 tokens held on average
     assert fragmentation(gauges, 250, 16).value == pytest.approx(0.5)
     assert fragmentation(gauges, None, 16) is None
-
-
-def test_a_prefill_chunked_over_several_steps_holds_an_arrival_for_one_of_them_only():
-    chunked = span("a", 0.0, 0.0, 0.40, 128, 1.0)          # 128 tokens at 32 a step: four steps of 0.1 s
-    budget_wait = span("b", 0.05, 0.30, 0.05, 50, 1.0)      # arrived in the first: 0.1 s of it was the step's
-    assert decided_waits([chunked, budget_wait], period=0.02, step_tokens=32)[1] == pytest.approx(0.30 - 0.10)
-    # without knowing the step's size, the whole prefill reads as the step: nothing decided
-    assert decided_waits([chunked, budget_wait], period=0.02)[1] == 0.0

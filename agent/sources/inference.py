@@ -9,7 +9,6 @@ the diagnosis shows beside the evidence), and returns None where what is publish
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from agent.sources.families import HistogramDelta, quantile_bounds
@@ -153,35 +152,27 @@ def step_period(span: float, steps: int | None) -> float | None:
     return span / steps if steps and span > 0 else None
 
 
-def decided_waits(timelines: list[RequestTimeline], period: float, step_tokens: float | None = None,
+def decided_waits(timelines: list[RequestTimeline], period: float,
                   long_prefill_tokens: int = LONG_PREFILL_TOKENS) -> list[float]:
     """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
-    when it arrived (the hooks' `step_boundary`): as the spans show it, the step of a short prompt's prefill
-    in progress at its arrival, else one mean step period. A prefill longer than a step (`step_tokens`, the
-    most tokens a step takes) spans several: one of them is that prefill's time over its steps. A long
-    prompt's prefill is not such a step: waiting behind it is what chunked prefill avoids, as the hooks judge
-    head-of-line blocking."""
-    steps = []
-    for tl in timelines:
-        if tl.prompt_tokens > long_prefill_tokens:
-            continue
-        chunks = max(1, math.ceil(tl.prompt_tokens / step_tokens)) if step_tokens else 1
-        steps += [(c.start, c.end, (c.end - c.start) / chunks) for c in tl.chunks]
+    when it arrived (the hooks' `step_boundary`): the end of the prefill of a short prompt in progress at its
+    arrival, as the spans show it, or one mean step period. A long prompt's prefill is not such a step: waiting
+    behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
+    steps = [(c.start, c.end) for tl in timelines if tl.prompt_tokens <= long_prefill_tokens for c in tl.chunks]
     out = []
     for tl in timelines:
-        boundary = max([min(end - tl.arrival, one) for start, end, one in steps if start <= tl.arrival < end],
-                       default=0.0)
+        boundary = max([end - tl.arrival for start, end in steps if start <= tl.arrival < end], default=0.0)
         out.append(max(0.0, tl.scheduler_wait_s - max(boundary, period)))
     return out
 
 
-def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
-                     step_tokens: float | None = None) -> Inferred | None:
+def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
+                     queue: HistogramDelta | None) -> Inferred | None:
     """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them,
     else only when the queue-time histogram settles it (its P99's bucket starts above zero: the P99 is at
     least that lower bound); a P99 in the first bucket could be anything under it."""
     if timelines and period is not None:
-        value = percentile(decided_waits(timelines, period, step_tokens), 99)
+        value = percentile(decided_waits(timelines, period), 99)
         return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
                                f"the step running at each one's arrival (a short prefill in progress, else one step "
                                f"period: {period * 1000:.0f} ms)")

@@ -11,7 +11,6 @@ failed `engine` collector). METRICS is the one table of which metric fills which
 
 from __future__ import annotations
 
-import math
 import time
 import urllib.error
 import urllib.request
@@ -27,7 +26,6 @@ from agent.sources.families import (
     label,
     mean,
     quantile,
-    quantile_bounds,
     total,
     values,
 )
@@ -315,7 +313,7 @@ class VllmSource:
             requests_finished=None if e2e is None else round(e2e.count),
             wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
             decided_wait_p99_s=infer("window.scheduler.decided_wait_p99_s",
-                                     decided_wait_p99(timelines, period, queue, _most(steps))) if span else None,
+                                     decided_wait_p99(timelines, period, queue)) if span else None,
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
             waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
             wait_seconds_by_reason=by_reason,
@@ -393,12 +391,6 @@ def _int(text) -> int | None:
     except (TypeError, ValueError):
         return None     # "None" before the KV cache is profiled
     return value if value > 0 else None
-
-
-def _most(h: HistogramDelta | None) -> float | None:
-    """The most a histogram's observations reach, as far as its buckets say (its P99's upper bound)."""
-    bounds = quantile_bounds(h, 0.99)
-    return bounds[1] if bounds is not None and math.isfinite(bounds[1]) else None
 
 
 def _histogram_part(family, suffix: str) -> float | None:
