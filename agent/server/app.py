@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
 
-from agent.server import api, completions, control, errors
+from agent.server import api, chat, completions, control, errors, models
 from agent.server.limits import MAX_BODY_BYTES, BodyLimit
 
 
@@ -24,5 +24,7 @@ def create_app(runtime, token: str | None = None, max_body_bytes: int = MAX_BODY
 
     app.include_router(api.router)
     app.include_router(control.router)
+    app.include_router(models.router)
     app.include_router(completions.router)
+    app.include_router(chat.router)
     return app

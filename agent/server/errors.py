@@ -17,30 +17,41 @@ _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403:
                  503: "service_unavailable", 504: "timeout"}
 
 
-def error_body(path: str, status: int, message: str, param: str | None = None) -> dict:
+def error_body(path: str, status: int, message: str, param: str | None = None, code: str | None = None,
+               kind: str | None = None) -> dict:
+    """`code` is the HTTP status (as vLLM answers) unless a more precise one is given (OpenAI's
+    `model_not_found`); `kind` overrides the `type` the status implies."""
     if path.startswith(OPENAI_PREFIX):
-        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"), "param": param,
-                          "code": status}}
+        return {"error": {"message": message, "type": kind or _OPENAI_TYPES.get(status, "server_error"),
+                          "param": param, "code": status if code is None else code}}
     return {"detail": message}
 
 
 def error_response(path: str, status: int, message: str, param: str | None = None,
-                   headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(error_body(path, status, message, param), status_code=status, headers=headers)
+                   headers: dict | None = None, code: str | None = None, kind: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message, param, code, kind), status_code=status, headers=headers)
 
 
 class OpenAIError(Exception):
-    """An error a `/v1/` route answers with: status, message and the request field it concerns."""
+    """An error a `/v1/` route answers with: status, message, the request field it concerns, and
+    optionally OpenAI's `code` and `type` when the status alone does not say it."""
 
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+
+def model_not_found(model: str, served: list[str]) -> OpenAIError:
+    """OpenAI's answer to an unknown model: 404, `invalid_request_error`, code `model_not_found`."""
+    return OpenAIError(404, f"the model {model!r} does not exist (served: {', '.join(served)})", "model",
+                       code="model_not_found", kind="invalid_request_error")
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(OpenAIError)
     async def _openai(request: Request, exc: OpenAIError):
-        return error_response(request.url.path, exc.status, exc.message, exc.param)
+        return error_response(request.url.path, exc.status, exc.message, exc.param, code=exc.code, kind=exc.kind)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
