@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from agent.vocabulary import STAGES, STATES
 
 STATE_OF_VALUE = {-1: "unknown", 0: "ok", 1: "warn", 2: "firing"}
+FRAME_STALE_S = 30.0   # an agent samples every second or few: a latest frame older than this is not current
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Evidence:
     signal: str
     state: str
     value: float | None
+    unit: str = ""                       # the signal's unit (agent.diagnosis.signals): seconds, ratio, ...
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ class NodeRow:
     frame_age_s: float | None = None     # seconds since the agent's latest frame (stale past a few intervals)
     collector_failures: int = 0          # collectors failing in the latest frame
     url: str | None = None               # the agent's base URL, for `tui --connect`
+
+    @property
+    def frame_stale(self) -> bool:
+        """Up, but its agent's latest frame is old: the states shown are not current."""
+        return self.frame_age_s is not None and self.frame_age_s > FRAME_STALE_S
 
     @property
     def severity(self) -> int:

@@ -1,0 +1,355 @@
+"""The fleet read from Prometheus: one instant query a refresh, whatever the fleet's size, grouped by node.
+
+Prometheus already scrapes every agent, so the fleet view asks it, not the nodes. One PromQL expression
+(`fleet_expression`) returns, for every target of the agents' job: `up`, the verdict, the root stage, each
+stage's state and since when, the latest frame's time, and only the rows that matter beyond those: the signals
+in warn or firing (their state and value), the collectors failing, the P99 TTFT tail's shares. A healthy node is
+about a dozen series, so a thousand nodes stay one answer of a few megabytes at most.
+
+Set operations match series on their labels without the metric's name, so each `or` operand has its own set
+of label names (target labels; + stage; + stage, signal; + collector; + metric, percentile, stage): none hides
+another's series. `fetch()` never raises and never waits past its deadline: an unreachable, slow or failing
+server gives a FleetView whose `error` says why in one line, with the last answer's rows (shown STALE).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import math
+import re
+import time
+import urllib.parse
+
+from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
+from agent.errors import UserError
+from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, stage_cells
+from agent.remote import _DeadlineResponse, _left
+from agent.vocabulary import STAGES, STATES
+
+DEFAULT_SELECTOR = '{job="stagelens"}'
+MAX_ANSWER_BYTES = 64 * 2**20     # a thousand nodes answer a few MB; this is the cap, not the expectation
+TAIL_METRIC = "ttft"              # the tail the diagnosis blames a stage for (agent.diagnosis.run)
+
+# The series read as they are (one selector, told apart by their names) ...
+PLAIN = ("up", "stagelens_diagnosis_verdict_state", "stagelens_root_stage_info", "stagelens_stage_state",
+         "stagelens_stage_state_since_timestamp_seconds", "stagelens_frame_timestamp_seconds")
+# ... and the labels each metric has of its own: the rest are the target's (cluster, model, gpu, ...)
+OWN_LABELS = {"stagelens_root_stage_info": {"stage"}, "stagelens_stage_state": {"stage"},
+              "stagelens_stage_state_since_timestamp_seconds": {"stage"}, "stagelens_signal_state": {"stage", "signal"},
+              "stagelens_signal_value": {"stage", "signal"}, "stagelens_collector_success": {"collector"},
+              "stagelens_tail_share": {"metric", "percentile", "stage"}}
+NOT_LABELS = {"__name__", "job", "instance", "stagelens_url"}
+URL_LABEL = "stagelens_url"       # a target label naming the agent's base URL, where http://<instance> is not it
+
+_NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
+_STRING = r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`'
+_MATCHER = re.compile(rf"\s*({_NAME})\s*(=~|!~|!=|=)\s*({_STRING})\s*")
+
+
+def parse_selector(selector: str) -> list[str]:
+    """The label matchers of `{a="x", b=~"y.*"}` as PromQL text (['a="x"', 'b=~"y.*"']); UserError otherwise."""
+    text = selector.strip()
+    problem = None
+    if not (text.startswith("{") and text.endswith("}")):
+        problem = "must be label matchers in braces, like {job=\"stagelens\"}"
+    matchers: list[str] = []
+    body, at = text[1:-1], 0
+    while problem is None and body[at:].strip():
+        match = _MATCHER.match(body, at)
+        if match is None:
+            problem = f"cannot read a label matcher at {body[at:at + 30]!r} (expected label=\"value\", !=, =~ or !~)"
+            break
+        name, op, value = match.groups()
+        if name == "__name__":
+            problem = "__name__ is the fleet view's to choose: give label matchers only"
+            break
+        matchers.append(f"{name}{op}{value}")
+        at = match.end()
+        if at < len(body):
+            if body[at] != ",":
+                problem = f"expected a comma at {body[at:at + 30]!r}"
+                break
+            at += 1
+    if problem:
+        raise UserError(f"--selector {selector!r}: {problem}")
+    return matchers
+
+
+def fleet_expression(matchers: list[str]) -> str:
+    """The one PromQL expression a refresh asks: every node's series the fleet view shows, and nothing else."""
+    def sel(name: str = "", *extra: str) -> str:
+        return name + "{" + ", ".join((*extra, *matchers)) + "}"
+
+    plain = sel("", f'__name__=~"{"|".join(PLAIN)}"')
+    signals = sel("", '__name__=~"stagelens_signal_state|stagelens_signal_value"')
+    return " or ".join((
+        plain,
+        f"({signals} and on(instance, stage, signal) ({sel('stagelens_signal_state')} >= 1))",
+        f"({sel('stagelens_collector_success')} == 0)",
+        sel("stagelens_tail_share", f'metric="{TAIL_METRIC}"'),
+    ))
+
+
+def parse_filters(filters) -> dict[str, str]:
+    """`LABEL=VALUE` texts as {label: value}; UserError for one without `=` or a label."""
+    out: dict[str, str] = {}
+    for item in filters or ():
+        label, eq, value = item.partition("=")
+        if not eq or not re.fullmatch(_NAME, label.strip()):
+            raise UserError(f"--filter {item!r}: expected LABEL=VALUE, like cluster=eu-1")
+        out[label.strip()] = value
+    return out
+
+
+def matches(row: NodeRow, filters: dict[str, str]) -> bool:
+    """The row's labels (and its instance) hold every filter's value."""
+    return all((row.instance if label == "instance" else row.labels.get(label)) == value
+               for label, value in filters.items())
+
+
+class FleetQuery:
+    """Asks Prometheus for the fleet, one instant query a refresh; remembers the last answer's rows."""
+
+    def __init__(self, prometheus_url: str, selector: str = DEFAULT_SELECTOR, timeout_s: float = 5.0,
+                 filters: dict[str, str] | None = None) -> None:
+        self.prometheus_url = prometheus_url.rstrip("/")
+        try:
+            parts = urllib.parse.urlsplit(self.prometheus_url)
+            usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:
+            usable = False
+        if not usable:
+            raise UserError(f"--prometheus {prometheus_url!r}: expected the http:// or https:// URL of a Prometheus "
+                            "server, like http://prometheus:9090")
+        if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
+            raise UserError(f"timeout: must be a positive number of seconds, got {timeout_s!r}")
+        self._parts = parts
+        self.selector = selector
+        self.expression = fleet_expression(parse_selector(selector))
+        self.timeout_s = float(timeout_s)
+        self.filters = dict(filters or {})
+        self.last = FleetView(prometheus=self.prometheus_url)
+        self.last_series = 0          # what the latest answer held: series and bytes (bench/fleet.py reads them)
+        self.last_bytes = 0
+
+    def fetch(self) -> FleetView:
+        """The fleet now; on any failure the last rows with `error` set. Never raises, never outlasts timeout_s
+        (plus the parsing of what came)."""
+        try:
+            result, evaluated = self._query()
+        except _Failed as exc:
+            return self._failed(str(exc))
+        except Exception as exc:    # whatever the server sent, the screen keeps its last rows
+            return self._failed(f"unexpected answer ({type(exc).__name__}: {exc})")
+        try:
+            rows = [row for row in build_rows(result, evaluated) if matches(row, self.filters)]
+        except Exception as exc:
+            return self._failed(f"unexpected answer ({type(exc).__name__}: {exc})")
+        self.last = FleetView(rows=rows, fetched_unix=time.time(), error=None, prometheus=self.prometheus_url)
+        return self.last
+
+    def _failed(self, why: str) -> FleetView:
+        line = re.sub(r"\s+", " ", why).strip()[:300]
+        return FleetView(rows=self.last.rows, fetched_unix=self.last.fetched_unix,
+                         error=f"prometheus {self.prometheus_url}: {line}", prometheus=self.prometheus_url)
+
+    def _query(self) -> tuple[list, float | None]:
+        """The instant vector's samples and the evaluation time; _Failed with the reason otherwise."""
+        deadline = time.monotonic() + self.timeout_s
+        # Prometheus gives up on its side at the same deadline (its `timeout`, seconds)
+        form = urllib.parse.urlencode({"query": self.expression, "timeout": f"{self.timeout_s:g}"}).encode()
+        try:
+            status, body = _post(self._parts, self._parts.path + "/api/v1/query", form, deadline)
+        except _TooLarge:
+            raise _Failed(f"the answer is larger than {MAX_ANSWER_BYTES} bytes") from None
+        except TimeoutError:
+            raise _Failed(f"no complete answer within {self.timeout_s:g} s") from None
+        except http.client.HTTPException as exc:    # before OSError: RemoteDisconnected is both
+            raise _Failed(f"not an HTTP answer ({type(exc).__name__})") from None
+        except OSError as exc:
+            raise _Failed(f"could not connect: {exc.strerror or exc}") from None
+        self.last_bytes = len(body)
+        try:
+            answer = json.loads(body)
+        except (ValueError, RecursionError):
+            answer = None
+        if not isinstance(answer, dict):
+            raise _Failed(f"HTTP {status}: the answer is not Prometheus's JSON" if status != 200
+                          else "the answer is not Prometheus's JSON (is this a Prometheus server?)")
+        if answer.get("status") != "success":
+            kind, why = answer.get("errorType", "error"), answer.get("error", "no reason given")
+            raise _Failed(f"HTTP {status}: {kind}: {why}")
+        data = answer.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
+            raise _Failed("the answer is not an instant vector")
+        result = data["result"]
+        self.last_series = len(result)
+        evaluated = None
+        for sample in result:
+            evaluated = _number(sample.get("value", [None])[0])
+            break
+        return result, evaluated
+
+
+class _Failed(Exception):
+    pass
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _post(parts: urllib.parse.SplitResult, path: str, form: bytes, deadline: float) -> tuple[int, bytes]:
+    """POST `form` to `path`; (status, body) read whole within `deadline` (agent.remote's deadline reader)."""
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
+    conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+    response = None
+    try:
+        conn.request("POST", path, body=form, headers={
+            "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
+        response = conn.getresponse()
+        length = response.getheader("Content-Length", "")
+        if length.isdigit() and int(length) > MAX_ANSWER_BYTES:
+            raise _TooLarge
+        body = bytearray()
+        while chunk := response.read1(64 * 2**10):
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise _TooLarge
+        return response.status, bytes(body)
+    finally:
+        if response is not None:
+            response.close()
+        conn.close()
+
+
+def _number(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _state(value: float | None) -> str:
+    return STATE_OF_VALUE.get(int(value), "unknown") if value is not None and value == int(value) else "unknown"
+
+
+class _Node:
+    """What the answer held for one instance, before it becomes a NodeRow."""
+
+    def __init__(self, instance: str) -> None:
+        self.instance = instance
+        self.up: float | None = None
+        self.labels: dict[str, str] | None = None
+        self.target_labels: dict[str, str] = {}
+        self.verdict: float | None = None
+        self.roots: list[str] = []
+        self.states: dict[str, float | None] = {}
+        self.since: dict[str, float | None] = {}
+        self.signals: dict[tuple[str, str], dict[str, float | None]] = {}
+        self.failing: set[str] = set()
+        self.tail: dict[str, dict[str, float]] = {}   # by percentile
+        self.frame: float | None = None
+        self.evaluated: float | None = None
+
+
+def build_rows(result: list, evaluated: float | None = None) -> list[NodeRow]:
+    """The instant vector's samples grouped by instance into rows, most severe first (down, firing, warn, ok,
+    unknown), ties by instance. Samples without an instance or a name are left out."""
+    nodes: dict[str, _Node] = {}
+    for sample in result:
+        metric = sample.get("metric") or {}
+        name, instance = metric.get("__name__"), metric.get("instance")
+        if not isinstance(name, str) or not isinstance(instance, str):
+            continue
+        node = nodes.get(instance) or nodes.setdefault(instance, _Node(instance))
+        pair = sample.get("value") or [None, None]
+        value = _number(pair[1] if len(pair) > 1 else None)
+        node.evaluated = node.evaluated or _number(pair[0]) or evaluated
+        own = OWN_LABELS.get(name, set())
+        labels = {k: v for k, v in metric.items() if k not in NOT_LABELS and k not in own}
+        if name == "up":
+            node.up, node.labels = value, labels
+            node.target_labels = {k: v for k, v in metric.items() if k == URL_LABEL}
+            continue
+        if URL_LABEL in metric:
+            node.target_labels.setdefault(URL_LABEL, metric[URL_LABEL])
+        if node.labels is None:
+            node.labels = labels
+        stage, signal = metric.get("stage"), metric.get("signal")
+        if name == "stagelens_diagnosis_verdict_state":
+            node.verdict = value
+        elif name == "stagelens_root_stage_info" and value == 1 and stage:
+            node.roots.append(stage)
+        elif name == "stagelens_stage_state" and stage:
+            node.states[stage] = value
+        elif name == "stagelens_stage_state_since_timestamp_seconds" and stage:
+            node.since[stage] = value
+        elif name == "stagelens_frame_timestamp_seconds":
+            node.frame = value
+        elif name in ("stagelens_signal_state", "stagelens_signal_value") and stage and signal:
+            node.signals.setdefault((stage, signal), {})[name.rpartition("_")[2]] = value
+        elif name == "stagelens_collector_success" and value == 0:
+            node.failing.add(metric.get("collector", ""))
+        elif name == "stagelens_tail_share" and stage and value is not None:
+            node.tail.setdefault(metric.get("percentile", ""), {})[stage] = value
+    rows = [_row(node) for node in nodes.values()]
+    rows.sort(key=lambda row: (-row.severity, row.instance))
+    return rows
+
+
+def _row(node: _Node) -> NodeRow:
+    exported = node.verdict is not None or bool(node.states)
+    up = node.up == 1 if node.up is not None else exported   # no `up`: the series say the target was scraped
+    url = node.target_labels.get(URL_LABEL) or f"http://{node.instance}"
+    if not up:
+        return NodeRow(node.instance, node.labels or {}, False, "unknown", None, stage_cells({}), url=url)
+    states = {stage: (_state(value), node.since.get(stage)) for stage, value in node.states.items()}
+    if node.verdict is not None:
+        verdict = _state(node.verdict)
+    else:
+        verdict = max((state for state, _ in states.values()), key=STATES.index, default="unknown")
+    roots = [stage for stage in STAGES if stage in node.roots] or node.roots
+    frame_age = None
+    if node.frame is not None and node.evaluated is not None:
+        frame_age = max(0.0, node.evaluated - node.frame)
+    tail = None
+    if node.tail:
+        tail = node.tail[max(node.tail, key=lambda p: _number(p) or 0)]
+    return NodeRow(node.instance, node.labels or {}, True, verdict, roots[0] if roots else None, stage_cells(states),
+                   evidence=_evidence(node, roots[0] if roots else None), tail=tail, frame_age_s=frame_age,
+                   collector_failures=len(node.failing), url=url)
+
+
+_ORDER = {s.id: i for i, s in enumerate(SIGNALS)}
+
+
+def _evidence(node: _Node, root: str | None) -> Evidence | None:
+    """The worst warn-or-firing signal: firing before warn, the root stage's first, then the furthest past the
+    agent's default threshold of its level (how far a reading lies is the agent's call; this only orders)."""
+    best, best_key = None, None
+    for (stage, signal), read in node.signals.items():
+        state = _state(read.get("state"))
+        if state not in ("warn", "firing"):
+            continue
+        value = read.get("value")
+        key = (STATES.index(state), stage == root, _excess(signal, state, value), -_ORDER.get(signal, len(_ORDER)),
+               signal)
+        if best_key is None or key > best_key:
+            spec = SIGNALS_BY_ID.get(signal)
+            best, best_key = Evidence(stage, signal, state, value, spec.unit if spec else ""), key
+    return best
+
+
+def _excess(signal: str, state: str, value: float | None) -> float:
+    """How far past its threshold for `state` a value is, relative to that threshold (0 when not known)."""
+    spec = SIGNALS_BY_ID.get(signal)
+    limit = None if spec is None else (spec.firing if state == "firing" else spec.warn)
+    if value is None or limit is None:
+        return 0.0
+    past = value - limit if spec.direction == "above" else limit - value
+    return past / abs(limit) if limit else past
