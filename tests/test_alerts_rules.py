@@ -128,7 +128,7 @@ def test_rules_name_only_exported_or_recorded_metrics(model_dir):
     exported = exported_metric_names(model_dir)
     text = ALERTS_FILE.read_text() + RECORDING_FILE.read_text()
     assert rule_metric_names(text) - exported == set()
-    used_records = set(re.findall(r"\b(instance:[a-z0-9_]+:[a-z0-9_]+)", ALERTS_FILE.read_text()))
+    used_records = set(re.findall(r"\b((?:instance|cluster):[a-z0-9_]+:[a-z0-9_]+)", ALERTS_FILE.read_text()))
     assert used_records <= recorded_names()
     for record in recorded_names():
         assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", record), record   # level:metric:operations

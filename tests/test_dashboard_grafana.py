@@ -1,6 +1,8 @@
-"""The Grafana dashboard: in step with its generator (grafana-foundation-sdk, Grafana 11 flavour), every query
-parses (promtool) and names only metrics the exporter really exports or the recording rules record, the three
-stages sit side by side, then one row per stage holding that stage's signals on the agent's thresholds."""
+"""The Grafana dashboards: in step with their generator (grafana-foundation-sdk, Grafana 11 flavour), every query
+parses (promtool) and names only metrics the exporter really exports or the recording rules record. The node
+dashboard: the three stages side by side, then one row per stage holding that stage's signals on the agent's
+thresholds. The fleet dashboard: nodes firing per stage and cluster from the fleet recording rules, every node's
+stage states and the nodes firing longest, narrowed by cluster, model and gpu."""
 
 import importlib.metadata
 import importlib.util
@@ -10,15 +12,21 @@ import re
 import subprocess
 
 import pytest
-from test_alerts_rules import recorded_names, rule_metric_names
+from test_alerts_rules import read_alerts, recorded_names, rule_metric_names
 from test_metrics_exposition import exported_metric_names, promtool
 
 from agent.diagnosis.signals import SIGNALS_BY_ID
 
 GRAFANA = pathlib.Path("dashboards/grafana")
 DASHBOARD = json.loads((GRAFANA / "stagelens.json").read_text())
-# Grafana's macros, replaced by what they expand to, so promtool can parse the query
-MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h", "$instance": ".*"}
+FLEET = json.loads((GRAFANA / "stagelens-fleet.json").read_text())
+# {committed file: the generator's function that writes it}
+GENERATED = {"stagelens.json": "dashboard", "stagelens-fleet.json": "fleet_dashboard"}
+BOTH = pytest.mark.parametrize("board", [DASHBOARD, FLEET], ids=["node", "fleet"])
+# Grafana's macros and variables, replaced by what they expand to, so promtool can parse the query
+MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h", "$instance": ".*", "$cluster": ".*",
+          "$served_model": ".*", "$gpu_type": ".*"}
+RECORD = r"\b((?:instance|cluster):[a-z0-9_]+:[a-z0-9_]+)"
 
 
 def panels(dashboard=DASHBOARD) -> list[dict]:
@@ -45,10 +53,17 @@ def threshold_signal(panel: dict) -> str | None:
     return found.pop() if found else None
 
 
-def exprs() -> list[str]:
-    out = [t["expr"] for p in panels() for t in p.get("targets", [])]
-    out += [a["expr"] for a in DASHBOARD["annotations"]["list"]]
+def exprs(dashboard=DASHBOARD) -> list[str]:
+    out = [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
+    out += [a["expr"] for a in dashboard["annotations"]["list"]]
     return out
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("generate", GRAFANA / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def expand(expr: str) -> str:
@@ -58,10 +73,11 @@ def expand(expr: str) -> str:
 
 
 def test_the_committed_json_is_what_the_generator_writes():
-    spec = importlib.util.spec_from_file_location("generate", GRAFANA / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.dashboard() == DASHBOARD, "run `python dashboards/grafana/generate.py` and commit stagelens.json"
+    module = generator()
+    for name, function in GENERATED.items():
+        assert getattr(module, function)() == json.loads((GRAFANA / name).read_text()), \
+            f"run `python dashboards/grafana/generate.py` and commit {name}"
+    assert {p.name for p in GRAFANA.glob("*.json")} == set(GENERATED)
 
 
 def test_the_sdk_is_the_pinned_grafana_11_flavour():
@@ -69,8 +85,9 @@ def test_the_sdk_is_the_pinned_grafana_11_flavour():
     pin = re.search(r'"grafana-foundation-sdk==(\S+)"', pyproject).group(1)
     assert pin.endswith("!11.6.0")
     assert importlib.metadata.version("grafana-foundation-sdk") == pin
-    assert DASHBOARD["__requires"][0] == {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "11.6.0"}
-    assert DASHBOARD["schemaVersion"] >= 39   # Grafana 10.4 and later
+    for board in (DASHBOARD, FLEET):
+        assert board["__requires"][0] == {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "11.6.0"}
+        assert board["schemaVersion"] >= 39   # Grafana 10.4 and later
 
 
 def test_the_runtime_never_imports_the_generator_or_the_sdk():
@@ -80,9 +97,10 @@ def test_the_runtime_never_imports_the_generator_or_the_sdk():
             assert not imports.search(path.read_text()), path
 
 
-def test_the_datasource_is_an_import_input():
-    assert DASHBOARD["__inputs"][0]["name"] == "DS_PROMETHEUS"
-    for p in panels():
+@BOTH
+def test_the_datasource_is_an_import_input(board):
+    assert board["__inputs"][0]["name"] == "DS_PROMETHEUS"
+    for p in panels(board):
         assert p["datasource"]["uid"] == "${DS_PROMETHEUS}", p["title"]
         assert all(t["datasource"]["uid"] == "${DS_PROMETHEUS}" for t in p["targets"]), p["title"]
 
@@ -132,14 +150,16 @@ def test_the_stage_stats_colour_by_state():
         assert p["options"]["colorMode"] == "background"
 
 
-def test_panel_ids_are_unique():
-    ids = [p["id"] for p in DASHBOARD["panels"]]
+@BOTH
+def test_panel_ids_are_unique(board):
+    ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids)) and 0 not in ids
 
 
-def test_panels_do_not_overlap():
+@BOTH
+def test_panels_do_not_overlap(board):
     cells = set()
-    for p in DASHBOARD["panels"]:
+    for p in board["panels"]:
         g = p["gridPos"]
         for x in range(g["x"], g["x"] + g["w"]):
             for y in range(g["y"], g["y"] + g["h"]):
@@ -153,9 +173,10 @@ def test_threshold_lines_are_the_agents_signals():
     assert signals and signals <= set(SIGNALS_BY_ID)
 
 
-def test_every_query_parses(tmp_path):
+@BOTH
+def test_every_query_parses(board, tmp_path):
     rules = ["groups:", "  - name: dashboard", "    rules:"]
-    for i, expr in enumerate(exprs()):
+    for i, expr in enumerate(exprs(board)):
         rules += [f"      - record: dashboard_query_{i}", f"        expr: {json.dumps(expand(expr))}"]
     path = tmp_path / "dashboard-queries.yml"
     path.write_text("\n".join(rules) + "\n")
@@ -168,8 +189,65 @@ def exported(model_dir):
     return exported_metric_names(model_dir)
 
 
-def test_every_query_names_exported_or_recorded_metrics(exported):
-    text = " ".join(exprs())
+@BOTH
+def test_every_query_names_exported_or_recorded_metrics(board, exported):
+    text = " ".join(exprs(board))
     assert rule_metric_names(text) - exported == set()
-    assert set(re.findall(r"\b(instance:[a-z0-9_]+:[a-z0-9_]+)", text)) <= recorded_names()
-    assert len(rule_metric_names(text)) >= 40
+    assert set(re.findall(RECORD, text)) <= recorded_names()
+    assert len(rule_metric_names(text)) >= (40 if board is DASHBOARD else 2)
+
+
+def fleet_rows() -> dict[str, list[dict]]:
+    return rows(FLEET)
+
+
+def test_the_fleet_is_narrowed_by_cluster_model_and_gpu():
+    variables = {v["name"]: v for v in FLEET["templating"]["list"]}
+    assert list(variables) == ["cluster", "served_model", "gpu_type"]
+    for v in variables.values():
+        assert v["multi"] and v["includeAll"] and v["allValue"] == ".*"   # "All" matches nodes without the label
+        assert v["query"]["query"].startswith("label_values(stagelens_stage_state")
+    assert 'cluster=~"$cluster"' in variables["served_model"]["query"]["query"]
+    # per node: every query takes the three; per cluster (the recording rules keep cluster and stage): the cluster
+    for p in fleet_rows()["Nodes"]:
+        for t in p["targets"]:
+            for label in variables:
+                assert t["expr"].count(f'{label}=~"${label}"') == t["expr"].count("{"), (p["title"], label)
+    for p in fleet_rows()["Fleet"]:
+        for t in p["targets"]:
+            assert re.fullmatch(r"(sum\()?cluster:\w+:\w+\{cluster=~\"\$cluster\"(,stage=\"\w+\")?\}\)?", t["expr"]), t
+
+
+def test_the_fleet_counts_come_from_the_fleet_recording_rules():
+    fleet_records = {r for r in recorded_names() if r.startswith("cluster:")}
+    used = set(re.findall(RECORD, " ".join(exprs(FLEET))))
+    assert used == fleet_records
+    stats = [p for p in fleet_rows()["Fleet"] if p["type"] == "stat"][:3]
+    for stage, p in zip(("kv_cache", "scheduler", "cold_path"), stats, strict=True):
+        assert p["targets"][0]["expr"] == \
+            f'sum(cluster:stagelens_stage_firing_nodes:count{{cluster=~"$cluster",stage="{stage}"}})'
+    assert len({p["gridPos"]["y"] for p in stats}) == 1
+
+
+def test_the_fleet_share_draws_the_alerts_threshold():
+    expr = read_alerts()["StagelensStageFiringFleetWide"]["expr"]
+    share = float(re.search(r"cluster:stagelens_stage_firing_nodes:ratio >= ([0-9.]+)", expr).group(1))
+    [panel] = [p for p in panels(FLEET) if "stagelens_stage_firing_nodes:ratio" in p["targets"][0]["expr"]]
+    assert [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]] == [None, share]
+    assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
+    assert f"{share:.0%}" in panel["description"]
+
+
+def test_the_fleet_timeline_and_the_nodes_firing_longest():
+    [timeline] = [p for p in panels(FLEET) if p["type"] == "state-timeline"]
+    assert re.fullmatch(r"stagelens_stage_state\{[^}]*\}", timeline["targets"][0]["expr"])
+    assert "{{instance}}" in timeline["targets"][0]["legendFormat"]
+    assert {k: v["text"] for k, v in timeline["fieldConfig"]["defaults"]["mappings"][0]["options"].items()} == {
+        "-1": "unknown", "0": "ok", "1": "warn", "2": "firing"}
+    [longest] = [p for p in panels(FLEET) if p["type"] == "table"]
+    expr = longest["targets"][0]["expr"]
+    assert expr.startswith("topk(") and "time() - stagelens_stage_state_since_timestamp_seconds" in expr
+    assert re.search(r"stagelens_stage_state\{[^}]*\} == 2", expr)
+    assert longest["targets"][0]["instant"] and longest["fieldConfig"]["defaults"]["unit"] == "s"
+    assert "/d/stagelens-node/" in longest["fieldConfig"]["defaults"]["links"][0]["url"]
+    assert DASHBOARD["uid"] == "stagelens-node" and FLEET["uid"] == "stagelens-fleet"

@@ -74,6 +74,9 @@ def exported_metric_names(model_dir) -> set[str]:
     full = copy.deepcopy(frames[-1])
     engine = _fill_missing(full.engine.to_dict())
     engine["health"]["failure"] = None        # a reason, not a figure: the engine serves
+    engine["inferred"] = None                 # words, not figures (an engine read from outside has them)
+    engine["intake"] = {"traces.spans": 1.0, "kv_events.messages": 1.0}   # what an outside engine sent
+    engine["engine"]["source"] = "hooks"
     engine["window"]["cold_path"]["loads_in_progress"] = [{"model": "model-1", "since": 0.0, "seconds": 2.0}]
     full.engine = EngineSnapshot.from_dict(engine)
     full.node_sample["gpus"] = _fill_missing(full.node_sample["gpus"])

@@ -55,7 +55,7 @@ def test_runbooks_name_real_metrics_and_their_links_resolve(model_dir):
         text = path.read_text()
         for metric in set(re.findall(r"(?<![:\w])(stagelens_[a-z0-9_]+)", text)):
             assert metric in exported, (path.name, metric)
-        for record in set(re.findall(r"\b(instance:[a-z0-9_]+:[a-z0-9_]+)", text)):
+        for record in set(re.findall(r"\b((?:instance|cluster):[a-z0-9_]+:[a-z0-9_]+)", text)):
             assert record in recorded, (path.name, record)
         for link in re.findall(r"\]\(([^)#]+\.md)\)", text):
             assert (path.parent / link).is_file(), (path.name, link)

@@ -1,10 +1,12 @@
-"""Writes stagelens.json, the Grafana node dashboard: the three stages side by side, then one row per stage
-(KV cache, scheduler, cold path), then GPUs, topology & links, and the agent.
+"""Writes the Grafana dashboards: stagelens.json, the node dashboard (the three stages side by side, then one row
+per stage: KV cache, scheduler, cold path; then GPUs, topology & links, and the agent), and stagelens-fleet.json,
+the fleet dashboard (nodes firing per stage and cluster from the recording rules of group stagelens-fleet, then
+every node's stage states and the nodes firing longest, narrowed by cluster, model and gpu).
 
 Built with grafana-foundation-sdk, the Grafana 11 flavour pinned in pyproject.toml's `dev` extra
 (`grafana-foundation-sdk==1769699379!11.6.0`; an unpinned install picks the 10.1 one). A dev-only
 tool: nothing under agent/, probes/ or engine_hooks/ imports it. Run `python dashboards/grafana/generate.py`
-after changing it and commit both files; tests/test_dashboard_grafana.py fails while they differ.
+after changing it and commit the three files; tests/test_dashboard_grafana.py fails while they differ.
 The datasource is the import-time input DS_PROMETHEUS (Dashboards > Import asks for it).
 """
 
@@ -15,18 +17,26 @@ import pathlib
 
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import heatmap, prometheus, stat, statetimeline, table, timeseries
-from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig
+from grafana_foundation_sdk.builders.common import GraphThresholdsStyleConfig, TableSortByFieldState
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from agent.runbooks import runbook_ref, stage_runbook
-from agent.vocabulary import STAGE_NAMES, STAGES
+from agent.vocabulary import STAGE_ALERTS, STAGE_NAMES, STAGES
 
 GRAFANA_VERSION = "11.6.0"   # the SDK flavour: __requires says which Grafana the JSON is for
 DS = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")
 SEL = 'instance=~"$instance"'
+# the fleet dashboard's variables: target labels relabelling adds (a node without one matches "All", `.*`)
+# target labels a fleet's relabelling adds; not `model` or `gpu`, which the agent's own series carry (the
+# engine's model, a GPU's index): Prometheus would rename those to exported_*
+FLEET_LABELS = {"cluster": "Cluster", "served_model": "Model", "gpu_type": "GPU type"}
+CLUSTER_SEL = 'cluster=~"$cluster"'   # the recording rules keep cluster and stage only
+FLEET_SEL = ",".join(f'{label}=~"${label}"' for label in FLEET_LABELS)
+# StagelensStageFiringFleetWide's share of a cluster's nodes (tests/test_dashboard_grafana.py keeps them equal)
+FLEET_SHARE = 0.2
 # stagelens_stage_state encoding
 STATES = [dm.ValueMap(options={
     "-1": dm.ValueMappingResult(text="unknown", color="gray", index=0),
@@ -109,10 +119,15 @@ def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, 
     return panel
 
 
+def stage_title(stage: str) -> str:
+    """A stage's name as a panel's title: "Cold path"."""
+    return STAGE_NAMES[stage][0].upper() + STAGE_NAMES[stage][1:]
+
+
 def stages_row(b: Board) -> None:
     b.row("Stages")
     for stage in STAGES:
-        name = STAGE_NAMES[stage][0].upper() + STAGE_NAMES[stage][1:]   # a panel's title: "Cold path"
+        name = stage_title(stage)
         b.add(stat.Panel().title(name).datasource(DS).span(THIRD).height(4)
                      .description(f"Diagnosis state of the {name} stage; runbook: {stage_runbook(stage)}")
                      .with_target(q(f'max(stagelens_stage_state{{{SEL},stage="{stage}"}})', name))
@@ -266,6 +281,12 @@ def agent_row(b: Board) -> None:
                  .thresholds(steps((None, "green"), (10, "orange"), (60, "red"))))
 
 
+def links(d: db.Dashboard) -> db.Dashboard:
+    """The dropdown of every stagelens dashboard, keeping the time range and the variables."""
+    return d.link(db.DashboardLink("stagelens").type(dm.DashboardLinkType.DASHBOARDS).tags(["stagelens"])
+                  .as_dropdown(True).include_vars(True).keep_time(True))
+
+
 def build() -> db.Dashboard:
     d = (db.Dashboard("stagelens node").uid("stagelens-node").tags(["stagelens", "gpu", "llm-inference"])
          .description("The three bottleneck stages of an LLM-inference node side by side (docs/stages.md).")
@@ -275,18 +296,101 @@ def build() -> db.Dashboard:
                                 "refId": "instance"})
                         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(False).multi(False))
          .annotation(db.AnnotationQuery().name("stagelens alerts").datasource(DS).enable(True).icon_color("red")
-                     .expr(f'ALERTS{{alertstate="firing",{SEL}}}'))
-         .link(db.DashboardLink("stagelens").type(dm.DashboardLinkType.DASHBOARDS).tags(["stagelens"])
-               .as_dropdown(True).include_vars(True).keep_time(True)))
-    board = Board(d)
+                     .expr(f'ALERTS{{alertstate="firing",{SEL}}}')))
+    board = Board(links(d))
     for row in (stages_row, kv_cache_row, scheduler_row, cold_path_row, gpus_row, topology_row, agent_row):
         row(board)
     return d
 
 
-def dashboard() -> dict:
-    """The dashboard as Grafana's import JSON: the SDK's model plus the export-only __inputs/__requires."""
-    model = json.loads(json.dumps(build().build(), cls=JSONEncoder))
+def fleet_row(b: Board) -> None:
+    """Per cluster, from the recording rules (which keep cluster and stage: model and GPU do not narrow these)."""
+    b.row("Fleet")
+    for stage in STAGES:
+        b.add(stat.Panel().title(f"{stage_title(stage)}: nodes firing").datasource(DS).span(QUARTER).height(4)
+              .description(f"Nodes whose {STAGE_NAMES[stage]} stage fires, in the clusters chosen. "
+                           + see(STAGE_ALERTS[stage], "StagelensStageFiringFleetWide"))
+              .with_target(q(f'sum(cluster:stagelens_stage_firing_nodes:count{{{CLUSTER_SEL},stage="{stage}"}})',
+                             "firing"))
+              .thresholds(steps((None, "green"), (1, "orange"), (3, "red")))
+              .color_mode(common.BigValueColorMode.BACKGROUND).graph_mode(common.BigValueGraphMode.AREA))
+    b.add(stat.Panel().title("Agents down").datasource(DS).span(QUARTER).height(4)
+          .description("Nodes whose agent Prometheus cannot scrape: their stages are unobserved and count nowhere. "
+                       + see("StagelensAgentDown"))
+          .targets([q(f"sum(cluster:stagelens_agent_down_nodes:count{{{CLUSTER_SEL}}})", "down"),
+                    q(f"sum(cluster:stagelens_nodes:count{{{CLUSTER_SEL}}})", "nodes", "B")])
+          .override_by_name("nodes", [dm.DynamicConfigValue(id_val="color",
+                                                            value={"mode": "fixed", "fixedColor": "text"})])
+          .thresholds(steps((None, "green"), (1, "red"))).color_mode(common.BigValueColorMode.VALUE))
+    b.add(series("Nodes firing per stage and cluster", [q(
+        f"cluster:stagelens_stage_firing_nodes:count{{{CLUSTER_SEL}}}", "{{cluster}} {{stage}}")],
+        description="Nodes whose stage fires (stagelens_stage_state == 2). "
+        + see("StagelensStageFiringFleetWide"), w=HALF))
+    b.add(series("Share of nodes firing per stage and cluster", [q(
+        f"cluster:stagelens_stage_firing_nodes:ratio{{{CLUSTER_SEL}}}", "{{cluster}} {{stage}}")], "percentunit",
+        f"Of the nodes reporting the stage. The alert fires from {FLEET_SHARE:.0%} and 3 nodes, held 5 minutes. "
+        + see("StagelensStageFiringFleetWide"), w=HALF)
+        .min(0).max(1).thresholds(steps((None, "green"), (FLEET_SHARE, "red")))
+        .thresholds_style(GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.LINE)))
+    b.add(series("Nodes warn per stage and cluster", [q(
+        f"cluster:stagelens_stage_warn_nodes:count{{{CLUSTER_SEL}}}", "{{cluster}} {{stage}}")]))
+    b.add(series("Root stage named, per cluster", [q(
+        f"cluster:stagelens_root_stage_nodes:count{{{CLUSTER_SEL}}}", "{{cluster}} {{stage}}")],
+        description="Nodes whose diagnosis names the stage the root of the chain: fix the root first."))
+    b.add(series("Agents down per cluster", [
+        q(f"cluster:stagelens_agent_down_nodes:count{{{CLUSTER_SEL}}}", "{{cluster}} down"),
+        q(f"cluster:stagelens_nodes:count{{{CLUSTER_SEL}}}", "{{cluster}} nodes", "B")],
+        description=see("StagelensAgentDown")))
+
+
+def nodes_row(b: Board) -> None:
+    """Node by node, narrowed by cluster, model and GPU."""
+    b.row("Nodes")
+    b.add(statetimeline.Panel().title("Stage state per node").datasource(DS).span(WIDE).height(12)
+          .description("Every node's three stages: a change reaching the fleet shows as a wave crossing the nodes.")
+          .with_target(q(f"stagelens_stage_state{{{FLEET_SEL}}}", "{{instance}} {{stage}}"))
+          .mappings(STATES).thresholds(steps(*STATE_STEPS)))
+    firing_for = (f"(time() - stagelens_stage_state_since_timestamp_seconds{{{FLEET_SEL}}})"
+                  f" and (stagelens_stage_state{{{FLEET_SEL}}} == 2)")
+    b.add(table.Panel().title("Firing longest").datasource(DS).span(HALF).height(9).unit("s")
+          .description("The 10 nodes and stages firing the longest, with how long; the node opens its dashboard.")
+          .with_target(q(f"topk(10, {firing_for})").format(PromQueryFormat.TABLE).instant())
+          .with_transformation(dm.DataTransformerConfig(id_val="organize", options={
+              "excludeByName": {"Time": True}, "renameByName": {"Value": "firing for"}}))
+          .sort_by([TableSortByFieldState().display_name("firing for").desc(True)])
+          .data_links([db.DashboardLink("node dashboard").type(dm.DashboardLinkType.LINK)
+                       .url("/d/stagelens-node/stagelens-node?var-instance=${__data.fields.instance}"
+                            "&${__url_time_range}")]))
+    b.add(series("Nodes firing per model and GPU", [q(
+        f"count by (model, gpu, stage) (stagelens_stage_state{{{FLEET_SEL}}} == 2)", "{{model}} {{gpu}} {{stage}}")],
+        description="What the firing nodes share: one model or one GPU type points at what changed.", w=HALF, h=9))
+
+
+def build_fleet() -> db.Dashboard:
+    d = (db.Dashboard("stagelens fleet").uid("stagelens-fleet").tags(["stagelens", "gpu", "llm-inference"])
+         .description("The three bottleneck stages across the fleet: nodes firing per stage and cluster "
+                      "(docs/stages.md).")
+         .editable().refresh("1m").time("now-6h", "now").version(1)
+         .annotation(db.AnnotationQuery().name("fleet-wide stage alerts").datasource(DS).enable(True)
+                     .icon_color("red")
+                     .expr(f'ALERTS{{alertname="StagelensStageFiringFleetWide",alertstate="firing",{CLUSTER_SEL}}}')))
+    narrowed: list[str] = []   # each variable offers the values left by the ones before it
+    for label, title in FLEET_LABELS.items():
+        metric = f"stagelens_stage_state{{{','.join(narrowed)}}}" if narrowed else "stagelens_stage_state"
+        d.with_variable(db.QueryVariable(label).label(title).datasource(DS)
+                        .query({"query": f"label_values({metric}, {label})", "refId": label})
+                        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(True).all_value(".*")
+                        .multi(True))
+        narrowed.append(f'{label}=~"${label}"')
+    board = Board(links(d))
+    for row in (fleet_row, nodes_row):
+        row(board)
+    return d
+
+
+def export(d: db.Dashboard) -> dict:
+    """A dashboard as Grafana's import JSON: the SDK's model plus the export-only __inputs/__requires."""
+    model = json.loads(json.dumps(d.build(), cls=JSONEncoder))
     return {
         "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",
                       "pluginId": "prometheus", "pluginName": "Prometheus"}],
@@ -296,7 +400,18 @@ def dashboard() -> dict:
     }
 
 
+def dashboard() -> dict:
+    """The node dashboard, stagelens.json."""
+    return export(build())
+
+
+def fleet_dashboard() -> dict:
+    """The fleet dashboard, stagelens-fleet.json."""
+    return export(build_fleet())
+
+
 if __name__ == "__main__":
-    out = pathlib.Path(__file__).with_name("stagelens.json")
-    out.write_text(json.dumps(dashboard(), indent=2) + "\n")
-    print(f"wrote {out}")
+    for name, make in (("stagelens.json", dashboard), ("stagelens-fleet.json", fleet_dashboard)):
+        out = pathlib.Path(__file__).with_name(name)
+        out.write_text(json.dumps(make(), indent=2) + "\n")
+        print(f"wrote {out}")
