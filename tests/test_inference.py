@@ -64,3 +64,15 @@ def test_tokens_held_by_bookkeeping_and_fragmentation_against_slots_in_use():
     # 0.5 x 250 blocks x 16 = 2,000 slots a scrape; 1,000 tokens held on average
     assert fragmentation(gauges, 250, 16).value == pytest.approx(0.5)
     assert fragmentation(gauges, None, 16) is None
+
+
+def test_a_prefill_longer_than_the_longest_step_holds_an_arrival_for_one_step_only():
+    chunked = span("a", 0.0, 0.0, 0.40, 128, 1.0)          # a short prompt prefilled over several steps
+    budget_wait = span("b", 0.05, 0.30, 0.05, 50, 1.0)      # arrived in its first step, waited 0.3 s
+    # the longest step (the inter-token P99) is 0.1 s: 0.2 s of the wait was the scheduler's
+    assert decided_waits([chunked, budget_wait], period=0.02, longest_step=0.1)[1] == pytest.approx(0.30 - 0.10)
+    # without knowing the longest step, the whole prefill reads as the step: nothing decided
+    assert decided_waits([chunked, budget_wait], period=0.02)[1] == 0.0
+    # an arrival no span's prefill covers (its step's request still runs) waited at most the longest step
+    alone = span("c", 5.0, 0.25, 0.05, 50, 6.0)
+    assert decided_waits([alone], period=0.02, longest_step=0.1) == pytest.approx([0.25 - 0.10])

@@ -152,36 +152,46 @@ def step_period(span: float, steps: int | None) -> float | None:
     return span / steps if steps and span > 0 else None
 
 
-def decided_waits(timelines: list[RequestTimeline], period: float,
+def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None,
                   long_prefill_tokens: int = LONG_PREFILL_TOKENS) -> list[float]:
     """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
-    when it arrived (the hooks' `step_boundary`): the end of the prefill of a short prompt in progress at its
-    arrival, as the spans show it, or one mean step period. A long prompt's prefill is not such a step: waiting
-    behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
+    when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the inter-token latency's P99
+    (a decoding request waits one step between tokens, so the longest steps show there; a prefill chunked over
+    several steps shows as its chunks), or one mean step period where that is not published; the prefill of
+    a short prompt in progress at its arrival, as the spans show it, up to that bound, where its step is not
+    in the window's spans yet. A long prompt's prefill is not such a step: waiting behind it is what chunked
+    prefill avoids, as the hooks judge head-of-line blocking."""
     steps = [(c.start, c.end) for tl in timelines if tl.prompt_tokens <= long_prefill_tokens for c in tl.chunks]
+    cap = longest_step if longest_step is not None else float("inf")
     out = []
     for tl in timelines:
-        boundary = max([end - tl.arrival for start, end in steps if start <= tl.arrival < end], default=0.0)
-        out.append(max(0.0, tl.scheduler_wait_s - max(boundary, period)))
+        boundary = max([min(end - tl.arrival, cap) for start, end in steps if start <= tl.arrival < end],
+                       default=0.0)
+        step = period if longest_step is None else max(period, longest_step)
+        out.append(max(0.0, tl.scheduler_wait_s - max(boundary, step)))
     return out
 
 
-def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
-                     queue: HistogramDelta | None) -> Inferred | None:
+def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
+                     longest_step: float | None = None) -> Inferred | None:
     """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them,
     else only when the queue-time histogram settles it (its P99's bucket starts above zero: the P99 is at
     least that lower bound); a P99 in the first bucket could be anything under it."""
     if timelines and period is not None:
-        value = percentile(decided_waits(timelines, period), 99)
+        value = percentile(decided_waits(timelines, period, longest_step), 99)
         return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
-                               f"the step running at each one's arrival (a short prefill in progress, else one step "
-                               f"period: {period * 1000:.0f} ms)")
+                               f"the step running at each one's arrival (the inter-token P99, {_ms(longest_step)}, "
+                               f"or a short prefill in progress; one step period is {period * 1000:.0f} ms)")
     bounds = quantile_bounds(queue, 0.99)
     if bounds is None or bounds[0] <= 0:
         return None
     lower, upper = bounds
     return Inferred(lower, f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: at least "
                            f"{lower:g} s")
+
+
+def _ms(seconds: float | None) -> str:
+    return "unbounded" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def head_of_line_share(timelines: list[RequestTimeline], period: float | None,

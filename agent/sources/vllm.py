@@ -313,7 +313,7 @@ class VllmSource:
             requests_finished=None if e2e is None else round(e2e.count),
             wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
             decided_wait_p99_s=infer("window.scheduler.decided_wait_p99_s",
-                                     decided_wait_p99(timelines, period, queue)) if span else None,
+                                     decided_wait_p99(timelines, period, queue, quantile(itl, 0.99))) if span else None,
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
             waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
             wait_seconds_by_reason=by_reason,
