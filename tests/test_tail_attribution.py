@@ -16,7 +16,7 @@ from agent.vocabulary import COMPONENT_STAGE, WAIT_STAGE
 from engine_hooks.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
 from engine_hooks.engine import waits
 from engine_hooks.snapshot import WindowTail
-from engine_hooks.timeline import BEHIND_LONG_PREFILL, STEP_BOUNDARY, PrefillChunk, RequestTimeline, Wait
+from engine_hooks.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY, PrefillChunk, RequestTimeline, Wait
 
 
 def timeline(rid="r", arrival=0.0, waits_=(), chunks=(), first=None, finished=None, events=()) -> RequestTimeline:
@@ -57,7 +57,7 @@ def test_steps_slowed_by_a_load_count_only_while_the_request_ran():
 
 def test_every_reason_the_engine_names_is_charged_somewhere():
     named = {waits.NO_FREE_BLOCKS, waits.TOKEN_BUDGET, waits.MAX_NUM_SEQS, waits.MODEL_LOADING, waits.PREEMPTED,
-             BEHIND_LONG_PREFILL, STEP_BOUNDARY}
+             BEHIND_LONG_PREFILL, STEP_BOUNDARY, QUEUED}
     assert set(WAIT_STAGE) == named
     assert {RECOMPUTE, LOAD_SLOWDOWN, COMPUTE} <= set(COMPONENT_STAGE)
 

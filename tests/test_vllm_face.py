@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import socket
 import threading
@@ -384,6 +385,8 @@ def test_vllm_source_attaches_to_the_face_of_a_running_engine_as_to_a_vllm_serve
 
 
 def test_a_dead_otlp_endpoint_neither_blocks_nor_fails_the_engine(model_dir, caplog):
+    # the agent's tracing quiets the OTLP exporters' log (agent/tracing/exporter.py); here it is the evidence
+    caplog.set_level(logging.WARNING, logger="opentelemetry.exporter.otlp")
     engine = _engine(model_dir, num_blocks=16)
     engine.start()
     face = VllmFace(engine, served_model_name=MODEL, otlp_traces_endpoint=f"http://127.0.0.1:{_closed_port()}",
