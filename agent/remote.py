@@ -44,7 +44,7 @@ def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None =
         headers["Authorization"] = f"Bearer {token}"
     try:
         body = _get(parts, headers, time.monotonic() + timeout, max_bytes)
-    except _TooLarge:
+    except AnswerTooLarge:
         raise CollectError(f"{url}: the answer is larger than {max_bytes} bytes") from None
     except _Status as exc:
         raise CollectError(f"{url}: HTTP {exc}") from None
@@ -60,8 +60,8 @@ def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None =
         raise CollectError(f"{url}: the answer is not JSON") from None
 
 
-class _TooLarge(Exception):
-    pass
+class AnswerTooLarge(Exception):
+    """An answer past the size its caller allows."""
 
 
 class _Status(Exception):
@@ -103,25 +103,33 @@ class _DeadlineResponse(http.client.HTTPResponse):
 
 
 def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_bytes: int) -> bytes:
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    status, reason, body = request("GET", parts, target, headers, deadline, max_bytes)
+    if not 200 <= status < 300:
+        raise _Status(f"{status} {reason}")
+    return body
+
+
+def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: dict, deadline: float,
+            max_bytes: int, body: bytes | None = None) -> tuple[int, str, bytes]:
+    """(status, reason, body) of one HTTP exchange, connect, headers and body all within `deadline`
+    (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or HTTPException otherwise."""
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
     conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     response = None
     try:
-        conn.request("GET", target, headers=headers)   # connects, with the time left as its timeout
+        conn.request(method, target, body=body, headers=headers)   # connects, with the time left as its timeout
         response = conn.getresponse()
-        if not 200 <= response.status < 300:
-            raise _Status(f"{response.status} {response.reason}")
         length = response.getheader("Content-Length", "")
         if length.isdigit() and int(length) > max_bytes:
-            raise _TooLarge
-        body = bytearray()
+            raise AnswerTooLarge
+        answer = bytearray()
         while chunk := response.read1(_CHUNK):
-            body += chunk
-            if len(body) > max_bytes:
-                raise _TooLarge
-        return bytes(body)
+            answer += chunk
+            if len(answer) > max_bytes:
+                raise AnswerTooLarge
+        return response.status, response.reason, bytes(answer)
     finally:
         if response is not None:
             response.close()

@@ -12,13 +12,13 @@ import pytest
 from frame_builders import engine_snapshot, frame
 
 from agent.cli import main
-from agent.commands.tui import _server_settings
 from agent.diagnosis import load_config
 from agent.diagnosis.config import Threshold
 from agent.record import read_bundle
 from agent.tui.remote_source import RemoteSource
 from agent.tui.render.waterfall import bar_cells, phase_at
 from agent.tui.replay_source import ReplaySource
+from agent.tui.server_settings import server_settings
 from agent.tui.state import TuiState
 from agent.tui.widgets.gpu_panel import gpu_table
 
@@ -90,15 +90,15 @@ def test_remote_source_asks_for_frames_since_the_last_it_got(stub_server):
 
 def test_tui_connect_judges_with_the_servers_thresholds_and_says_when_it_cannot(stub_server):
     _Stub.config = load_config(overrides=["kv_fragmentation_ratio=0.05:0.1"]).to_dict()
-    base, notice = _server_settings(stub_server)
+    base, notice = server_settings(stub_server)
     assert notice is None
     config = load_config(None, ["scheduler_wait_p99=0.5:1"], base)            # the user's flags still win
     assert config.threshold("kv_fragmentation_ratio") == Threshold(0.05, 0.1)
     assert config.threshold("scheduler_wait_p99") == Threshold(0.5, 1.0)
     _Stub.config = {"thresholds": {"no_such_signal": {"warn": 1}}}
-    base, notice = _server_settings(stub_server)
+    base, notice = server_settings(stub_server)
     assert base is None and "no_such_signal" in notice and "this TUI's thresholds" in notice
-    base, notice = _server_settings("http://127.0.0.1:9")
+    base, notice = server_settings("http://127.0.0.1:9")
     assert base is None and "could not collect" in notice
 
 

@@ -18,11 +18,11 @@ from agent.commands.engine_source_flags import (
     open_engine_source,
 )
 from agent.commands.sampling_flags import interval_option
-from agent.diagnosis import DiagnosisConfig, load_config
-from agent.diagnosis.config import apply_document
-from agent.errors import CollectError, UserError
+from agent.diagnosis import load_config
+from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
-from agent.remote import check_url, get_json
+from agent.remote import check_url
+from agent.tui.server_settings import server_settings
 
 
 @click.command()
@@ -59,7 +59,7 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
         names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
         raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, not to "
                         f"--engine {engine_kind}")
-    base, notice = _server_settings(url) if url else (None, None)
+    base, notice = server_settings(url) if url else (None, None)
     config = load_config(config_path, thresholds, base)
     source = _source(ctx, url, replay_path, scenario, interval, flags, outside)
 
@@ -69,17 +69,6 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     app.run()
     app.poller.finished.wait(timeout=15)   # the local engine stops on the worker thread
     return 0
-
-
-def _server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:
-    """The settings the server judges with, so that the TUI agrees with its alerts; `--config` and
-    `--threshold` still apply on top. A server that does not say: this TUI's defaults, and a notice."""
-    served = DiagnosisConfig()
-    try:
-        apply_document(served, f"{url.rstrip('/')}/api/v1/config", get_json(url, "/api/v1/config", timeout=3.0))
-    except (CollectError, UserError) as exc:
-        return None, f"judging with this TUI's thresholds: the server's were not read ({exc})"
-    return served, None
 
 
 def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict, outside=None):

@@ -14,7 +14,6 @@ server gives a FleetView whose `error` says why in one line, with the last answe
 
 from __future__ import annotations
 
-import functools
 import http.client
 import json
 import math
@@ -25,7 +24,7 @@ import urllib.parse
 from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from agent.errors import UserError
 from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, stage_cells
-from agent.remote import _DeadlineResponse, _left
+from agent.remote import AnswerTooLarge, request
 from agent.vocabulary import STAGES, STATES
 
 DEFAULT_SELECTOR = '{job="stagelens"}'
@@ -161,8 +160,10 @@ class FleetQuery:
         # Prometheus gives up on its side at the same deadline (its `timeout`, seconds)
         form = urllib.parse.urlencode({"query": self.expression, "timeout": f"{self.timeout_s:g}"}).encode()
         try:
-            status, body = _post(self._parts, self._parts.path + "/api/v1/query", form, deadline)
-        except _TooLarge:
+            status, _, body = request("POST", self._parts, self._parts.path + "/api/v1/query", {
+                "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
+                deadline, MAX_ANSWER_BYTES, form)
+        except AnswerTooLarge:
             raise _Failed(f"the answer is larger than {MAX_ANSWER_BYTES} bytes") from None
         except TimeoutError:
             raise _Failed(f"no complete answer within {self.timeout_s:g} s") from None
@@ -195,35 +196,6 @@ class FleetQuery:
 
 class _Failed(Exception):
     pass
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _post(parts: urllib.parse.SplitResult, path: str, form: bytes, deadline: float) -> tuple[int, bytes]:
-    """POST `form` to `path`; (status, body) read whole within `deadline` (agent.remote's deadline reader)."""
-    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
-    conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
-    response = None
-    try:
-        conn.request("POST", path, body=form, headers={
-            "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
-        response = conn.getresponse()
-        length = response.getheader("Content-Length", "")
-        if length.isdigit() and int(length) > MAX_ANSWER_BYTES:
-            raise _TooLarge
-        body = bytearray()
-        while chunk := response.read1(64 * 2**10):
-            body += chunk
-            if len(body) > MAX_ANSWER_BYTES:
-                raise _TooLarge
-        return response.status, bytes(body)
-    finally:
-        if response is not None:
-            response.close()
-        conn.close()
 
 
 def _number(value) -> float | None:

@@ -47,15 +47,15 @@ def open_node_tui(url: str) -> bool:
     True when it was ended by a signal, so the fleet ends too. UserError for a URL that can never answer."""
     import click
 
-    from agent.commands.tui import _server_settings
     from agent.diagnosis import load_config
     from agent.remote import check_url
     from agent.tui.fleet.node import NodeApp
     from agent.tui.remote_source import RemoteSource
+    from agent.tui.server_settings import server_settings
 
     check_url(url)
     click.echo(f"connecting to {url} …", err=True)
-    base, notice = _server_settings(url)      # up to 3 s: the agent's thresholds, or a notice that they were not read
+    base, notice = server_settings(url)      # up to 3 s: the agent's thresholds, or a notice that they were not read
     app = NodeApp(RemoteSource(url, timeout=NODE_INTERVAL * 2), interval=NODE_INTERVAL,
                   config=load_config(None, (), base), notice=notice)
     app.run()
