@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import signal
 import threading
 import time
 
@@ -21,6 +20,7 @@ import pytest
 from polling import wait_for
 from prometheus_support import Prometheus, free_port, prometheus_binary
 from serve_support import ServeProcess
+from tcp_relay import FreezableRelay
 
 from agent.cli import main
 from agent.fleet.query import FleetQuery
@@ -132,17 +132,20 @@ def test_the_fleet_lists_each_node_with_its_root_stage_then_a_stopped_one_down(l
     assert [n["up"] for n in document["nodes"]] == [False, True, True]
 
     # Prometheus frozen mid-watch: the refresh gives up at its deadline and keeps the last rows, marked stale
-    query = FleetQuery(url, timeout_s=1)
-    live = query.fetch()
-    assert live.error is None and len(live.rows) == 3
-    prometheus.process.send_signal(signal.SIGSTOP)
+    relay = FreezableRelay(prometheus.port)
     try:
+        relayed = f"http://127.0.0.1:{relay.port}"
+        query = FleetQuery(relayed, timeout_s=1)
+        live = query.fetch()
+        assert live.error is None and len(live.rows) == 3
+        relay.freeze()
         frozen = query.fetch()
+        relay.thaw()
+        assert frozen.stale and frozen.error == f"prometheus {relayed}: no complete answer within 1 s"
+        assert frozen.rows == live.rows and frozen.fetched_unix == live.fetched_unix
+        assert query.fetch().error is None   # and it recovers once the server answers again
     finally:
-        prometheus.process.send_signal(signal.SIGCONT)
-    assert frozen.stale and frozen.error == f"prometheus {url}: no complete answer within 1 s"
-    assert frozen.rows == live.rows and frozen.fetched_unix == live.fetched_unix
-    assert query.fetch().error is None   # and it recovers once the server answers again
+        relay.close()
 
 
 def test_a_query_prometheus_refuses_is_one_line_exit_3(lab_fleet, capsys):
