@@ -115,66 +115,21 @@ else
 fi
 
 # --- 2. the benches on the device ---------------------------------------------------------------------------
-# bench/engine.py and bench/hooks_overhead.py build their engines and tensors on the CPU; this driver runs
-# them with the engine (and the attention benchmark's tensors) on DEVICE, timing with a device synchronise.
-# MODE full: the script's own --quick run; smoke: tiny sizes (a dry run's check that the driver works).
-BENCH_DRIVER='
-import sys
-mode, script, device, model_dir = sys.argv[1:5]
-sys.path[:0] = ["bench", "."]
-import torch
-from engine_hooks.engine import EngineConfig
-
-def on_device(**kw):
-    kw.update(device=device, **({"model": "tiny"} if mode == "smoke" else {}))
-    kw.setdefault("model_dir", model_dir)
-    return EngineConfig(**kw)
-
-if script == "engine":
-    import engine as bench
-    timed, describe, attention = bench._timed, bench.describe_batch, bench.attention_figures
-
-    def synced(fn):
-        def run():
-            fn()
-            if torch.device(device).type == "cuda":
-                torch.cuda.synchronize()
-        return run
-
-    def attention_on_device(*args, **kwargs):
-        with torch.device(device):
-            return attention(*args, **kwargs)
-
-    bench._timed = lambda fn, repeats: timed(synced(fn), repeats)
-    bench.describe_batch = lambda seqs, block_size, _: describe(seqs, block_size, torch.device(device))
-    bench.attention_figures = attention_on_device
-    bench.EngineConfig = on_device
-    if mode == "smoke":
-        figures = {**bench.attention_figures(2, 64, 16, 1, scattered=True), **bench.throughput_figures(1.0, 1, "tiny")}
-        bench.emit({"device": device, **figures}, True)
-        sys.exit(0)
-else:
-    import hooks_overhead as bench
-    bench.EngineConfig = on_device
-    if mode == "smoke":     # the tiny model: its vocabulary is smaller than the prompt ids drawn
-        one_run = bench.one_run
-        bench.one_run = lambda engine, prompts, max_tokens: one_run(
-            engine, [[t % engine.config.preset.vocab_size for t in p] for p in prompts], max_tokens)
-sys.argv = [script, "--quick", "--json", *(["--pairs", "1"] if mode == "smoke" else [])]
-bench.main()
-'
+# Each script's own --quick run with the engine (and the attention benchmark's tensors) on the CUDA device,
+# timed until the device is done; without one, --smoke on the CPU: tiny sizes, that the scripts run.
 if [ -z "$NO_GPU" ]; then
-    step bench-engine 180 "$OUT/bench-engine.json" "$PY" -c "$BENCH_DRIVER" full engine cuda "$MODEL_DIR"
-    step bench-hooks-overhead 120 "$OUT/bench-hooks-overhead.json" "$PY" -c "$BENCH_DRIVER" full hooks_overhead cuda \
-        "$MODEL_DIR"
+    step bench-engine 180 "$OUT/bench-engine.json" "$PY" bench/engine.py --quick --json --device cuda \
+        --model-dir "$MODEL_DIR"
+    step bench-hooks-overhead 120 "$OUT/bench-hooks-overhead.json" "$PY" bench/hooks_overhead.py --quick --json \
+        --device cuda --model-dir "$MODEL_DIR"
 else
     skip bench-engine "$NO_GPU"
     skip bench-hooks-overhead "$NO_GPU"
     if [ "$NO_GPU" != "the Python environment is broken" ]; then
-        step bench-engine-cpu-smoke 60 "$OUT/bench-engine-cpu-smoke.json" "$PY" -c "$BENCH_DRIVER" smoke engine cpu \
-            "$MODEL_DIR"
-        step bench-hooks-overhead-cpu-smoke 60 "$OUT/bench-hooks-overhead-cpu-smoke.json" "$PY" -c "$BENCH_DRIVER" \
-            smoke hooks_overhead cpu "$MODEL_DIR"
+        step bench-engine-cpu-smoke 60 "$OUT/bench-engine-cpu-smoke.json" "$PY" bench/engine.py --smoke --json \
+            --device cpu --model-dir "$MODEL_DIR"
+        step bench-hooks-overhead-cpu-smoke 60 "$OUT/bench-hooks-overhead-cpu-smoke.json" "$PY" \
+            bench/hooks_overhead.py --smoke --json --device cpu --model-dir "$MODEL_DIR"
     fi
 fi
 

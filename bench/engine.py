@@ -1,6 +1,6 @@
 """Engine benchmark: paged vs dense attention, KV read bandwidth, paged vs contiguous throughput, KV waste.
 
-    python bench/engine.py [--quick] [--json]
+    python bench/engine.py [--quick | --smoke] [--json] [--device cuda] [--model-dir DIR]
 
 Prints figures and ratios from one run; A/B pairs are interleaved. Never pass/fail.
 """
@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _report import emit  # noqa: E402  (bench/ is the script's own directory)
+from _device import add_engine_flags, checked_device, synchronize  # noqa: E402  (bench/ is the script's own)
+from _report import emit  # noqa: E402
 
 from agent.lab.run import run_lab  # noqa: E402
 from agent.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
@@ -28,19 +29,27 @@ from engine_hooks.engine.attention import describe_batch, describe_sequence, pag
 from engine_hooks.engine.presets import PRESETS  # noqa: E402
 
 
-def _timed(fn, repeats: int) -> float:
-    """Median seconds of `fn()` over `repeats` calls, after one warm-up call."""
+def _timed(fn, repeats: int, device: torch.device) -> float:
+    """Median seconds of `fn()` over `repeats` calls, after one warm-up call, each until the device is done."""
     fn()
     times = []
     for _ in range(repeats):
+        synchronize(device)
         t = time.perf_counter()
         fn()
+        synchronize(device)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
 
-def attention_figures(batch: int, context: int, block_size: int, repeats: int, scattered: bool) -> dict:
+def attention_figures(batch: int, context: int, block_size: int, repeats: int, scattered: bool,
+                      device: torch.device) -> dict:
     """Decode attention of `batch` sequences of `context` tokens, paged vs dense SDPA on the same bytes."""
+    with torch.device(device):
+        return _attention_figures(batch, context, block_size, repeats, scattered, device)
+
+
+def _attention_figures(batch, context, block_size, repeats, scattered, device) -> dict:
     p = PRESETS["small"]
     torch.manual_seed(0)
     blocks_per_seq = context // block_size
@@ -53,7 +62,7 @@ def attention_figures(batch: int, context: int, block_size: int, repeats: int, s
     tables = [order[i * blocks_per_seq:(i + 1) * blocks_per_seq] for i in range(batch)]
     q = torch.randn(batch, p.num_heads, p.head_dim)
     seqs = [describe_sequence(i, 1, context, tables[i], block_size) for i in range(batch)]
-    attention = describe_batch(seqs, block_size, torch.device("cpu"))
+    attention = describe_batch(seqs, block_size, device)
     # the dense layout holds exactly the same K/V bytes, contiguous per sequence
     k_dense = torch.stack([k_pool[t].flatten(0, 1) for t in tables]).transpose(1, 2).contiguous()
     v_dense = torch.stack([v_pool[t].flatten(0, 1) for t in tables]).transpose(1, 2).contiguous()
@@ -71,9 +80,9 @@ def attention_figures(batch: int, context: int, block_size: int, repeats: int, s
 
     t_paged, t_dense, t_copy = [], [], []
     for _ in range(repeats):   # interleaved A/B
-        t_paged.append(_timed(paged, 3))
-        t_dense.append(_timed(dense, 3))
-        t_copy.append(_timed(copy, 3))
+        t_paged.append(_timed(paged, 3, device))
+        t_dense.append(_timed(dense, 3, device))
+        t_copy.append(_timed(copy, 3, device))
     paged_s, dense_s, copy_s = (statistics.median(x) for x in (t_paged, t_dense, t_copy))
     kv_bytes = 2 * k_dense.numel() * k_dense.element_size()
     expected = F.scaled_dot_product_attention(q.unsqueeze(2), k_dense, v_dense, enable_gqa=True).squeeze(2)
@@ -89,9 +98,11 @@ def attention_figures(batch: int, context: int, block_size: int, repeats: int, s
     }
 
 
-def throughput_figures(duration: float, pairs: int, model: str) -> dict:
+def throughput_figures(duration: float, pairs: int, model: str, device: torch.device,
+                       model_dir: str | None = None) -> dict:
     """Paged vs contiguous at the same KV memory, on requests much shorter than max_model_len."""
-    common = dict(model=model, max_model_len=2048, max_num_seqs=32, kv_cache_memory="64MiB", device="cpu")
+    common = dict(model=model, max_model_len=2048, max_num_seqs=32, kv_cache_memory="64MiB", device=str(device),
+                  model_dir=model_dir)
     workload = WorkloadConfig(rate=None, concurrency=32, prompt_len=LengthDist("uniform", 64, 192),
                               output_len=LengthDist("uniform", 96, 224), duration=duration,
                               warmup=duration / 4)
@@ -119,14 +130,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a run of under a minute")
     parser.add_argument("--json", action="store_true")
+    add_engine_flags(parser)
     args = parser.parse_args()
+    device = checked_device(parser, args)
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    figures = {"device": str(device), "torch_threads": torch.get_num_threads()}
+    if args.smoke:
+        figures.update(attention_figures(2, 64, 16, 1, scattered=True, device=device))
+        figures.update(throughput_figures(1.0, 1, "tiny", device, args.model_dir))
+        emit(figures, args.json)
+        return
     repeats = 5 if args.quick else 15
-    figures = {"torch_threads": torch.get_num_threads()}
-    figures.update(attention_figures(16, 1024, 16, repeats, scattered=True))
-    contiguous_blocks = attention_figures(16, 1024, 16, repeats, scattered=False)
+    figures.update(attention_figures(16, 1024, 16, repeats, scattered=True, device=device))
+    contiguous_blocks = attention_figures(16, 1024, 16, repeats, scattered=False, device=device)
     figures["paged_vs_dense_attention_ratio_contiguous_blocks"] = contiguous_blocks["paged_vs_dense_attention_ratio"]
-    figures.update(throughput_figures(8.0 if args.quick else 30.0, 1 if args.quick else 3, "small"))
+    figures.update(throughput_figures(8.0 if args.quick else 30.0, 1 if args.quick else 3, "small", device,
+                                      args.model_dir))
     emit(figures, args.json)
 
 

@@ -46,3 +46,12 @@ def test_a_dry_run_skips_the_gpu_steps_says_why_and_exits_0(tmp_path):
 def test_an_unknown_argument_is_refused():
     run = subprocess.run(["bash", str(SCRIPT), "--nope"], capture_output=True, text=True, timeout=30)
     assert run.returncode == 2 and "--nope" in run.stderr
+
+
+def test_the_benches_refuse_a_device_this_machine_lacks_in_one_line():
+    bench = SCRIPT.parent
+    for script in ("engine.py", "hooks_overhead.py"):
+        run = subprocess.run([sys.executable, str(bench / script), "--smoke", "--device", "cuda:99"],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr, run.stderr
+        assert "error: --device: cuda:99 asked for, but torch sees" in run.stderr.strip().splitlines()[-1]
