@@ -7,16 +7,30 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 # Every Python dependency at the exact version CI tested (torch apart: TORCH_SPEC picks the CPU or CUDA build).
 LOCK := requirements.lock
+# guidellm, the ecosystem's load generator tests/test_guidellm.py drives the lab with, in a venv of its own:
+# it pins click below the release stagelens's CLI is tested with. CPU torch whatever TORCH_SPEC says.
+LOADGEN_VENV := .venv-loadgen
+LOADGEN_STAMP := $(LOADGEN_VENV)/.installed-stamp
+LOADGEN_LOCK := deploy/loadgen/requirements.lock
+LOADGEN_TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench fuzz soak venv lock clean
+.PHONY: demo test lint bench fuzz soak venv loadgen lock clean
 
 venv: $(STAMP)
+
+loadgen: $(LOADGEN_STAMP)
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -r $(LOCK)
 	$(BIN)/pip install -q --no-deps -e '.[engine,dev]'
+	touch $@
+
+$(LOADGEN_STAMP): Makefile $(LOADGEN_LOCK)
+	test -x $(LOADGEN_VENV)/bin/python || $(PYTHON) -m venv $(LOADGEN_VENV)
+	$(LOADGEN_VENV)/bin/pip install -q "$(LOADGEN_TORCH_SPEC)"
+	$(LOADGEN_VENV)/bin/pip install -q -r $(LOADGEN_LOCK)
 	touch $@
 
 # Re-resolve every dependency (the newest pyproject.toml allows) in a scratch venv and pin the result.
@@ -28,11 +42,17 @@ lock:
 	{ echo "# make lock: every dependency of stagelens[engine,dev] at the version tested; torch comes from TORCH_SPEC"; \
 	  .lock-venv/bin/pip freeze --exclude-editable | grep -v -i '^torch=='; } > $(LOCK)
 	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q "$(LOADGEN_TORCH_SPEC)"
+	.lock-venv/bin/pip install -q guidellm
+	{ echo "# make lock: guidellm and every dependency at the version tested (tests/test_guidellm.py); torch comes from LOADGEN_TORCH_SPEC"; \
+	  .lock-venv/bin/pip freeze | grep -v -i '^torch=='; } > $(LOADGEN_LOCK)
+	rm -rf .lock-venv
 
 demo: $(STAMP)
 	@if [ -t 0 ]; then $(BIN)/stagelens tui --scenario hol-blocking; else $(BIN)/stagelens lab --scenario hol-blocking --fixed --duration 20; fi
 
-test: $(STAMP)
+test: $(STAMP) $(LOADGEN_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -57,4 +77,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/detect.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .lock-venv
+	rm -rf $(VENV) $(LOADGEN_VENV) .pytest_cache .lock-venv

@@ -4,6 +4,8 @@ here, and a client that leaves frees its request."""
 
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import openai
 import pytest
@@ -46,6 +48,12 @@ def test_models_list_is_openai_shaped_with_vllms_max_model_len(client):
     assert models[0].object == "model" and models[0].owned_by == "stagelens"
     assert models[0].model_extra["max_model_len"] == MAX_MODEL_LEN
     assert client.models.retrieve("model-0").id == "model-0"
+
+
+def test_health_answers_as_vllms_an_empty_200(server):
+    """What guidellm asks before its first request (tests/test_guidellm.py runs it)."""
+    with urllib.request.urlopen(f"{server.url}/health", timeout=10) as response:
+        assert response.status == 200 and response.read() == b""
 
 
 @pytest.mark.parametrize("prompt, choices, prompt_tokens", [
@@ -217,3 +225,6 @@ def test_an_engine_that_is_down_answers_503_at_once(dead_url):
                 call()
             assert exc.value.status_code == 503 and "MemoryError" in exc.value.message
             assert time.monotonic() - started < 5
+    with pytest.raises(urllib.error.HTTPError) as health:
+        urllib.request.urlopen(f"{dead_url}/health", timeout=10)
+    assert health.value.code == 503 and b"MemoryError" in health.value.read()

@@ -1,11 +1,12 @@
 """`GET /v1/models`: the hosted lab engine's models in OpenAI's list shape, with vLLM's `max_model_len`,
-so clients that discover the model first (benchmark tools, SDKs) find what to ask for."""
+so clients that discover the model first (benchmark tools, SDKs) find what to ask for; and vLLM's `GET /health`,
+which load generators (guidellm) call before their first request."""
 
 from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
 from agent.server.errors import model_not_found
 from agent.server.generation import engine_of
@@ -33,3 +34,11 @@ def retrieve_model(model: str, request: Request) -> dict:
     if model not in engine.model_names:
         raise model_not_found(model, engine.model_names)
     return _card(engine, model)
+
+
+@router.get("/health")
+def health(request: Request) -> Response:
+    """As vLLM's: 200 with an empty body while the hosted engine serves; 404 when none is hosted, 503 while it is
+    down or restarting (OpenAI's error shape)."""
+    engine_of(request.app.state.runtime)
+    return Response(status_code=200)
