@@ -1,8 +1,9 @@
 """Talking to a running `stagelens serve`: one GET, standard library only.
 
-The whole exchange (connect, headers, body) has one deadline, and the answer a size cap: a socket
-timeout alone bounds each read, so a server that sent a byte every few seconds held a command for
-minutes, and one that never stopped sending filled memory.
+The whole exchange (name lookup, connect, headers, body) has one deadline, and the answer a size cap: a
+socket timeout alone bounds each read, so a server that sent a byte every few seconds held a command for
+minutes, and one that never stopped sending filled memory. The name lookup has no timeout of its own (the
+resolver's, often 5 s a server and attempt), so it runs in a daemon thread the caller stops waiting for.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import functools
 import http.client
 import io
+import ipaddress
 import json
 import socket
+import threading
 import time
 import urllib.parse
 
@@ -116,6 +119,8 @@ def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: 
     (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or HTTPException otherwise."""
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
+    # http.client's own hook for opening the socket (socket.create_connection): the lookup waits no longer
+    conn._create_connection = lambda address, timeout, source: connect_within(address, deadline)
     conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
     response = None
     try:
@@ -134,3 +139,47 @@ def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: 
         if response is not None:
             response.close()
         conn.close()
+
+
+def connect_within(address: tuple[str, int], deadline: float) -> socket.socket:
+    """A TCP connection to (host, port), the name lookup and each address's connect within `deadline`."""
+    host, port = address
+    error: OSError = OSError(f"{host}: no address to connect to")
+    for family, kind, proto, _, sockaddr in _resolve(host, port, deadline):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:     # TimeoutError too: the next address would have no time left either
+            sock.close()
+            if isinstance(exc, TimeoutError):
+                raise
+            error = exc
+    raise error
+
+
+def _resolve(host: str, port: int, deadline: float) -> list:
+    """getaddrinfo's answer, or TimeoutError at the deadline while the lookup goes on in its thread."""
+    try:
+        ipaddress.ip_address(host)
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)   # a literal: nothing to look up
+    except ValueError:
+        pass
+    answer: dict = {}
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            answer["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            answer["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=look_up, name="stagelens-resolve", daemon=True).start()
+    if not done.wait(_left(deadline)):
+        raise TimeoutError
+    if "error" in answer:
+        raise answer["error"]
+    return answer["infos"]

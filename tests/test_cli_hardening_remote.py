@@ -15,8 +15,8 @@ from test_cli_hardening import assert_one_line_error, stagelens
 
 from agent.diagnosis import diagnose
 from agent.diagnosis.model import Diagnosis
-from agent.errors import EXIT_CRITICAL
-from agent.remote import MAX_ANSWER_BYTES
+from agent.errors import EXIT_CRITICAL, CollectError
+from agent.remote import MAX_ANSWER_BYTES, get_json
 from agent.render import render_diagnosis
 from agent.tui.remote_source import RemoteSource
 
@@ -167,3 +167,33 @@ def test_the_tui_remote_source_gives_up_on_a_dribbling_server_in_time():
         took = time.monotonic() - started
     assert poll.error and "no complete answer within 2 s" in poll.error and not poll.frames
     assert took < 10
+
+
+def test_a_name_lookup_that_hangs_costs_the_deadline(monkeypatch):
+    """The resolver stuck (a DNS server that never answers) is injected: the exchange gives up at its
+    deadline while the lookup is still held, instead of waiting out the resolver's own retries."""
+    released, looked_up = threading.Event(), []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def stuck(host, *args, **kwargs):
+        if host != "stuck-dns.example":
+            return real_getaddrinfo(host, *args, **kwargs)
+        looked_up.append(host)
+        released.wait(30)
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", stuck)
+    try:
+        with pytest.raises(CollectError) as error:
+            get_json("http://stuck-dns.example:9481", "/api/v1/diagnosis", timeout=1)
+        assert looked_up and not released.is_set()     # gave up while the lookup was still held
+    finally:
+        released.set()
+    assert str(error.value) == ("http://stuck-dns.example:9481/api/v1/diagnosis: could not collect: "
+                                "no complete answer within 1 s")
+
+
+def test_a_name_is_looked_up_and_connected_to():
+    with tcp_server(http_answer(b'{"verdict": "ok"}')) as url:
+        port = url.rsplit(":", 1)[1]
+        assert get_json(f"http://localhost:{port}", "/api/v1/diagnosis", timeout=5) == {"verdict": "ok"}
