@@ -4,6 +4,8 @@ the engine's vLLM interfaces, the same run names the same root stage.
 Runs the `small` model on the CPU for 12 s a run: the scenarios need real step times and queues.
 """
 
+import functools
+
 import pytest
 
 from agent.lab.fixes import fix_flags
@@ -21,6 +23,14 @@ def _run(name, seed, extra=None, model_dir=None, outside=False):
     return run_lab(engine_cfg, workload_cfg, outside=outside)
 
 
+@functools.cache
+def _scenario_run(name, seed):
+    """A scenario's run at a seed, once per session: the fix test starts from the run the stage test judged.
+    Seed 1 is also read from outside, through the engine's vLLM interfaces only, as `--engine vllm` reads a
+    vLLM server (agent.lab.outside)."""
+    return _run(name, seed, outside=seed == 1)
+
+
 def _root(diagnosis) -> str | None:
     return diagnosis.root_stage if diagnosis.verdict in ("warn", "firing") else None
 
@@ -29,10 +39,8 @@ def _root(diagnosis) -> str | None:
 @pytest.mark.parametrize("name", ["kv-fragmentation", "hol-blocking", "cold-load", "chain"])
 def test_the_named_stage_fires(name, seed):
     spec = SCENARIOS[name]
-    # seed 1 is also read from outside, through the engine's vLLM interfaces only, as `--engine vllm` reads
-    # a vLLM server: the same run must give the same root stage (agent.lab.outside)
-    result = _run(name, seed, outside=seed == 1)
-    if result.outside is not None:
+    result = _scenario_run(name, seed)
+    if result.outside is not None:   # read from outside, the same run names the same root stage
         assert _root(result.outside.diagnosis) == _root(result.diagnosis) == spec.stage, \
             result.outside.diagnosis.to_dict()
     d = result.diagnosis
@@ -53,7 +61,7 @@ def test_the_named_stage_fires(name, seed):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_healthy_has_no_firing_stage(seed):
-    result = _run("healthy", seed, outside=seed == 1)
+    result = _scenario_run("healthy", seed)
     if result.outside is not None:   # nor from outside
         assert all(s.state != "firing" for s in result.outside.diagnosis.stages), result.outside.diagnosis.to_dict()
     d = result.diagnosis
@@ -64,7 +72,7 @@ def test_healthy_has_no_firing_stage(seed):
 @pytest.mark.parametrize("name", ["kv-fragmentation", "hol-blocking", "cold-load", "chain"])
 def test_the_fix_clears_the_stage_and_improves_the_headline(name):
     spec = SCENARIOS[name]
-    before = _run(name, 1)
+    before = _scenario_run(name, 1)
     applied = fix_flags(before.diagnosis)
     assert applied, "the diagnosis recommended nothing to apply"
     after = _run(name, 1, applied)
