@@ -14,8 +14,8 @@
 # topo.txt, topo.json, topo-replayed.json, and logs/ (each step's stderr).
 #
 # Without a CUDA device (or with --dry-run) it dry-runs: the GPU steps are skipped and say why, and what
-# can run does: the CUDA tests are collected (so a renamed test shows), the bench drivers run on the CPU
-# with tiny sizes, NVML steps run if the driver is there, else `topo` replays the bundled DGX snapshot.
+# can run does: the CUDA tests are collected (so a renamed test shows), the bench scripts run on the CPU
+# with --smoke (tiny sizes), NVML steps run if the driver is there, else `topo` replays the bundled DGX snapshot.
 # A dry run exits 0 unless something that ran failed (a step the budget cut is not a failure there); a real
 # run exits 1 when any step failed or timed out.
 # DEVICE_CHECK_BUDGET_S (default 450) bounds the whole run: each step gets what is left, at most its cap.
