@@ -12,7 +12,7 @@ from engine_hooks.engine.config import ConfigError
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N: where the engine and tensors run "
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto: where the engine and tensors run "
                                                         "[cpu]")
     parser.add_argument("--model-dir", help="where weight files are kept [a per-user cache]")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and the tiny model: that the script runs, "
@@ -20,12 +20,12 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def checked_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> torch.device:
-    """The device `--device` names, refused in one line (exit 2) where this machine has no such device."""
+    """The device `--device` names (`auto` resolved), refused in one line (exit 2) where this machine has none."""
     try:
-        EngineConfig(model="tiny", device=args.device).check_device()
+        config = EngineConfig(model="tiny", device=args.device)   # validates the device as the engine will
     except ConfigError as exc:
         parser.error(str(exc))
-    return torch.device(args.device)
+    return torch.device(config.resolved_device())
 
 
 def synchronize(device: torch.device) -> None:

@@ -146,31 +146,38 @@ class LLMEngine:
         self.finish_reasons: Counter[str] = Counter(dict.fromkeys(FINISH_REASONS, 0))
         self.totals = EngineTotals()
         self._observers: tuple = ()
+        self._on_step: tuple = ()           # the observers' bound methods, resolved when they are added
+        self._on_request_end: tuple = ()
         self.observer_errors: Counter[str] = Counter()   # by observer class
 
     # --- observers (any thread adds or removes; the engine thread calls them) ---------------------------
     def add_observer(self, observer) -> None:
         """`observer.on_step(engine, stats, batch)` after each step, `observer.on_request_end(engine, request)`
-        as each request ends (either method may be absent)."""
+        as each request ends (either method may be absent). Adding one already added changes nothing."""
         with self._lock:
-            self._observers = (*self._observers, observer)
+            if not any(o is observer for o in self._observers):
+                self._set_observers((*self._observers, observer))
 
     def remove_observer(self, observer) -> None:
         with self._lock:
-            self._observers = tuple(o for o in self._observers if o is not observer)
+            self._set_observers(tuple(o for o in self._observers if o is not observer))
 
-    def _notify(self, method: str, *args) -> None:
-        for observer in self._observers:
-            call = getattr(observer, method, None)
-            if call is None:
-                continue
+    def _set_observers(self, observers: tuple) -> None:
+        self._observers = observers
+        self._on_step = tuple(m for m in (getattr(o, "on_step", None) for o in observers) if m is not None)
+        self._on_request_end = tuple(m for m in (getattr(o, "on_request_end", None) for o in observers)
+                                     if m is not None)
+
+    def _notify(self, methods: tuple, *args) -> None:
+        for call in methods:
             try:
                 call(self, *args)
             except Exception:
-                name = type(observer).__name__
+                name = type(call.__self__).__name__
                 self.observer_errors[name] += 1
                 if self.observer_errors[name] == 1:
-                    log.exception("engine observer %s failed in %s (further failures are only counted)", name, method)
+                    log.exception("engine observer %s failed in %s (further failures are only counted)", name,
+                                  call.__name__)
 
     # --- the public API (any thread) ------------------------------------------------------------
     def submit(self, prompt_token_ids: list[int], params: SamplingParams | None = None,
@@ -296,7 +303,8 @@ class LLMEngine:
         stats.end = time.monotonic()
         stats.update_s = stats.end - t5
         self.totals.add(stats)
-        self._notify("on_step", stats, batch)
+        if self._on_step:
+            self._notify(self._on_step, stats, batch)
         return stats
 
     def schedule(self) -> ScheduledBatch:
@@ -416,7 +424,8 @@ class LLMEngine:
         self.finish_reasons[reason] += 1
         if stats is not None:
             stats.finished.append(req.request_id)
-        self._notify("on_request_end", req)
+        if self._on_request_end:
+            self._notify(self._on_request_end, req)
 
     def _end_all(self, reason: str, error: str) -> None:
         """Every request still held (queued, waiting or running) ends now; only once the loop is gone."""

@@ -101,8 +101,7 @@ def encode_batch(ts: float, events, data_parallel_rank: int | None = None, encod
 class KvEventsPublisher:
     """Publishes an engine's KV block events on a ZMQ PUB socket bound to `endpoint` (`tcp://H:P`,
     `tcp://127.0.0.1:*` for any free port, `ipc://PATH`); `endpoint` afterwards says where it is bound.
-    With `engine` it observes that engine at once; else add it with `engine.add_observer(publisher)`. Added
-    twice (as `VllmFace` does with the engine it was given), it still publishes each event once."""
+    With `engine` it observes that engine at once; else add it with `engine.add_observer(publisher)`."""
 
     def __init__(self, endpoint: str, engine=None, topic: str = "kv-events", encoding: str = "array", *,
                  data_parallel_rank: int | None = 0, max_queue: int = 10_000, hwm: int = 100_000,
@@ -136,8 +135,6 @@ class KvEventsPublisher:
         self._tracked: dict[str, list[tuple[int, int]]] = {}   # request -> [(block id, hash)] stored, in order
         self._pending: list = []          # events from request ends, sent with the next step's
         self._allocator = None
-        self._last_stats = None           # the step last seen, and the requests ended since: a publisher
-        self._ended: dict[str, object] = {}   # registered twice still publishes each event once
         self._closed = False
         self._thread = threading.Thread(target=self._send_loop, name="stagelens-kv-events", daemon=True)
         self._thread.start()
@@ -148,10 +145,8 @@ class KvEventsPublisher:
     # --- the engine's observer seam (engine thread) ------------------------------------------------
     def on_step(self, engine, stats=None, batch=None) -> None:
         with self._lock:
-            if self._closed or (stats is not None and stats is self._last_stats):
-                return    # registered twice (VllmFace adds its observers itself): once a step is enough
-            self._last_stats = stats
-            self._ended.clear()
+            if self._closed:
+                return
             events, self._pending = self._pending, []
             allocator = engine.allocator
             if self._allocator is not None and allocator is not self._allocator:
@@ -165,9 +160,8 @@ class KvEventsPublisher:
         """A request ended, its blocks already returned: blocks it filled in its last step are stored (so a
         one-step request is seen), then all of them removed. They go out with the next step's events."""
         with self._lock:
-            if self._closed or self._ended.get(request.request_id) is request:
+            if self._closed:
                 return
-            self._ended[request.request_id] = request
             tracked = self._tracked.pop(request.request_id, [])
             bs = engine.allocator.block_size
             full = min(request.num_computed_tokens, request.num_tokens) // bs
