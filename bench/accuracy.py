@@ -30,7 +30,8 @@ from agent.vocabulary import STAGES  # noqa: E402
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine is judged
 NONE = "none"                  # healthy expected, or all-OK diagnosed
 EXPLODED = 5.0                 # a P99 TTFT this many times the P50 is one no verdict should call OK
-TARGETS = {"right_share": ">= 0.95", "healthy_firing_runs": "0", "exploded_but_ok_runs": "0"}
+TARGETS = {"right_share": ">= 0.95", "right_share_through_vllm": ">= 0.90", "healthy_firing_runs": "0",
+           "exploded_but_ok_runs": "0"}
 ROWS = (*STAGES, NONE)
 COLUMNS = (*STAGES, NONE, "unknown", "error")
 
@@ -157,7 +158,8 @@ def main() -> None:
                      "duration_s": duration,
                      "right_runs": sum(r["right"] for r in runs),
                      "right_share": sum(r["right"] for r in runs) / len(runs) if runs else None,
-                     "right_share_target": TARGETS["right_share"] if args.through == "hooks" else ">= 0.90"}
+                     "right_share_target": TARGETS["right_share" if args.through == "hooks"
+                                                   else "right_share_through_vllm"]}
     for stage in (*STAGES, NONE):
         mine = [r for r in runs if r["expected"] == stage]
         if mine:

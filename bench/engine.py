@@ -134,20 +134,16 @@ def main() -> None:
     args = parser.parse_args()
     device = checked_device(parser, args)
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    # (sequences, context, repeats, seconds a throughput run, pairs, model): smoke, quick or full
+    batch, context, repeats, duration, pairs, model = (
+        (2, 64, 1, 1.0, 1, "tiny") if args.smoke else (16, 1024, 5, 8.0, 1, "small") if args.quick
+        else (16, 1024, 15, 30.0, 3, "small"))
     figures = {"device": str(device), "torch_threads": torch.get_num_threads()}
-    if args.smoke:
-        figures.update(attention_figures(2, 64, 16, 1, scattered=True, device=device))
-        figures.update(throughput_figures(1.0, 1, "tiny", device, args.model_dir))
-        emit(figures, args.json)
-        return
-    repeats = 5 if args.quick else 15
-    figures.update(attention_figures(16, 1024, 16, repeats, scattered=True, device=device))
-    contiguous_blocks = attention_figures(16, 1024, 16, repeats, scattered=False, device=device)
+    figures.update(attention_figures(batch, context, 16, repeats, scattered=True, device=device))
+    contiguous_blocks = attention_figures(batch, context, 16, repeats, scattered=False, device=device)
     figures["paged_vs_dense_attention_ratio_contiguous_blocks"] = contiguous_blocks["paged_vs_dense_attention_ratio"]
-    figures.update(throughput_figures(8.0 if args.quick else 30.0, 1 if args.quick else 3, "small", device,
-                                      args.model_dir))
+    figures.update(throughput_figures(duration, pairs, model, device, args.model_dir))
     emit(figures, args.json)
-
 
 if __name__ == "__main__":
     main()
