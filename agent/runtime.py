@@ -75,7 +75,8 @@ class AgentRuntime:
     def start(self) -> None:
         if self.lab_settings:
             self.start_lab(self.lab_settings.scenario)
-        _lifecycle(self.engine_source, "start")
+        if self.engine_source is not None:    # its span receiver and KV-events subscriber, beside the scrape
+            self.engine_source.start()
         self.sampler.start()
 
     def start_lab(self, scenario: str | None, overrides: dict | None = None) -> None:
@@ -94,7 +95,8 @@ class AgentRuntime:
             self.lab.stop(grace_s)
         self.sampler.stop()
         self.sampler.tick()      # the requests that ended while stopping reach the traces and the record
-        _lifecycle(self.engine_source, "close")
+        if self.engine_source is not None:
+            self.engine_source.close()
         if self.tracer:
             self.tracer.shutdown()
         self.probe.close()
@@ -166,10 +168,3 @@ def _bounded_put(store: OrderedDict, key: str, value: str) -> None:
     while len(store) > TRACE_MEMORY:
         store.popitem(last=False)
 
-
-def _lifecycle(source, method: str) -> None:
-    """Start or close what an engine read from outside runs beside its scrape (a span receiver, a KV-events
-    subscriber); a source without such parts has no such method."""
-    call = getattr(source, method, None)
-    if call is not None:
-        call()

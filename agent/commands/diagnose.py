@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import click
 
@@ -63,7 +62,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
             raise UserError(f"{replay_path}: the bundle holds no frames")
         frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
-        frames = _sample_node((ctx.obj or {}).get("nvml_snapshot"), duration, engine_source)
+        from agent.sampler import sample_for
+
+        frames = sample_for((ctx.obj or {}).get("nvml_snapshot"), duration, engine_source=engine_source)
         _require_engine(frames, engine_source)
     run = judge_run(frames, timelines, config)
     result = run.diagnosis
@@ -111,29 +112,3 @@ def _require_engine(frames: list, engine_source) -> None:
     if len(failed) == len(frames):
         reason = failed[-1]["error"].partition(": ")[2] or failed[-1]["error"]    # without the exception's type
         raise CollectError(f"the engine at {engine_source.url} did not answer: {reason}")
-
-
-def _sample_node(snapshot: str | None, duration: float, engine_source=None) -> list:
-    from agent.sampler import Sampler
-    from probes.sample import NodeProbe, open_backend
-
-    try:
-        probe = NodeProbe(open_backend(snapshot))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    sampler = Sampler(node_probe=probe, engine_source=engine_source, interval=1.0)
-    lifecycle = getattr(engine_source, "start", None) and engine_source   # spans and KV events beside the scrape
-    try:
-        if lifecycle:
-            lifecycle.start()
-        deadline = time.monotonic() + duration
-        while True:
-            sampler.tick()
-            if time.monotonic() + 1.0 > deadline:
-                break
-            time.sleep(1.0)
-    finally:
-        if lifecycle:
-            lifecycle.close()
-        probe.close()
-    return sampler.frames()

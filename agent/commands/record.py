@@ -64,11 +64,8 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
 
 def _record_outside(ctx: click.Context, source, out_path: str, interval: float, flags: dict) -> int:
     """Sample the node and the engine read from outside for --duration seconds (30 by default)."""
-    import time
-
     from agent.record import BundleWriter
-    from agent.sampler import Sampler
-    from probes.sample import NodeProbe, open_backend
+    from agent.sampler import sample_for
 
     given = sorted(k for k, v in flags.items() if v is not None and k != "duration")
     if ctx.params.get("scenario"):
@@ -79,26 +76,17 @@ def _record_outside(ctx: click.Context, source, out_path: str, interval: float, 
     duration = flags.get("duration") or 30.0
     stop = threading.Event()
     writer = BundleWriter.open(out_path, source=f"record {source.kind} {source.url}", stop=stop)
-    try:
-        probe = NodeProbe(open_backend((ctx.obj or {}).get("nvml_snapshot")))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    sampler = Sampler(node_probe=probe, engine_source=source, interval=interval)
-    sampler.listeners.append(writer.on_frame)
     answered = 0
+
+    def count(frame, _timelines) -> None:
+        nonlocal answered
+        answered += frame.engine is not None
+
     with stop_on_signals(stop) as caught:
         try:
-            source.start()
-            deadline = time.monotonic() + duration
-            while not stop.is_set():
-                frame = sampler.tick()
-                answered += frame.engine is not None
-                if time.monotonic() + interval > deadline:
-                    break
-                stop.wait(interval)
+            sample_for((ctx.obj or {}).get("nvml_snapshot"), duration, interval, source,
+                       listeners=(writer.on_frame, count), stop=stop)
         finally:
-            source.close()
-            probe.close()
             writer.close()
     if caught:
         click.echo(f"stagelens: {caught[0]}: stopped early, the bundle is complete", err=True)
