@@ -2,10 +2,12 @@
 (engine_hooks/vllm_face: its /metrics on a port of its own, its llm_request spans), and the same source
 `--engine vllm --engine-url` uses reads them, the spans arriving at an OtlpReceiver as vLLM would send them.
 Nothing of the hooks reaches it. `run_lab(..., outside=True)` samples both in one run so that the two
-diagnoses of the same requests can be compared (tests/test_outside_agreement.py, bench/accuracy.py).
+diagnoses of the same requests can be compared (tests/test_scenarios.py, bench/accuracy.py).
 """
 
 from __future__ import annotations
+
+import os
 
 from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.run import RunDiagnosis, judge_run
@@ -27,7 +29,7 @@ class OutsideView:
                              otlp_schedule_delay_s=1.0)
         self.face.start()
         self.source = VllmSource(self.face.url, spans=self.receiver)
-        self.probe = NodeProbe(open_backend(nvml_snapshot))
+        self.probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())   # the process the hooks' run sees
         self.sampler = Sampler(node_probe=self.probe, engine_source=self.source, interval=interval)
 
     def start(self) -> None:
