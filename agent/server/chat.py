@@ -5,28 +5,12 @@ it is a completion: the same engine requests, tied to the connection the same wa
 from __future__ import annotations
 
 import time
-import uuid
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from agent.server.chat_request import CHAT_NEUTRAL, ChatRequest, max_tokens_of, prompt_of
-from agent.server.completion_request import check_supported, stops_of
-from agent.server.errors import error_body
-from agent.server.generation import (
-    DONE,
-    AbortingStream,
-    Choice,
-    check_model,
-    default_max_tokens,
-    engine_of,
-    failure_of,
-    progress,
-    run_to_end,
-    sse,
-    submit,
-    usage_of,
-)
+from agent.server.generation import Generation, run_to_end, start, stream, usage_of
 
 router = APIRouter(tags=["completions"])
 
@@ -52,57 +36,34 @@ tool calls are not rendered. Each generated token id comes back as the text `" w
 
 @router.post("/v1/chat/completions", description=CHAT_DESCRIPTION)
 async def chat_completions(body: ChatRequest, request: Request):
-    """OpenAI's chat completion on a lab model. The chat template: `<|ROLE|>\\nCONTENT\\n` per message, then
-    `<|assistant|>\\n`, the text encoded as UTF-8 bytes + 1 (the rest: CHAT_DESCRIPTION, chat_request.py)."""
-    runtime = request.app.state.runtime
-    engine = engine_of(runtime)
-    check_supported(body, CHAT_NEUTRAL)
-    check_model(engine, body.model)
-    stops = stops_of(body)
-    prompts = [prompt_of(body, engine.config.preset.vocab_size)]
-    from engine_hooks.engine import SamplingParams
-
-    max_tokens = max_tokens_of(body)
-    params = SamplingParams(max_tokens=max_tokens if max_tokens is not None else default_max_tokens(engine, prompts),
-                            temperature=body.temperature or 0.0, seed=body.seed)
-    request_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-    choices = submit(engine, runtime, params, body.model, prompts, stops, request_id,
-                     request.headers.get("traceparent"), param="messages")
-    model = choices[0].req.model
+    """OpenAI's chat completion on a lab model (the route's description: CHAT_DESCRIPTION)."""
+    gen = start(request, body, CHAT_NEUTRAL, lambda vocab: [prompt_of(body, vocab)], max_tokens_of(body),
+                "chatcmpl", param="messages")
     if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return AbortingStream(engine, choices, _stream(engine, choices, request, request_id, model, usage))
-    await run_to_end(engine, choices, request)
+        return _stream(gen, request)
+    await run_to_end(gen.engine, gen.choices, request)
     return JSONResponse({
-        "id": request_id, "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": gen.request_id, "object": "chat.completion", "created": int(time.time()), "model": gen.model,
         "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.stops.text},
-                     "logprobs": None, "finish_reason": c.finish_reason} for c in choices],
-        "usage": usage_of(choices)})
+                     "logprobs": None, "finish_reason": c.finish_reason} for c in gen.choices],
+        "usage": usage_of(gen.choices)})
 
 
-async def _stream(engine, choices: list[Choice], request: Request, request_id: str, model: str, include_usage: bool):
+def _stream(gen: Generation, request: Request):
+    """Opens with a `delta.role` chunk; a piece of text is a `delta.content`, the final chunk's delta is empty
+    unless text was held back."""
     created = int(time.time())
 
-    def chunk(deltas: list[tuple[int, dict, str | None]], usage: dict | None = None) -> str:
-        out = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+    def chunk(deltas: list[tuple[int, dict, str | None]], usage: dict | None = None) -> dict:
+        out = {"id": gen.request_id, "object": "chat.completion.chunk", "created": created, "model": gen.model,
                "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": reason}
                            for i, delta, reason in deltas]}
-        if include_usage:    # as OpenAI: null on every chunk but the last
+        if gen.include_usage:    # as OpenAI: null on every chunk but the last
             out["usage"] = usage
-        return sse(out)
+        return out
 
-    yield chunk([(c.index, {"role": "assistant", "content": ""}, None) for c in choices])
-    async for _ in progress(engine, choices, request):
-        for c in choices:
-            while c.pending:
-                yield chunk([(c.index, {"content": c.pending.pop(0)}, None)])
-    failure = failure_of(engine, choices)
-    if failure is not None:
-        yield sse(error_body("/v1/", failure.status, failure.message))
-    else:
-        for c in choices:
-            rest = "".join(c.pending)
-            yield chunk([(c.index, {"content": rest} if rest else {}, c.finish_reason)])
-        if include_usage:
-            yield chunk([], usage_of(choices))
-    yield DONE
+    def text_chunk(pieces: list[tuple[int, str, str | None]], usage: dict | None) -> dict:
+        return chunk([(i, {"content": text} if text else {}, reason) for i, text, reason in pieces], usage)
+
+    return stream(gen, request, text_chunk, chunk([(c.index, {"role": "assistant", "content": ""}, None)
+                                                   for c in gen.choices]))

@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.server.completion_request import MAX_STOPS, MAX_TOKENS, StreamOptions, encode
+from agent.server.completion_request import encode
 from agent.server.errors import OpenAIError
-from engine_hooks.engine.request import SEED_RANGE
+from agent.server.openai_request import MAX_TOKENS, SamplingRequest, neutral_table
 
 MAX_MESSAGES = 1024          # the body limit (1 MiB) and --max-model-len bound the rest
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -43,38 +43,23 @@ class ChatMessage(BaseModel):
     name: str | None = Field(default=None, description="accepted, not rendered")
 
 
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+class ChatRequest(SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    model: str | None = Field(default=None, description="a name from GET /v1/models; default: the first")
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS,
                                               description="default: what the context (--max-model-len) leaves")
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS,
                                    description="OpenAI's older name; max_completion_tokens wins when both are set")
-    temperature: float | None = Field(default=0.0, ge=0.0, le=10.0, description="0 (the default here) is greedy")
-    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
-    stop: str | list[str] | None = Field(default=None, description=f"up to {MAX_STOPS} sequences")
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    user: str | None = None
     # OpenAI's, not implemented by the lab engine: accepted only at their neutral value
-    n: int | None = 1
     logprobs: bool | None = False
     top_logprobs: int | None = None
-    top_p: float | None = 1.0
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
-    logit_bias: dict[str, float] | None = None
     tools: list[dict] | None = None
     tool_choice: str | dict | None = None
     response_format: dict | None = None
 
 
-# field: its neutral values, the one a 400 suggests first
-CHAT_NEUTRAL = {"n": (1, None), "logprobs": (False, None), "top_logprobs": (0, None), "top_p": (1.0, None),
-                "presence_penalty": (0.0, None), "frequency_penalty": (0.0, None), "logit_bias": ({}, None),
-                "tools": ([], None), "tool_choice": ("none", "auto", None),
-                "response_format": ({"type": "text"}, None)}
+CHAT_NEUTRAL = neutral_table({"logprobs": (False, None), "top_logprobs": (0, None)},
+                             {"tools": ([], None), "tool_choice": ("none", "auto", None),
+                              "response_format": ({"type": "text"}, None)})
 
 
 def render(messages: list[ChatMessage]) -> str:

@@ -12,15 +12,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from agent.server.completion_request import decode
-from agent.server.errors import OpenAIError, model_not_found
+from agent.server.errors import OpenAIError, error_body, model_not_found
+from agent.server.openai_request import SamplingRequest, check_supported, stops_of
 from agent.server.stops import StopMatcher
-from engine_hooks.engine.request import FinishReason
+from engine_hooks.engine.request import FinishReason, SamplingParams
 
 DISCONNECT_CHECK_S = 0.1
 
@@ -33,6 +36,16 @@ class Choice:
     finish_reason: str | None = None
     tokens: int = 0
     pending: list[str] = field(default_factory=list)   # text released, not yet sent (streaming)
+
+
+@dataclass
+class Generation:
+    """A request's engine requests, submitted: one choice per prompt."""
+    engine: object                  # engine_hooks.engine.LLMEngine
+    choices: list[Choice]
+    request_id: str
+    model: str
+    include_usage: bool             # a stream ends with a usage chunk
 
 
 def engine_of(runtime):
@@ -55,6 +68,27 @@ def default_max_tokens(engine, prompts: list[list[int]]) -> int:
     """As vLLM without `max_tokens`: what the context leaves after the longest prompt (at least 1; a
     prompt too long for the context is refused by the engine)."""
     return max(1, engine.config.max_model_len - max(len(p) for p in prompts))
+
+
+def start(request: Request, body: SamplingRequest, neutral_values: dict[str, tuple],
+          prompts_of: Callable[[int], list[list[int]]], max_tokens: int | None, id_prefix: str,
+          param: str = "prompt") -> Generation:
+    """Checks the body (engine serving: else 404/503; then the 400s) and submits one engine request per
+    prompt. `prompts_of` maps the model's vocabulary size to the prompts' token ids; `max_tokens` None:
+    what the context leaves."""
+    runtime = request.app.state.runtime
+    engine = engine_of(runtime)
+    check_supported(body, neutral_values)
+    check_model(engine, body.model)
+    stops = stops_of(body)
+    prompts = prompts_of(engine.config.preset.vocab_size)
+    params = SamplingParams(max_tokens=max_tokens if max_tokens is not None else default_max_tokens(engine, prompts),
+                            temperature=body.temperature or 0.0, seed=body.seed)
+    request_id = f"{id_prefix}-{uuid.uuid4().hex[:24]}"
+    choices = submit(engine, runtime, params, body.model, prompts, stops, request_id,
+                     request.headers.get("traceparent"), param)
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return Generation(engine, choices, request_id, choices[0].req.model, include_usage)
 
 
 def submit(engine, runtime, params, model: str | None, prompts: list[list[int]], stops: list[str],
@@ -158,8 +192,8 @@ def failure_of(engine, choices: list[Choice]) -> OpenAIError | None:
 class AbortingStream(StreamingResponse):
     """However the stream ends (done, client gone, cancelled at shutdown), what still runs is aborted."""
 
-    def __init__(self, engine, choices: list[Choice], content, **kwargs) -> None:
-        super().__init__(content, media_type="text/event-stream", **kwargs)
+    def __init__(self, engine, choices: list[Choice], content) -> None:
+        super().__init__(content, media_type="text/event-stream")
         self._engine, self._choices = engine, choices
 
     async def __call__(self, scope, receive, send) -> None:
@@ -167,6 +201,34 @@ class AbortingStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             abort_unfinished(self._engine, self._choices, "the client disconnected")
+
+
+Chunk = Callable[[list[tuple[int, str, str | None]], dict | None], dict]
+
+
+def stream(gen: Generation, request: Request, chunk: Chunk, opening: dict | None = None) -> AbortingStream:
+    """The response as server-sent events: `opening` if any, a chunk per released piece of text, a final
+    chunk per choice with its finish reason (or an `error` event for a failure), the usage chunk when
+    asked, then `[DONE]`. `chunk` builds an event from `(index, text, finish_reason)` triples and the usage."""
+    return AbortingStream(gen.engine, gen.choices, _events(gen, request, chunk, opening))
+
+
+async def _events(gen: Generation, request: Request, chunk: Chunk, opening: dict | None) -> AsyncIterator[str]:
+    if opening is not None:
+        yield sse(opening)
+    async for _ in progress(gen.engine, gen.choices, request):
+        for c in gen.choices:
+            while c.pending:
+                yield sse(chunk([(c.index, c.pending.pop(0), None)], None))
+    failure = failure_of(gen.engine, gen.choices)
+    if failure is not None:
+        yield sse(error_body("/v1/", failure.status, failure.message))
+    else:
+        for c in gen.choices:
+            yield sse(chunk([(c.index, "".join(c.pending), c.finish_reason)], None))
+        if gen.include_usage:
+            yield sse(chunk([], usage_of(gen.choices)))
+    yield DONE
 
 
 def usage_of(choices: list[Choice]) -> dict:

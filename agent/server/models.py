@@ -8,8 +8,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from agent.server.errors import model_not_found
-from agent.server.generation import engine_of
+from agent.server.generation import check_model, engine_of
 
 router = APIRouter(tags=["completions"])
 
@@ -31,8 +30,7 @@ def list_models(request: Request) -> dict:
 def retrieve_model(model: str, request: Request) -> dict:
     """One model of the lab engine; 404 `model_not_found` for a name it does not serve."""
     engine = engine_of(request.app.state.runtime)
-    if model not in engine.model_names:
-        raise model_not_found(model, engine.model_names)
+    check_model(engine, model)
     return _card(engine, model)
 
 
