@@ -24,15 +24,18 @@ MAX_ANSWER_BYTES = 16 * 2**20
 _CHUNK = 64 * 2**10
 
 
-def check_url(base_url: str) -> urllib.parse.SplitResult:
-    """`base_url` split, if it is an http(s) URL with a host; UserError naming it otherwise."""
+def check_url(base_url: str, message: str | None = None) -> urllib.parse.SplitResult:
+    """`base_url` split, if it is an http(s) URL with a host; UserError naming it otherwise, or saying `message`
+    (for a URL that is not a `stagelens serve`'s)."""
     try:
         parts = urllib.parse.urlsplit(base_url)
         usable = parts.scheme in ("http", "https") and parts.hostname and parts.port != 0   # .port may raise
     except ValueError as exc:
+        if message:
+            raise UserError(message) from None
         raise UserError(f"{base_url}: not a valid URL ({exc})") from None
     if not usable:
-        raise UserError(f"{base_url}: expected the http:// or https:// URL of a `stagelens serve`")
+        raise UserError(message or f"{base_url}: expected the http:// or https:// URL of a `stagelens serve`")
     return parts
 
 
@@ -47,16 +50,10 @@ def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None =
         headers["Authorization"] = f"Bearer {token}"
     try:
         body = _get(parts, headers, time.monotonic() + timeout, max_bytes)
-    except AnswerTooLarge:
-        raise CollectError(f"{url}: the answer is larger than {max_bytes} bytes") from None
     except _Status as exc:
         raise CollectError(f"{url}: HTTP {exc}") from None
-    except TimeoutError:
-        raise CollectError(f"{url}: could not collect: no complete answer within {timeout:g} s") from None
-    except http.client.HTTPException as exc:   # before OSError: RemoteDisconnected is both
-        raise CollectError(f"{url}: could not collect: not an HTTP answer ({type(exc).__name__})") from None
-    except OSError as exc:
-        raise CollectError(f"{url}: could not collect: {exc.strerror or exc}") from None
+    except EXCHANGE_ERRORS as exc:
+        raise CollectError(f"{url}: could not collect: {exchange_reason(exc, timeout, max_bytes)}") from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError):   # UnicodeDecodeError is a ValueError; deep nesting recurses
@@ -65,6 +62,21 @@ def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None =
 
 class AnswerTooLarge(Exception):
     """An answer past the size its caller allows."""
+
+
+EXCHANGE_ERRORS = (AnswerTooLarge, OSError, http.client.HTTPException)   # what `request` raises (TimeoutError: OSError)
+
+
+def exchange_reason(exc: Exception, timeout_s: float, max_bytes: int, os_error: str = "{}") -> str:
+    """Why `request` failed with `exc` (one of EXCHANGE_ERRORS), in one line; `os_error` says how a socket
+    error's own reason is put ("could not connect: {}")."""
+    if isinstance(exc, AnswerTooLarge):
+        return f"the answer is larger than {max_bytes} bytes"
+    if isinstance(exc, TimeoutError):
+        return f"no complete answer within {timeout_s:g} s"
+    if isinstance(exc, http.client.HTTPException):   # before OSError: RemoteDisconnected is both
+        return f"not an HTTP answer ({type(exc).__name__})"
+    return os_error.format(getattr(exc, "strerror", None) or exc)
 
 
 class _Status(Exception):

@@ -19,7 +19,6 @@ import os
 import random
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _report import emit  # noqa: E402  (bench/ is the script's own directory)
+from _report import emit, free_port  # noqa: E402  (bench/ is the script's own directory)
 
 STEP_S = 15
 HISTORY_S = 3600
@@ -39,12 +38,6 @@ AHEAD_S = 600            # data past now: the backfill and the run fit in it
 COLLECTORS = ("nvml", "topology", "links", "host", "engine")
 TAIL_PARTS = ("kv_cache", "scheduler", "cold_path", "compute")
 VALUE = {"unknown": -1, "ok": 0, "warn": 1, "firing": 2}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Node:
@@ -174,7 +167,7 @@ def backfill(workdir: Path, nodes: int, seed: int) -> dict:
 
 
 def start_prometheus(workdir: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     (workdir / "prometheus.yml").write_text(json.dumps({"global": {"scrape_interval": "15s"}}))
     process = subprocess.Popen(
         [shutil.which("prometheus") or "prometheus", f"--config.file={workdir / 'prometheus.yml'}",
@@ -197,6 +190,7 @@ def start_prometheus(workdir: Path) -> tuple[subprocess.Popen, str]:
 def refreshes(url: str, seconds: float, every: float, prometheus_pid: int) -> dict:
     import psutil
 
+    from agent.fleet.model import counts
     from agent.fleet.query import FleetQuery
 
     query = FleetQuery(url, timeout_s=10)
@@ -208,7 +202,7 @@ def refreshes(url: str, seconds: float, every: float, prometheus_pid: int) -> di
     prometheus = psutil.Process(prometheus_pid)
     p0 = prometheus.cpu_times()
     r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-    times, series, sizes, rows = [], [], [], []
+    times = []
     end = w0 + seconds
     while True:
         t = time.perf_counter()
@@ -216,9 +210,6 @@ def refreshes(url: str, seconds: float, every: float, prometheus_pid: int) -> di
         times.append(time.perf_counter() - t)
         if view.error:
             raise RuntimeError(view.error)
-        series.append(query.last_series)
-        sizes.append(query.last_bytes)
-        rows.append(view.rows)
         wake = w0 + len(times) * every
         if wake >= end:
             break
@@ -227,17 +218,16 @@ def refreshes(url: str, seconds: float, every: float, prometheus_pid: int) -> di
     p1 = prometheus.cpu_times()
     own = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     times.sort()
-    last = rows[-1]
+    last, status = view.rows, counts(view.rows)
     return {"refreshes": len(times), "first_refresh_s": cold_s,
             "refresh_p50_s": statistics.median(times), "refresh_p99_s": times[min(len(times) - 1,
                                                                                    int(len(times) * 0.99))],
-            "refresh_max_s": times[-1], "series_returned": series[-1], "answer_bytes": sizes[-1],
-            "answer_bytes_per_node": sizes[-1] / max(1, len(last)),
+            "refresh_max_s": times[-1], "series_returned": query.last_series, "answer_bytes": query.last_bytes,
+            "answer_bytes_per_node": query.last_bytes / max(1, len(last)),
             "fleet_cpu_share": own / (w1 - w0), "fleet_cpu_s_per_refresh": own / len(times),
             "prometheus_cpu_share": ((p1.user + p1.system) - (p0.user + p0.system)) / (w1 - w0),
-            "rows": len(last), "rows_down": sum(not r.up for r in last),
-            "rows_firing": sum(r.up and r.verdict == "firing" for r in last),
-            "rows_warn": sum(r.up and r.verdict == "warn" for r in last)}
+            "rows": len(last), "rows_down": status["down"], "rows_firing": status["firing"],
+            "rows_warn": status["warn"]}
 
 
 def main() -> None:

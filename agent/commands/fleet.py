@@ -12,6 +12,9 @@ import click
 
 from agent.commands.sampling_flags import interval_option
 from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, CollectError, UserError
+from agent.fleet.model import counts
+from agent.fleet.query import DEFAULT_SELECTOR, FleetQuery, parse_filters
+from agent.fleet.render import DEFAULT_LIMIT, fleet_document, render_fleet
 from agent.numbers import Number
 
 EXIT_STATUS = (f"Exit status with --once or --json: {EXIT_OK} every node up and none warns or fires, {EXIT_WARNING} a "
@@ -22,11 +25,11 @@ EXIT_STATUS = (f"Exit status with --once or --json: {EXIT_OK} every node up and 
 @click.command(epilog=EXIT_STATUS)
 @click.option("--prometheus", "prometheus_url", required=True,
               help="Base URL of the Prometheus server that scrapes the agents, like http://prometheus:9090.")
-@click.option("--selector", default='{job="stagelens"}', show_default=True,
+@click.option("--selector", default=DEFAULT_SELECTOR, show_default=True,
               help="Label matchers of the agents' targets, in braces.")
 @click.option("--filter", "filters", multiple=True, metavar="LABEL=VALUE",
               help="Only the nodes whose target label has this value (repeatable: all must hold).")
-@click.option("--limit", type=Number(min=1, max=1_000_000, integer=True), default=500, show_default=True,
+@click.option("--limit", type=Number(min=1, max=1_000_000, integer=True), default=DEFAULT_LIMIT, show_default=True,
               help="Show the N most severe nodes, and how many more there are.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fleet once as JSON.")
 @click.option("--once", is_flag=True, help="Print the fleet once as text instead of opening the fleet screen.")
@@ -36,8 +39,6 @@ EXIT_STATUS = (f"Exit status with --once or --json: {EXIT_OK} every node up and 
 def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: int, as_json: bool, once: bool,
           interval: float, timeout_s: float) -> int:
     """Every node's stage states, evidence and health, read from Prometheus."""
-    from agent.fleet.query import FleetQuery, parse_filters
-
     query = FleetQuery(prometheus_url, selector=selector, timeout_s=timeout_s, filters=parse_filters(filters))
     if not (as_json or once):
         try:
@@ -51,8 +52,6 @@ def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: i
     view = query.fetch()
     if view.error:
         raise CollectError(view.error)
-    from agent.fleet.render import fleet_document, render_fleet
-
     click.echo(json.dumps(fleet_document(view, limit), indent=2) if as_json else render_fleet(view, limit))
     if not view.rows:
         what = f"no target matches {selector}" + (f" with {', '.join(filters)}" if filters else "")
@@ -62,8 +61,7 @@ def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: i
 
 def fleet_status(rows) -> int:
     """The fleet as a monitoring check's status: CRITICAL when a node fires or is down, WARNING when one warns."""
-    if any(not row.up or row.verdict == "firing" for row in rows):
+    n = counts(rows)
+    if n["down"] or n["firing"]:
         return EXIT_CRITICAL
-    if any(row.verdict == "warn" for row in rows):
-        return EXIT_WARNING
-    return EXIT_OK
+    return EXIT_WARNING if n["warn"] else EXIT_OK

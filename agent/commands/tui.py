@@ -48,17 +48,14 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     if url:
         check_url(url)   # a URL that can never answer fails here, not as a screen that stays STALE
     given = sorted(k for k, v in flags.items() if v is not None)
-    if (url or replay_path) and (given or scenario):
+    not_lab = ("not with --connect or --replay" if url or replay_path
+               else f"not to --engine {engine_kind}" if engine_kind != "lab" else None)
+    if not_lab and (given or scenario):
         names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
-        raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, "
-                        f"not with --connect or --replay")
+        raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, {not_lab}")
     if (url or replay_path) and engine_kind != "lab":
         raise UserError("--engine reads an engine from this process: not with --connect or --replay")
     outside = open_engine_source(engine_kind, outside)
-    if outside is not None and (given or scenario):
-        names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
-        raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, not to "
-                        f"--engine {engine_kind}")
     base, notice = server_settings(url) if url else (None, None)
     config = load_config(config_path, thresholds, base)
     source = _source(ctx, url, replay_path, scenario, interval, flags, outside)

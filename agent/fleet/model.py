@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from agent.vocabulary import STAGES, STATES
 
 STATE_OF_VALUE = {-1: "unknown", 0: "ok", 1: "warn", 2: "firing"}
+STATUSES = ("down", "firing", "warn", "ok", "unknown")   # a node's status (NodeRow.status), most severe first
 FRAME_STALE_S = 30.0   # an agent samples every second or few: a latest frame older than this is not current
 
 
@@ -53,8 +54,29 @@ class NodeRow:
         return self.frame_age_s is not None and self.frame_age_s > FRAME_STALE_S
 
     @property
+    def status(self) -> str:
+        """down, or the verdict (unknown for one the fleet does not know)."""
+        if not self.up:
+            return "down"
+        return self.verdict if self.verdict in STATES else "unknown"
+
+    @property
     def severity(self) -> int:
-        return STATES.index(self.verdict) if self.up else STATES.index("firing") + 1   # down sorts first
+        """Higher is worse: unknown 0, ok, warn, firing, down 4."""
+        return len(STATUSES) - 1 - STATUSES.index(self.status)
+
+
+def by_severity(row: NodeRow) -> tuple[int, str]:
+    """The rows' order: most severe first (down, firing, warn, ok, unknown), then by instance."""
+    return -row.severity, row.instance
+
+
+def counts(rows) -> dict[str, int]:
+    """How many rows have each status, in STATUSES order."""
+    out = dict.fromkeys(STATUSES, 0)
+    for row in rows:
+        out[row.status] += 1
+    return out
 
 
 @dataclass(frozen=True)

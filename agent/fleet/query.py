@@ -14,7 +14,6 @@ server gives a FleetView whose `error` says why in one line, with the last answe
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import re
@@ -23,8 +22,8 @@ import urllib.parse
 
 from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from agent.errors import UserError
-from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, stage_cells
-from agent.remote import AnswerTooLarge, request
+from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
+from agent.remote import EXCHANGE_ERRORS, check_url, exchange_reason, request
 from agent.vocabulary import STAGES, STATES
 
 DEFAULT_SELECTOR = '{job="stagelens"}'
@@ -114,17 +113,10 @@ class FleetQuery:
     def __init__(self, prometheus_url: str, selector: str = DEFAULT_SELECTOR, timeout_s: float = 5.0,
                  filters: dict[str, str] | None = None) -> None:
         self.prometheus_url = prometheus_url.rstrip("/")
-        try:
-            parts = urllib.parse.urlsplit(self.prometheus_url)
-            usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
-        except ValueError:
-            usable = False
-        if not usable:
-            raise UserError(f"--prometheus {prometheus_url!r}: expected the http:// or https:// URL of a Prometheus "
-                            "server, like http://prometheus:9090")
+        self._parts = check_url(self.prometheus_url, f"--prometheus {prometheus_url!r}: expected the http:// or "
+                                "https:// URL of a Prometheus server, like http://prometheus:9090")
         if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
             raise UserError(f"timeout: must be a positive number of seconds, got {timeout_s!r}")
-        self._parts = parts
         self.selector = selector
         self.expression = fleet_expression(parse_selector(selector))
         self.timeout_s = float(timeout_s)
@@ -137,14 +129,10 @@ class FleetQuery:
         """The fleet now; on any failure the last rows with `error` set. Never raises, never outlasts timeout_s
         (plus the parsing of what came)."""
         try:
-            result, evaluated = self._query()
+            rows = [row for row in build_rows(self._query()) if matches(row, self.filters)]
         except _Failed as exc:
             return self._failed(str(exc))
         except Exception as exc:    # whatever the server sent, the screen keeps its last rows
-            return self._failed(f"unexpected answer ({type(exc).__name__}: {exc})")
-        try:
-            rows = [row for row in build_rows(result, evaluated) if matches(row, self.filters)]
-        except Exception as exc:
             return self._failed(f"unexpected answer ({type(exc).__name__}: {exc})")
         self.last = FleetView(rows=rows, fetched_unix=time.time(), error=None, prometheus=self.prometheus_url)
         return self.last
@@ -154,8 +142,8 @@ class FleetQuery:
         return FleetView(rows=self.last.rows, fetched_unix=self.last.fetched_unix,
                          error=f"prometheus {self.prometheus_url}: {line}", prometheus=self.prometheus_url)
 
-    def _query(self) -> tuple[list, float | None]:
-        """The instant vector's samples and the evaluation time; _Failed with the reason otherwise."""
+    def _query(self) -> list:
+        """The instant vector's samples; _Failed with the reason otherwise."""
         deadline = time.monotonic() + self.timeout_s
         # Prometheus gives up on its side at the same deadline (its `timeout`, seconds)
         form = urllib.parse.urlencode({"query": self.expression, "timeout": f"{self.timeout_s:g}"}).encode()
@@ -163,14 +151,8 @@ class FleetQuery:
             status, _, body = request("POST", self._parts, self._parts.path + "/api/v1/query", {
                 "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
                 deadline, MAX_ANSWER_BYTES, form)
-        except AnswerTooLarge:
-            raise _Failed(f"the answer is larger than {MAX_ANSWER_BYTES} bytes") from None
-        except TimeoutError:
-            raise _Failed(f"no complete answer within {self.timeout_s:g} s") from None
-        except http.client.HTTPException as exc:    # before OSError: RemoteDisconnected is both
-            raise _Failed(f"not an HTTP answer ({type(exc).__name__})") from None
-        except OSError as exc:
-            raise _Failed(f"could not connect: {exc.strerror or exc}") from None
+        except EXCHANGE_ERRORS as exc:
+            raise _Failed(exchange_reason(exc, self.timeout_s, MAX_ANSWER_BYTES, "could not connect: {}")) from None
         self.last_bytes = len(body)
         try:
             answer = json.loads(body)
@@ -185,13 +167,8 @@ class FleetQuery:
         data = answer.get("data")
         if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(data.get("result"), list):
             raise _Failed("the answer is not an instant vector")
-        result = data["result"]
-        self.last_series = len(result)
-        evaluated = None
-        for sample in result:
-            evaluated = _number(sample.get("value", [None])[0])
-            break
-        return result, evaluated
+        self.last_series = len(data["result"])
+        return data["result"]
 
 
 class _Failed(Exception):
@@ -217,7 +194,7 @@ class _Node:
         self.instance = instance
         self.up: float | None = None
         self.labels: dict[str, str] | None = None
-        self.target_labels: dict[str, str] = {}
+        self.url: str | None = None           # the target's stagelens_url label
         self.verdict: float | None = None
         self.roots: list[str] = []
         self.states: dict[str, float | None] = {}
@@ -229,7 +206,7 @@ class _Node:
         self.evaluated: float | None = None
 
 
-def build_rows(result: list, evaluated: float | None = None) -> list[NodeRow]:
+def build_rows(result: list) -> list[NodeRow]:
     """The instant vector's samples grouped by instance into rows, most severe first (down, firing, warn, ok,
     unknown), ties by instance. Samples without an instance or a name are left out."""
     nodes: dict[str, _Node] = {}
@@ -241,15 +218,13 @@ def build_rows(result: list, evaluated: float | None = None) -> list[NodeRow]:
         node = nodes.get(instance) or nodes.setdefault(instance, _Node(instance))
         pair = sample.get("value") or [None, None]
         value = _number(pair[1] if len(pair) > 1 else None)
-        node.evaluated = node.evaluated or _number(pair[0]) or evaluated
+        node.evaluated = node.evaluated or _number(pair[0])
         own = OWN_LABELS.get(name, set())
         labels = {k: v for k, v in metric.items() if k not in NOT_LABELS and k not in own}
         if name == "up":
-            node.up, node.labels = value, labels
-            node.target_labels = {k: v for k, v in metric.items() if k == URL_LABEL}
+            node.up, node.labels, node.url = value, labels, metric.get(URL_LABEL)
             continue
-        if URL_LABEL in metric:
-            node.target_labels.setdefault(URL_LABEL, metric[URL_LABEL])
+        node.url = node.url or metric.get(URL_LABEL)
         if node.labels is None:
             node.labels = labels
         stage, signal = metric.get("stage"), metric.get("signal")
@@ -270,14 +245,14 @@ def build_rows(result: list, evaluated: float | None = None) -> list[NodeRow]:
         elif name == "stagelens_tail_share" and stage and value is not None:
             node.tail.setdefault(metric.get("percentile", ""), {})[stage] = value
     rows = [_row(node) for node in nodes.values()]
-    rows.sort(key=lambda row: (-row.severity, row.instance))
+    rows.sort(key=by_severity)
     return rows
 
 
 def _row(node: _Node) -> NodeRow:
     exported = node.verdict is not None or bool(node.states)
     up = node.up == 1 if node.up is not None else exported   # no `up`: the series say the target was scraped
-    url = node.target_labels.get(URL_LABEL) or f"http://{node.instance}"
+    url = node.url or f"http://{node.instance}"
     if not up:
         return NodeRow(node.instance, node.labels or {}, False, "unknown", None, stage_cells({}), url=url)
     states = {stage: (_state(value), node.since.get(stage)) for stage, value in node.states.items()}

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from agent.fleet.model import FleetView, NodeRow
-from agent.tui.fmt import evidence_value
+from agent.fleet.model import FleetView, NodeRow, counts
+from agent.tui.fmt import STATE_MARK, evidence_value
 from agent.vocabulary import STAGES
 
 DEFAULT_LIMIT = 500
-MARK = {"firing": "FIRING", "warn": "WARN", "ok": "OK", "unknown": "UNKNOWN"}
+STATUS_MARK = {**STATE_MARK, "down": "DOWN"}     # a node's status (NodeRow.status) as the table shows it
 
 
 def rfc3339(time_unix: float | None) -> str | None:
@@ -115,7 +115,7 @@ def node_name(row: NodeRow) -> str:
 def node_line(row: NodeRow, now: float | None, width: int = 0) -> str:
     """verdict, instance{labels}, root stage, each stage's state and for how long, the worst evidence, the tail's
     main part, the agent's health."""
-    verdict = "DOWN" if not row.up else MARK.get(row.verdict, row.verdict.upper())
+    verdict = STATUS_MARK[row.status]
     name = node_name(row)
     stages = "  ".join(
         f"{stage} {cell.state}"
@@ -126,12 +126,9 @@ def node_line(row: NodeRow, now: float | None, width: int = 0) -> str:
 
 
 def summary_line(view: FleetView) -> str:
-    counts = {"down": 0, "firing": 0, "warn": 0, "ok": 0, "unknown": 0}
-    for row in view.rows:
-        counts["down" if not row.up else row.verdict if row.verdict in counts else "unknown"] += 1
     at = rfc3339(view.fetched_unix) or "never"
     return (f"{len(view.rows)} node{'s' if len(view.rows) != 1 else ''} from {view.prometheus} at {at}: "
-            + ", ".join(f"{n} {state}" for state, n in counts.items()))
+            + ", ".join(f"{n} {status}" for status, n in counts(view.rows).items()))
 
 
 def render_fleet(view: FleetView, limit: int = DEFAULT_LIMIT) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from textual.actions import SkipAction
@@ -43,6 +43,21 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 WIDE = 120          # columns from which the panels sit in two columns
 TALL = 40           # rows from which plots and lists get taller
 STAGE_PANEL = {"kv_cache": "2", "scheduler": "3", "cold_path": "4"}
+
+
+def catch_stop_signals(app: App, handler: Callable[[], object]) -> None:
+    """SIGTERM, SIGHUP and SIGINT call `handler` while `app` runs in a terminal (headless tests: left alone)."""
+    if not app.is_headless:
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, handler)
+
+
+def release_stop_signals(app: App) -> None:
+    if not app.is_headless:
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
 
 
 class StagelensApp(App[int]):
@@ -84,6 +99,7 @@ class StagelensApp(App[int]):
                            "has_frames": False, "tall": False}
         self._root: str | None = None
         self.notice = notice             # said once at start (how the source is judged, when it matters)
+        self.stopped_by_signal = False
 
     # --- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -105,10 +121,7 @@ class StagelensApp(App[int]):
         return self.query_one(f"#panel-{key}")
 
     def on_mount(self) -> None:
-        if not self.is_headless:   # SIGTERM/SIGHUP/SIGINT quit like `q`: the terminal restored, a local engine stopped
-            loop = asyncio.get_running_loop()
-            for sig in STOP_SIGNALS:
-                loop.add_signal_handler(sig, self.exit)
+        catch_stop_signals(self, self.stop_by_signal)
         self._apply_size()
         self.redraw()
         if self.notice:
@@ -117,10 +130,13 @@ class StagelensApp(App[int]):
             self.run_worker(self.poller.run, thread=True, name="poller", group="poller", exit_on_error=False)
 
     def on_unmount(self) -> None:
-        if not self.is_headless:
-            for sig in STOP_SIGNALS:
-                asyncio.get_running_loop().remove_signal_handler(sig)
+        release_stop_signals(self)
         self.poller.stop()
+
+    def stop_by_signal(self) -> None:
+        """SIGTERM/SIGHUP/SIGINT quit like `q`: the terminal restored, a local engine stopped."""
+        self.stopped_by_signal = True
+        self.exit()
 
     def on_resize(self) -> None:
         self._apply_size()

@@ -29,9 +29,9 @@ from agent.vocabulary import STAGE_ALERTS, STAGE_NAMES, STAGES
 GRAFANA_VERSION = "11.6.0"   # the SDK flavour: __requires says which Grafana the JSON is for
 DS = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")
 SEL = 'instance=~"$instance"'
-# the fleet dashboard's variables: target labels relabelling adds (a node without one matches "All", `.*`)
-# target labels a fleet's relabelling adds; not `model` or `gpu`, which the agent's own series carry (the
-# engine's model, a GPU's index): Prometheus would rename those to exported_*
+# the fleet dashboard's variables: target labels a fleet's relabelling adds (a node without one matches "All",
+# `.*`); not `model` or `gpu`, which the agent's own series carry (the engine's model, a GPU's index): Prometheus
+# would rename those to exported_*
 FLEET_LABELS = {"cluster": "Cluster", "served_model": "Model", "gpu_type": "GPU type"}
 CLUSTER_SEL = 'cluster=~"$cluster"'   # the recording rules keep cluster and stage only
 FLEET_SEL = ",".join(f'{label}=~"${label}"' for label in FLEET_LABELS)
@@ -361,8 +361,10 @@ def nodes_row(b: Board) -> None:
           .data_links([db.DashboardLink("node dashboard").type(dm.DashboardLinkType.LINK)
                        .url("/d/stagelens-node/stagelens-node?var-instance=${__data.fields.instance}"
                             "&${__url_time_range}")]))
+    shared = [label for label in FLEET_LABELS if label != "cluster"]     # the model and the GPU type
     b.add(series("Nodes firing per model and GPU", [q(
-        f"count by (model, gpu, stage) (stagelens_stage_state{{{FLEET_SEL}}} == 2)", "{{model}} {{gpu}} {{stage}}")],
+        f"count by ({', '.join(shared)}, stage) (stagelens_stage_state{{{FLEET_SEL}}} == 2)",
+        " ".join("{{" + label + "}}" for label in (*shared, "stage")))],
         description="What the firing nodes share: one model or one GPU type points at what changed.", w=HALF, h=9))
 
 

@@ -1,7 +1,8 @@
 """The fleet screen: one row a node, most severe first, refreshed from Prometheus on a thread.
 
-The refresh thread (refresher.py) only fetches and posts `Fetched` messages; sorting, filtering and drawing
-happen here on the UI thread. Tests post the same messages with the thread off (`autopoll=False`).
+The refresh thread (refresher.py) only fetches and posts `Fetched` messages; sorting (once an answer), filtering
+(once an answer or a filter) and drawing happen here on the UI thread. Tests post the same messages with the
+thread off (`autopoll=False`).
 
 `Enter` on a node ends this app with the node's agent URL as its return value: `run_fleet_app` (__init__.py)
 then runs that node's own TUI and, when it is left, a new fleet screen from this one's `memory` (the last
@@ -10,18 +11,16 @@ answer, the filter, the selected node), so the fleet comes back as it was left.
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from dataclasses import dataclass, replace
 
 from rich.console import Group
-from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
-from agent.fleet.model import FleetView, NodeRow
+from agent.fleet.model import FleetView, NodeRow, by_severity
+from agent.tui.app import catch_stop_signals, release_stop_signals
 from agent.tui.fleet.cells import (
     FilterError,
     columns,
@@ -30,17 +29,16 @@ from agent.tui.fleet.cells import (
     parse_filter,
     row_cells,
     row_matches,
-    sort_rows,
     summary_lines,
     top_line,
 )
 from agent.tui.fleet.help import FleetHelpScreen
-from agent.tui.fleet.refresher import Refresher, fetch
+from agent.tui.fleet.refresher import Refresher
 from agent.tui.style import CSS
+from agent.tui.widgets.keybar import key_line
 from agent.tui.widgets.lines import RenderedLines
 
 WIDE = 120           # columns from which the table shows the targets' labels too
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 KEYS = [("q", "quit"), ("?", "help"), ("⏎", "open node"), ("/", "filter"), ("esc", "clear filter"),
         ("r", "refresh"), ("↑↓", "select")]
 
@@ -105,7 +103,9 @@ class FleetApp(App[str | None]):
         self.view: FleetView | None = self.memory.view
         self.prometheus = getattr(query, "prometheus_url", "") or (self.view.prometheus if self.view else "")
         self._labels, self._words = parse_filter(self.memory.filter_text)   # checked before it was kept
-        self.shown: list[NodeRow] = []
+        self._rows = sorted(self.view.rows, key=by_severity) if self.view is not None else []
+        self.shown: list[NodeRow] = []      # the rows the filter keeps, most severe first
+        self._refilter()
         self._table_key: tuple | None = None
         self._refresher = refresher
         self._owns_refresher = refresher is None
@@ -130,10 +130,7 @@ class FleetApp(App[str | None]):
         return self.query_one("#fleet-filter", Input)
 
     def on_mount(self) -> None:
-        if not self.is_headless:   # SIGTERM/SIGHUP/SIGINT end the fleet like `q`, the terminal restored
-            loop = asyncio.get_running_loop()
-            for sig in STOP_SIGNALS:
-                loop.add_signal_handler(sig, self._on_signal)
+        catch_stop_signals(self, self.stop_by_signal)   # they end the fleet like `q`, the terminal restored
         self.table.focus()
         self.redraw()
         if self.memory.notice:
@@ -145,15 +142,13 @@ class FleetApp(App[str | None]):
             self._refresher.attach(lambda view: self.post_message(Fetched(view)))
 
     def on_unmount(self) -> None:
-        if not self.is_headless:
-            for sig in STOP_SIGNALS:
-                asyncio.get_running_loop().remove_signal_handler(sig)
+        release_stop_signals(self)
         if self._refresher is not None:
             self._refresher.detach()
             if self._owns_refresher:
                 self._refresher.stop()
 
-    def _on_signal(self) -> None:
+    def stop_by_signal(self) -> None:
         self.stopped_by_signal = True
         self.exit(None)
 
@@ -169,17 +164,20 @@ class FleetApp(App[str | None]):
         if view.error and not view.rows and self.view is not None and self.view.rows:
             view = replace(view, rows=self.view.rows, fetched_unix=self.view.fetched_unix)
         self.view = self.memory.view = view
+        self._rows = sorted(view.rows, key=by_severity)
+        self._refilter()
         self.redraw()
 
     def refresh_now(self) -> None:
         """One fetch on this thread (tests, and `r` with the refresh thread off)."""
-        self.show(fetch(self.fleet_query))
+        self.show(self.fleet_query.fetch())
+
+    def _refilter(self) -> None:
+        self.shown = [row for row in self._rows if row_matches(row, self._labels, self._words)]
 
     # --- drawing ------------------------------------------------------------------------------------------
     def redraw(self) -> None:
         view = self.view
-        rows = view.rows if view is not None else []
-        self.shown = [row for row in sort_rows(rows) if row_matches(row, self._labels, self._words)]
         width = self.size.width or 80
         with self.batch_update():
             self.query_one("#fleet-top", Bar).update(top_line(view, self.prometheus, self.interval, width))
@@ -217,13 +215,7 @@ class FleetApp(App[str | None]):
         self.query_one("#fleet-detail", Bar).update(Group(*detail_lines(self.selected_row, now, width)))
 
     def _show_keys(self, width: int) -> None:
-        text = Text(no_wrap=True, end="")
-        for key, label in KEYS:
-            piece = Text.assemble((f" {key} ", "bold reverse"), f" {label} ")
-            if text.cell_len + piece.cell_len > width:
-                break
-            text.append_text(piece)
-        self.query_one("#fleet-keys", Bar).update(text)
+        self.query_one("#fleet-keys", Bar).update(key_line(KEYS, width))
 
     @property
     def selected_row(self) -> NodeRow | None:
@@ -283,6 +275,7 @@ class FleetApp(App[str | None]):
         self.filter_input.remove_class("-invalid")
         self._labels, self._words = labels, words
         self.memory.filter_text = " ".join(text.split())
+        self._refilter()
         self.redraw()
         return True
 

@@ -1,4 +1,4 @@
-"""The fleet screen's content, pure: rows sorted and filtered, each cell as coloured text, the header lines and
+"""The fleet screen's content, pure: rows filtered, each cell as coloured text, the header lines and
 the selected node's detail. Nothing here touches a widget; every age is counted from the answer's own time
 (FleetView.fetched_unix), so a screenshot of the same answer reads the same at any hour."""
 
@@ -8,37 +8,17 @@ import re
 
 from rich.text import Text
 
-from agent.fleet.model import FleetView, NodeRow
-from agent.fleet.render import age, health, tail_text
+from agent.fleet.model import FleetView, NodeRow, counts
+from agent.fleet.query import matches
+from agent.fleet.render import STATUS_MARK, age, health, tail_text
 from agent.tui.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock, evidence_value
 from agent.vocabulary import STAGE_NAMES, STAGES
 
-STATUSES = ("down", "firing", "warn", "ok", "unknown")      # most severe first, as the rows sort
-STATUS_MARK = {**STATE_MARK, "down": "DOWN"}
 STATUS_STYLE = {**STATE_STYLE, "down": "bold white on red"}
 STATUS_COLOR = {**STATE_COLOR, "down": "red"}
 STAGE_HEADER = {"kv_cache": "KV cache", "scheduler": "scheduler", "cold_path": "cold path"}
 STAGE_HEADER_SHORT = {"kv_cache": "KV", "scheduler": "sched", "cold_path": "cold"}
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
-def status(row: NodeRow) -> str:
-    """down, or the node's verdict (unknown for anything the screen does not know)."""
-    if not row.up:
-        return "down"
-    return row.verdict if row.verdict in STATE_MARK and row.verdict != "info" else "unknown"
-
-
-def sort_rows(rows) -> list[NodeRow]:
-    """Most severe first (down, firing, warn, ok, unknown), then by instance."""
-    return sorted(rows, key=lambda row: (-row.severity, row.instance))
-
-
-def counts(rows) -> dict[str, int]:
-    out = dict.fromkeys(STATUSES, 0)
-    for row in rows:
-        out[status(row)] += 1
-    return out
 
 
 # --- the filter --------------------------------------------------------------------------------------------
@@ -63,8 +43,7 @@ def parse_filter(text: str) -> tuple[dict[str, str], list[str]]:
 
 
 def row_matches(row: NodeRow, labels: dict[str, str], words: list[str]) -> bool:
-    if any((row.instance if label == "instance" else row.labels.get(label)) != value
-           for label, value in labels.items()):
+    if not matches(row, labels):
         return False
     name = " ".join([row.instance, *(f"{k}={v}" for k, v in row.labels.items())]).lower()
     return all(word in name for word in words)
@@ -79,7 +58,7 @@ def _cut(text: str, width: int, style: str = "") -> Text:
 
 
 def verdict_cell(row: NodeRow) -> Text:
-    s = status(row)
+    s = row.status
     return Text(f"{STATUS_MARK[s]:<7}", style=STATUS_STYLE[s], no_wrap=True, end="")
 
 

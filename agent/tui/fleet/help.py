@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Group
-from rich.table import Table
-from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import VerticalScroll
-from textual.widgets import Static
 
 from agent.fleet.model import FRAME_STALE_S
-from agent.tui.screens.help import HelpScreen
+from agent.tui.screens.help import HelpScreen, help_renderable
 
 KEYS = (
     ("q", "quit"),
@@ -30,18 +25,8 @@ LEGEND = ("One row a node, the most severe first: DOWN (Prometheus could not scr
           "P99 TTFT tail. STALE at the top: the last refresh failed; the rows are those of the last answer.")
 
 
-def fleet_help() -> Group:
-    table = Table(box=None, show_header=False, pad_edge=False, expand=True)
-    table.add_column(style="bold cyan", no_wrap=True)
-    table.add_column(ratio=1)
-    for key, what in KEYS:
-        table.add_row(key, what)
-    return Group(Text("stagelens fleet — keys", style="bold"), Text(""), table, Text(""), Text(LEGEND, style="grey70"))
-
-
 class FleetHelpScreen(HelpScreen):
     """The node TUI's help screen (its style, any key closes it) with the fleet's keys."""
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll(id="help-body"):
-            yield Static(fleet_help())
+    def body(self) -> Group:
+        return help_renderable("stagelens fleet — keys", KEYS, LEGEND)

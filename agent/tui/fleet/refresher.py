@@ -10,25 +10,15 @@ This thread outlives a screen instead: a screen that exits detaches (an answer s
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Callable
 
 from agent.fleet.model import FleetView
 
-log = logging.getLogger(__name__)
-
-
-def fetch(query) -> FleetView:
-    """query.fetch(), which never raises by contract; should it, the failure is shown, not raised into the UI."""
-    try:
-        return query.fetch()
-    except Exception as exc:   # noqa: BLE001
-        log.exception("the fleet query failed")
-        return FleetView(error=f"{type(exc).__name__}: {exc}", prometheus=getattr(query, "prometheus_url", ""))
-
 
 class Refresher:
+    """Runs `query.fetch()`, which never raises (FleetQuery's contract: a failure is the view's `error`)."""
+
     def __init__(self, query, interval: float = 5.0) -> None:
         self.query, self.interval = query, interval
         self._lock = threading.Lock()
@@ -69,7 +59,7 @@ class Refresher:
             if self._stop.is_set():
                 return
             self._wake.clear()
-            view = fetch(self.query)
+            view = self.query.fetch()
             with self._lock:
                 post = self._post
             if post is not None:

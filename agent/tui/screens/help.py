@@ -30,19 +30,24 @@ STATES = ("Each stage (KV cache, scheduler, cold path) is OK, WARN or FIRING, wi
           "answering; the screen keeps the last frame it got.")
 
 
-def help_renderable() -> Group:
+def help_renderable(title: str = "stagelens — keys", keys=KEYS, legend: str = STATES) -> Group:
     table = Table(box=None, show_header=False, pad_edge=False, expand=True)
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column(ratio=1)
-    for key, what in KEYS:
+    for key, what in keys:
         table.add_row(key, what)
-    return Group(Text("stagelens — keys", style="bold"), Text(""), table, Text(""), Text(STATES, style="grey70"))
+    return Group(Text(title, style="bold"), Text(""), table, Text(""), Text(legend, style="grey70"))
 
 
 class HelpScreen(ModalScreen[None]):
+    """The keys and the legend that `body` gives (a subclass, its own)."""
+
+    def body(self) -> Group:
+        return help_renderable()
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body"):
-            yield Static(help_renderable())
+            yield Static(self.body())
 
     def on_key(self, event) -> None:
         event.stop()

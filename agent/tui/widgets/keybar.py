@@ -21,13 +21,17 @@ def hints(info: dict) -> list[tuple[str, str]]:
     return keys
 
 
+def key_line(keys: list[tuple[str, str]], width: int) -> Text:
+    """The keys and what they do, in order, as many as fit in `width` columns."""
+    text = Text(no_wrap=True, end="")
+    for key, label in keys:
+        piece = Text.assemble((f" {key} ", "bold reverse"), f" {label} ")
+        if text.cell_len + piece.cell_len > width:
+            break
+        text.append_text(piece)
+    return text
+
+
 class KeyBar(RenderedLines):
     def refresh_from(self, info: dict) -> None:
-        width = self.size.width or 80
-        text = Text()
-        for key, label in hints(info):
-            piece = Text.assemble((f" {key} ", "bold reverse"), f" {label} ")
-            if text.cell_len + piece.cell_len > width:
-                break
-            text.append_text(piece)
-        self.update(text)
+        self.update(key_line(hints(info), self.size.width or 80))

@@ -32,8 +32,8 @@ _ORIGIN = {"inferred": "inferred", "not observable": "not observable on this eng
 
 def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     signal = SIGNALS_BY_ID[signal_id]
-    st, value = evidence_state(state, signal_id)
     e = _evidence(state, signal_id)
+    st, value = (e.state, e.value) if e else ("unknown", None)
     origin = _ORIGIN.get(e.provenance) if e is not None else None
     if origin:
         note = f"{origin}; {note}" if note else origin
