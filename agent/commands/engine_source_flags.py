@@ -63,21 +63,21 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
                             ("--otlp-receiver-grpc", o.otlp_receiver_grpc), ("--kv-events", o.kv_events)):
             if value:
                 raise UserError(f"{flag} needs --engine {' or '.join(OUTSIDE_ENGINES)}")
-        if o.otlp_forward:
-            raise UserError("--otlp-forward needs --otlp-receiver or --otlp-receiver-grpc")
-        return None
-    if not o.engine_url:
+    elif not o.engine_url:
         raise UserError(f"--engine {kind} needs --engine-url (e.g. http://127.0.0.1:8000)")
-    _check_http_url("--engine-url", o.engine_url)
+    else:
+        check_http_url("--engine-url", o.engine_url)
     receiving = o.otlp_receiver or o.otlp_receiver_grpc
     if o.otlp_forward and not receiving:
         raise UserError("--otlp-forward needs --otlp-receiver or --otlp-receiver-grpc")
+    if kind not in OUTSIDE_ENGINES:
+        return None
     if o.otlp_forward:
-        _check_http_url("--otlp-forward", o.otlp_forward)
+        check_http_url("--otlp-forward", o.otlp_forward)
     if o.kv_events and kind != "vllm":
         raise UserError("--kv-events needs --engine vllm (SGLang publishes no KV events)")
-    if o.kv_events and not o.kv_events.startswith(("tcp://", "ipc://")):
-        raise UserError(f"--kv-events: expected tcp://HOST:PORT or ipc://PATH, got {o.kv_events!r}")
+    if o.kv_events:
+        check_zmq_endpoint("--kv-events", o.kv_events)
     spans = _receiver(o.otlp_receiver, o.otlp_receiver_grpc, o.otlp_forward) if receiving else None
     subscriber = None
     if o.kv_events:
@@ -100,7 +100,8 @@ def _receiver(http: str | None, grpc: str | None, forward: str | None):
     return OtlpReceiver(host=http_host or grpc_host, http_port=http_port, grpc_port=grpc_port, forward_to=forward)
 
 
-def _check_http_url(flag: str, url: str) -> None:
+def check_http_url(flag: str, url: str) -> None:
+    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed)."""
     parts = urlsplit(url)
     try:
         parts.port    # noqa: B018  (reading it checks it)
@@ -108,3 +109,9 @@ def _check_http_url(flag: str, url: str) -> None:
         raise UserError(f"{flag}: bad port in {url!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"{flag}: expected http(s)://HOST[:PORT], got {url!r}")
+
+
+def check_zmq_endpoint(flag: str, endpoint: str) -> None:
+    """UserError naming `flag` unless `endpoint` is a ZMQ endpoint KV events travel on (tcp:// or ipc://)."""
+    if not endpoint.startswith(("tcp://", "ipc://")):
+        raise UserError(f"{flag}: expected tcp://HOST:PORT or ipc://PATH, got {endpoint!r}")

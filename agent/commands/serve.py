@@ -11,6 +11,8 @@ from agent.commands.engine_flags import engine_options
 from agent.commands.engine_source_flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
+    check_http_url,
+    check_zmq_endpoint,
     engine_url_option,
     open_engine_source,
 )
@@ -102,10 +104,10 @@ def _face_settings(engine_kind: str, listen: str | None, otlp: str | None, kv_ev
     if engine_kind != "lab":
         raise UserError("--vllm-face needs --engine lab: it is the bundled engine that speaks vLLM's interfaces")
     host, port = parse_listen(listen, "--vllm-face")
-    if otlp and not otlp.startswith(("http://", "https://")):
-        raise UserError(f"--vllm-face-otlp: expected http(s)://HOST:PORT/v1/traces, got {otlp!r}")
-    if kv_events and not kv_events.startswith(("tcp://", "ipc://")):
-        raise UserError(f"--vllm-face-kv-events: expected tcp://HOST:PORT or ipc://PATH, got {kv_events!r}")
+    if otlp:
+        check_http_url("--vllm-face-otlp", otlp)
+    if kv_events:
+        check_zmq_endpoint("--vllm-face-kv-events", kv_events)
     return {"host": host, "port": port, "otlp_traces_endpoint": otlp, "kv_events_endpoint": kv_events}
 
 

@@ -70,9 +70,11 @@ class HistogramDelta:
     count: float
     sum: float
 
-    @property
-    def mean(self) -> float | None:
-        return self.sum / self.count if self.count > 0 else None
+
+def histogram_part(family: Family | None, suffix: str) -> float | None:
+    """A histogram's `_sum` or `_count` added up over its label sets; None when it is absent."""
+    found = values(family, suffix) if family is not None and family.type == "histogram" else []
+    return sum(s.value for s in found) if found else None
 
 
 def _cumulative(family: Family | None) -> tuple[dict[float, float], float, float] | None:
@@ -84,9 +86,8 @@ def _cumulative(family: Family | None) -> tuple[dict[float, float], float, float
         buckets[bound] = buckets.get(bound, 0.0) + s.value
     if math.inf not in buckets:
         return None
-    counts = values(family, "_count")
-    count = sum(s.value for s in counts) if counts else buckets[math.inf]
-    return buckets, count, sum(s.value for s in values(family, "_sum"))
+    count = histogram_part(family, "_count")
+    return buckets, buckets[math.inf] if count is None else count, histogram_part(family, "_sum") or 0.0
 
 
 def histogram_delta(now: Family | None, before: Family | None) -> HistogramDelta | None:

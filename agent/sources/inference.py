@@ -8,7 +8,9 @@ the diagnosis shows beside the evidence), and returns None where what is publish
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 from agent.sources.families import HistogramDelta, quantile_bounds
@@ -18,6 +20,7 @@ from engine_hooks.stats import percentile
 from engine_hooks.timeline import QUEUED, RequestTimeline
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
+_SLACK_S = 1e-6               # widens a search by time past float rounding (any monotonic clock under a century)
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
                               # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
 
@@ -152,8 +155,7 @@ def step_period(span: float, steps: int | None) -> float | None:
     return span / steps if steps and span > 0 else None
 
 
-def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None,
-                  long_prefill_tokens: int = LONG_PREFILL_TOKENS) -> list[float]:
+def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
     """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
     when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the inter-token latency's P99
     (a decoding request waits one step between tokens, so the longest steps show there; a prefill chunked over
@@ -161,13 +163,17 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
     a short prompt in progress at its arrival, as the spans show it, up to that bound, where its step is not
     in the window's spans yet. A long prompt's prefill is not such a step: waiting behind it is what chunked
     prefill avoids, as the hooks judge head-of-line blocking."""
-    steps = [(c.start, c.end) for tl in timelines if tl.prompt_tokens <= long_prefill_tokens for c in tl.chunks]
+    steps = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS for c in tl.chunks)
+    starts = [start for start, _ in steps]
+    reach = list(itertools.accumulate((end for _, end in steps), max))   # the latest end of a step begun by each
     cap = longest_step if longest_step is not None else float("inf")
+    step = period if longest_step is None else max(period, longest_step)
     out = []
     for tl in timelines:
-        boundary = max([min(end - tl.arrival, cap) for start, end in steps if start <= tl.arrival < end],
-                       default=0.0)
-        step = period if longest_step is None else max(period, longest_step)
+        # the steps begun by its arrival; one still running then (the latest end past it) bounds its wait
+        begun = bisect.bisect_right(starts, tl.arrival)
+        end = reach[begun - 1] if begun else tl.arrival
+        boundary = min(end - tl.arrival, cap) if end > tl.arrival else 0.0
         out.append(max(0.0, tl.scheduler_wait_s - max(boundary, step)))
     return out
 
@@ -194,27 +200,32 @@ def _ms(seconds: float | None) -> str:
     return "unbounded" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
-def head_of_line_share(timelines: list[RequestTimeline], period: float | None,
-                       long_prefill_tokens: int = LONG_PREFILL_TOKENS) -> Inferred | None:
+def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -> Inferred | None:
     """The share of short requests' decided wait spent while a long prompt's prefill ran, from the spans:
     each span's prefill interval is known, so a short request's queue time overlapping a long one's
     prefill was spent behind it."""
     if not timelines or period is None:
         return None
-    long_prefills = [(c.start, c.end) for tl in timelines if tl.prompt_tokens > long_prefill_tokens
-                     for c in tl.chunks]
-    short = [tl for tl in timelines if tl.prompt_tokens <= long_prefill_tokens]
+    # the long prefills by start (each with its place, so overlaps add up in the same order whatever the search)
+    long_prefills = sorted((c.start, i, c.end) for i, c in enumerate(
+        c for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS for c in tl.chunks))
+    starts = [start for start, _, _ in long_prefills]
+    longest = max((end - start for start, _, end in long_prefills), default=0.0) + _SLACK_S
+    short = [tl for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS]
     waited = behind = 0.0
     for tl in short:
         for w in tl.waits:
-            overlap = sum(max(0.0, min(w.end, end) - max(w.start, start)) for start, end in long_prefills)
+            # only a prefill begun before the wait ended, and less than the longest one before it began, can overlap
+            near = long_prefills[bisect.bisect_left(starts, w.start - longest):bisect.bisect_left(starts, w.end)]
+            overlap = sum(max(0.0, min(w.end, end) - max(w.start, start))
+                          for start, _, end in sorted(near, key=lambda p: p[1]))
             waited += max(0.0, w.seconds - period)
             behind += max(0.0, min(overlap, w.seconds) - period)
     if not short:
         return None
     value = behind / waited if waited > 0 else 0.0
     return Inferred(value, f"{behind:.2f} s of {waited:.2f} s that {len(short)} short requests queued (less a step "
-                           f"period each) overlapped the prefill of a prompt over {long_prefill_tokens} tokens, "
+                           f"period each) overlapped the prefill of a prompt over {LONG_PREFILL_TOKENS} tokens, "
                            f"from their llm_request spans")
 
 

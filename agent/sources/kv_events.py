@@ -43,6 +43,9 @@ EVENT_FIELDS = {
     "AllBlocksCleared": (),
 }
 RECV_TIMEOUT_MS = 100
+# the counters kept since start(): KvEventFigures' totals, and `totals`
+TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
+          "unmatched_removals", "dropped_blocks")
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,7 @@ class KvEventsSubscriber:
         self._history: deque[_BatchRecord] = deque(maxlen=max_history)
         self._last_seq: int | None = None
         self._started_at: float | None = None
-        self._totals = dict.fromkeys(("messages", "malformed", "malformed_events", "unknown_events", "lost_batches",
-                                      "sequence_resets", "unmatched_removals", "dropped_blocks"), 0)
+        self._totals = dict.fromkeys(TOTALS, 0)
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -146,6 +148,12 @@ class KvEventsSubscriber:
             return self._last_seq
 
     # --- reads (any thread) ------------------------------------------------------------------------
+    @property
+    def totals(self) -> dict[str, int]:
+        """The counters since start() (TOTALS), a copy: what `figures()` gives without reading the history."""
+        with self._lock:
+            return dict(self._totals)
+
     def figures(self, since_monotonic: float | None = None) -> KvEventFigures:
         """The window from `since_monotonic` (time.monotonic(); None: since start()) to now."""
         now = time.monotonic()
@@ -326,4 +334,4 @@ def _block_keys(ev: dict) -> list:
     return keys
 
 
-__all__ = ["EVENT_FIELDS", "KvEventFigures", "KvEventsSubscriber"]
+__all__ = ["EVENT_FIELDS", "TOTALS", "KvEventFigures", "KvEventsSubscriber"]

@@ -43,8 +43,7 @@ import queue
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 import zlib
 from collections import deque
 from concurrent import futures
@@ -54,6 +53,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from agent.remote import EXCHANGE_ERRORS, request
 from agent.sources.llm_request_spans import LLM_REQUEST, timeline_from_span
 from engine_hooks.timeline import RequestTimeline
 
@@ -65,6 +65,7 @@ JSON = "application/json"
 GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 DRAIN_BYTES = 16 * 1024 * 1024      # a refused body up to this size is read and discarded before the answer
+FORWARD_ANSWER_BYTES = 1024 * 1024  # an upstream's answer past this counts as a failed forward
 
 COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", "malformed", "rejected",
             "malformed_spans", "invalid_attributes", "forwarded", "forward_failed", "forward_dropped",
@@ -92,8 +93,7 @@ class OtlpReceiver:
                  forward_timeout_s: float = 5.0) -> None:
         if capacity < 1 or max_body_bytes < 1 or forward_queue < 1:
             raise ValueError("capacity, max_body_bytes and forward_queue must be at least 1")
-        if forward_to is not None and not forward_to.startswith(("http://", "https://")):
-            raise ValueError(f"forward_to must be an OTLP/HTTP URL, not {forward_to!r}")
+        self._forward_parts = _forward_parts(forward_to) if forward_to is not None else None
         self.host = host
         self.max_body_bytes = max_body_bytes
         self.read_timeout_s = read_timeout_s
@@ -278,14 +278,21 @@ class OtlpReceiver:
             headers = {"Content-Type": content_type}
             if encoding:
                 headers["Content-Encoding"] = encoding
-            req = urllib.request.Request(self.forward_to, data=body, headers=headers, method="POST")
+            parts = self._forward_parts
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            # one deadline for the whole exchange, name lookup included
+            deadline = time.monotonic() + self.forward_timeout_s
             try:
-                with urllib.request.urlopen(req, timeout=self.forward_timeout_s) as resp:
-                    resp.read(64 * 1024)
-                self._count("forwarded")
-            except (OSError, ValueError, urllib.error.URLError) as e:   # HTTPError is a URLError, an OSError
+                status, reason, _ = request("POST", parts, target, headers, deadline, FORWARD_ANSWER_BYTES, body)
+            except EXCHANGE_ERRORS as e:
                 self._count("forward_failed")
-                log.debug("forwarding to %s failed: %s", self.forward_to, e)
+                log.debug("forwarding to %s failed: %s", self.forward_to, str(e) or type(e).__name__)
+                continue
+            if 200 <= status < 300:
+                self._count("forwarded")
+            else:
+                self._count("forward_failed")
+                log.debug("forwarding to %s failed: HTTP %s %s", self.forward_to, status, reason)
 
     # -- gRPC
 
@@ -313,6 +320,18 @@ class OtlpReceiver:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.status == 413 else grpc.StatusCode.INVALID_ARGUMENT
             context.abort(code, e.reason)
         return b""     # not reached: abort raises
+
+
+def _forward_parts(url: str) -> urllib.parse.SplitResult:
+    """An OTLP/HTTP URL split; ValueError for one that is not (no http(s) scheme, no host, a bad port)."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        parts.port    # noqa: B018  (reading it checks it)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"forward_to must be an OTLP/HTTP URL, not {url!r}")
+    return parts
 
 
 def _content_kind(content_type: str | None) -> str:

@@ -11,6 +11,7 @@ failed `engine` collector). METRICS is the one table of which metric fills which
 
 from __future__ import annotations
 
+import bisect
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +24,7 @@ from agent.sources.families import (
     by_label,
     counter_delta,
     histogram_delta,
+    histogram_part,
     label,
     mean,
     quantile,
@@ -113,7 +115,6 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
-_PART_NAMES = {"OtlpReceiver": "traces", "KvEventsSubscriber": "KV events"}
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
@@ -166,21 +167,19 @@ class VllmSource:
         self.kv_events = kv_events
         self.reading = Reading()
         self._scrapes: deque[_Scrape] = deque()
-        self._timelines: deque = deque()     # requests the spans told of, finished within the window
-        self._lately: deque = deque(maxlen=LENGTHS_SAMPLE)   # ... and the latest finished, window or not
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the span receiver and the KV-events subscriber; UserError when one cannot (a port taken)."""
-        for part in (self.spans, self.kv_events):
+        for name, part in (("traces", self.spans), ("KV events", self.kv_events)):
             if part is None:
                 continue
             try:
                 part.start()
             except OSError as exc:
                 self.close()
-                raise UserError(f"cannot listen for the engine's {_PART_NAMES[type(part).__name__]}: {exc}") from None
+                raise UserError(f"cannot listen for the engine's {name}: {exc}") from None
 
     def close(self) -> None:
         for part in (self.spans, self.kv_events):
@@ -198,8 +197,8 @@ class VllmSource:
         while len(self._scrapes) > 2 and self._scrapes[1].at <= scrape.at - self.window_s:
             self._scrapes.popleft()
         base = self._scrapes[0] if len(self._scrapes) > 1 else None
-        timelines = self._window_timelines(base.at if base else scrape.at - self.window_s)
-        snap, self.reading = self._fill(scrape, base, list(self._scrapes)[1:] or [scrape], timelines)
+        timelines, lengths = self._window_timelines(base.at if base else scrape.at - self.window_s)
+        snap, self.reading = self._fill(scrape, base, list(self._scrapes)[1:] or [scrape], timelines, lengths)
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
@@ -207,16 +206,14 @@ class VllmSource:
         window's mix of waiting reasons (a span does not say why its request waited)."""
         return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason)
 
-    def _window_timelines(self, start: float) -> list:
+    def _window_timelines(self, start: float) -> tuple[list, list[int] | None]:
+        """From one read of the spans kept (by finish): the requests that finished after `start`, the window, and
+        the lengths (prompt and output tokens) of the latest LENGTHS_SAMPLE finished, window or not."""
         if self.spans is None:
-            return []
-        newest = self._lately[-1].finished if self._lately else None
-        fresh = [t for t in self.spans.recent_timelines(newest) if t.finished is not None]
-        self._timelines.extend(fresh)
-        self._lately.extend(fresh)
-        while self._timelines and self._timelines[0].finished < start:
-            self._timelines.popleft()
-        return list(self._timelines)
+            return [], None
+        kept = [t for t in self.spans.recent_timelines() if t.finished is not None]
+        lengths = [t.prompt_tokens + t.output_tokens for t in kept[-LENGTHS_SAMPLE:]] or None
+        return kept[bisect.bisect_right(kept, start, key=lambda t: t.finished):], lengths
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
@@ -256,19 +253,19 @@ class VllmSource:
         held = held_tokens(Counted(
             prompt_tokens=total(ex.first(self._names("prompt_tokens"))),
             generated_tokens=total(ex.first(self._names("generation_tokens"))),
-            finished_prompt_tokens=_histogram_part(prompts, "_sum"),
-            finished_prompts=_histogram_part(prompts, "_count"),
-            finished_generated_tokens=_histogram_part(ex.first(self._names("request_generation_tokens")), "_sum"),
-            running=running, first_tokens=_histogram_part(ex.first(self._names("ttft")), "_count"),
-            ended=_histogram_part(ex.first(self._names("e2e")), "_count")))
+            finished_prompt_tokens=histogram_part(prompts, "_sum"),
+            finished_prompts=histogram_part(prompts, "_count"),
+            finished_generated_tokens=histogram_part(ex.first(self._names("request_generation_tokens")), "_sum"),
+            running=running, first_tokens=histogram_part(ex.first(self._names("ttft")), "_count"),
+            ended=histogram_part(ex.first(self._names("e2e")), "_count")))
         return Gauges(at=at, running=running, held_tokens=held,
                       waiting=total(ex.first(self._names("waiting"))),
                       deferred=reasons.get("deferred"),
                       kv_ratio=mean(ex.first(self._names("kv_usage"))),
                       adapters=bool(label(lora, "max_lora")))
 
-    def _fill(self, now: _Scrape, before: _Scrape | None, window: list[_Scrape],
-              timelines: list) -> tuple[EngineSnapshot, Reading]:
+    def _fill(self, now: _Scrape, before: _Scrape | None, window: list[_Scrape], timelines: list,
+              lengths: list[int] | None) -> tuple[EngineSnapshot, Reading]:
         ex, was = now.exposition, before.exposition if before else None
         span = now.at - before.at if before else 0.0
         gauges = [w.gauges for w in window]
@@ -320,7 +317,7 @@ class VllmSource:
             step_time_mean_s=period)
         kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio",
                                                  fragmentation(gauges, num_blocks, block_size)),
-                       sequence_lengths=[t.prompt_tokens + t.output_tokens for t in self._lately] or None)
+                       sequence_lengths=lengths)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
             kv.blocks_stored, kv.blocks_removed = blocks.blocks_stored, blocks.blocks_removed
@@ -365,13 +362,8 @@ class VllmSource:
         if self.spans is not None:
             out.update({f"traces.{k}": v for k, v in self.spans.counts.items()})
         if self.kv_events is not None:
-            f = self.kv_events.figures()
-            out.update({f"kv_events.{k}": getattr(f, k) for k in KV_EVENT_COUNTS})
+            out.update({f"kv_events.{k}": v for k, v in self.kv_events.totals.items()})
         return out or None
-
-
-KV_EVENT_COUNTS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
-                   "unmatched_removals", "dropped_blocks")
 
 
 # --- reading families ----------------------------------------------------------------------------------
@@ -391,12 +383,6 @@ def _int(text) -> int | None:
     except (TypeError, ValueError):
         return None     # "None" before the KV cache is profiled
     return value if value > 0 else None
-
-
-def _histogram_part(family, suffix: str) -> float | None:
-    """A histogram's `_sum` or `_count` added up over its label sets; None when it is absent."""
-    found = values(family, suffix) if family is not None and family.type == "histogram" else []
-    return sum(x.value for x in found) if found else None
 
 
 def _per_s(amount: float | None, span: float) -> float | None:

@@ -25,6 +25,7 @@ counters (its end still is).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -58,6 +59,39 @@ ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8
 # (model_loading): the bundled engine's extra models are vLLM's LoRA adapters (see lora_requests_info),
 # and vLLM defers a request whose adapter it cannot load yet.
 CAPACITY, DEFERRED = "capacity", "deferred"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPhases:
+    """A finished request's times in vLLM's meaning (monotonic seconds; a phase it never reached is 0)."""
+    arrival: float
+    finished: float
+    first_token: float | None
+    queue: float        # arrival to first `scheduled` (to the end when never scheduled)
+    prefill: float      # first `scheduled` to `first_token` (to the end when no token came)
+    decode: float       # `first_token` to the end
+    inference: float    # first `scheduled` to the end
+    reason: str         # vLLM's finished_reason
+
+    @property
+    def e2e(self) -> float:
+        return self.finished - self.arrival
+
+
+def request_phases(request) -> RequestPhases:
+    """The phases of a request that ended, as vLLM measures them (the metrics' histograms and the spans'
+    latencies); one that has no `finished` event ends now."""
+    arrival = request.arrival_time
+    finished = request.first_event_time("finished") or time.monotonic()
+    scheduled = request.first_event_time("scheduled")
+    first_token = request.first_event_time("first_token")
+    return RequestPhases(
+        arrival=arrival, finished=finished, first_token=first_token,
+        queue=(scheduled if scheduled is not None else finished) - arrival,
+        prefill=0.0 if scheduled is None else (first_token if first_token is not None else finished) - scheduled,
+        decode=0.0 if first_token is None else finished - first_token,
+        inference=0.0 if scheduled is None else finished - scheduled,
+        reason=FINISHED_REASON_OF.get(request.finish_reason, "abort"))
 
 
 def build_1_2_5_buckets(max_value: int) -> list[int]:
@@ -205,27 +239,20 @@ class VllmMetrics:
                               self._adapters(engine.scheduler.running)).set_to_current_time()
 
     def on_request_end(self, engine, request) -> None:
-        finished = request.first_event_time("finished") or time.monotonic()
-        self._count_tokens(request, finished)    # a request ending on its last token ends at that token's time
+        phases = request_phases(request)
+        self._count_tokens(request, phases.finished)   # a request ending on its last token ends at that token's time
         self._requests.pop(request.request_id, None)
-        arrival = request.arrival_time
-        scheduled = request.first_event_time("scheduled")
-        first_token = request.first_event_time("first_token")
-        queue = (scheduled if scheduled is not None else finished) - arrival
-        prefill = 0.0 if scheduled is None else (first_token if first_token is not None else finished) - scheduled
-        decode = 0.0 if first_token is None else finished - first_token
-        inference = 0.0 if scheduled is None else finished - scheduled
         generated = len(request.output_token_ids)
-        self.request_success[FINISHED_REASON_OF.get(request.finish_reason, "abort")].inc()
-        self.e2e.observe(finished - arrival)
-        self.queue_time.observe(queue)
-        self.prefill_time.observe(prefill)
-        self.decode_time.observe(decode)
-        self.inference_time.observe(inference)
+        self.request_success[phases.reason].inc()
+        self.e2e.observe(phases.e2e)
+        self.queue_time.observe(phases.queue)
+        self.prefill_time.observe(phases.prefill)
+        self.decode_time.observe(phases.decode)
+        self.inference_time.observe(phases.inference)
         self.request_prompt_tokens.observe(request.num_prompt_tokens)
         self.request_generation_tokens.observe(generated)
         self.request_max_tokens.observe(request.params.max_tokens)
-        self.time_per_output_token.observe(decode / (generated - 1) if generated > 1 else 0.0)
+        self.time_per_output_token.observe(phases.decode / (generated - 1) if generated > 1 else 0.0)
 
     # --- helpers (engine thread) --------------------------------------------------------------------
     def _count_tokens(self, req, token_time: float) -> None:

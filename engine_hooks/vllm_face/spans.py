@@ -43,7 +43,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .metrics import FINISHED_REASON_OF
+from .metrics import request_phases
 
 SPAN_NAME = "llm_request"
 TRACES_PATH = "/v1/traces"
@@ -96,37 +96,32 @@ class LlmRequestSpans:
     def on_request_end(self, engine, request) -> None:
         if self._closed:
             return
-        arrival = request.arrival_time
-        finished = request.first_event_time("finished") or time.monotonic()
-        scheduled = request.first_event_time("scheduled")
-        first_token = request.first_event_time("first_token")
-        reason = FINISHED_REASON_OF.get(request.finish_reason, "abort")
+        phases = request_phases(request)
         attributes = {
             REQUEST_ID: request.request_id,
             RESPONSE_MODEL: request.model,
             PROMPT_TOKENS: request.num_prompt_tokens,
             COMPLETION_TOKENS: len(request.output_token_ids),
-            TIME_IN_QUEUE: (scheduled if scheduled is not None else finished) - arrival,
-            TIME_IN_MODEL_PREFILL: 0.0 if scheduled is None else
-            (first_token if first_token is not None else finished) - scheduled,
-            TIME_IN_MODEL_DECODE: 0.0 if first_token is None else finished - first_token,
-            TIME_IN_MODEL_INFERENCE: 0.0 if scheduled is None else finished - scheduled,
-            E2E: finished - arrival,
-            FINISH_REASONS: json.dumps([reason]),
+            TIME_IN_QUEUE: phases.queue,
+            TIME_IN_MODEL_PREFILL: phases.prefill,
+            TIME_IN_MODEL_DECODE: phases.decode,
+            TIME_IN_MODEL_INFERENCE: phases.inference,
+            E2E: phases.e2e,
+            FINISH_REASONS: json.dumps([phases.reason]),
             REQUEST_N: 1,
         }
-        if first_token is not None:
-            attributes[TIME_TO_FIRST_TOKEN] = first_token - arrival
+        if phases.first_token is not None:
+            attributes[TIME_TO_FIRST_TOKEN] = phases.first_token - phases.arrival
         params = request.params
         if params.max_tokens:
             attributes[MAX_TOKENS] = params.max_tokens
         if params.temperature:
             attributes[TEMPERATURE] = float(params.temperature)
         span = self.tracer.start_span(SPAN_NAME, context=Context(), kind=SpanKind.SERVER,
-                                      attributes=attributes, start_time=self._epoch_ns(arrival))
-        if reason == "error":
+                                      attributes=attributes, start_time=self._epoch_ns(phases.arrival))
+        if phases.reason == "error":
             span.set_status(Status(StatusCode.ERROR, request.error or "the request failed"))
-        span.end(end_time=self._epoch_ns(finished))
+        span.end(end_time=self._epoch_ns(phases.finished))
         self.spans += 1
 
     # --- life cycle (any thread) ---------------------------------------------------------------------
