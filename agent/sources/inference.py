@@ -20,7 +20,6 @@ from engine_hooks.stats import percentile
 from engine_hooks.timeline import QUEUED, RequestTimeline
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
-_SLACK_S = 1e-6               # widens a search by time past float rounding (any monotonic clock under a century)
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
                               # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
 
@@ -206,19 +205,17 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
     prefill was spent behind it."""
     if not timelines or period is None:
         return None
-    # the long prefills by start (each with its place, so overlaps add up in the same order whatever the search)
-    long_prefills = sorted((c.start, i, c.end) for i, c in enumerate(
-        c for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS for c in tl.chunks))
-    starts = [start for start, _, _ in long_prefills]
-    longest = max((end - start for start, _, end in long_prefills), default=0.0) + _SLACK_S
+    long_prefills = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS
+                           for c in tl.chunks)
+    starts = [start for start, _ in long_prefills]
+    longest = max((end - start for start, end in long_prefills), default=0.0)
     short = [tl for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS]
     waited = behind = 0.0
     for tl in short:
         for w in tl.waits:
-            # only a prefill begun before the wait ended, and less than the longest one before it began, can overlap
+            # only a prefill begun before the wait ended, and at most the longest one before it began, overlaps it
             near = long_prefills[bisect.bisect_left(starts, w.start - longest):bisect.bisect_left(starts, w.end)]
-            overlap = sum(max(0.0, min(w.end, end) - max(w.start, start))
-                          for start, _, end in sorted(near, key=lambda p: p[1]))
+            overlap = sum(max(0.0, min(w.end, end) - max(w.start, start)) for start, end in near)
             waited += max(0.0, w.seconds - period)
             behind += max(0.0, min(overlap, w.seconds) - period)
     if not short:
