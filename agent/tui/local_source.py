@@ -8,10 +8,9 @@ Everything that touches the engine runs on the poller's worker thread; `apply_fi
 
 from __future__ import annotations
 
-import os
 import threading
 
-from agent.tui.source import Poll, Source
+from agent.tui.source import NodeSampling, Poll, Source
 
 ENDLESS_S = 24 * 3600.0     # without --duration the workload runs until the TUI exits
 
@@ -35,8 +34,7 @@ class LocalSource(Source):
         self.applied: dict = {}
         self._pending_fix: dict | None = None
         self._lock = threading.Lock()
-        self._timelines: list = []
-        self._host = self._sampler = self._probe = None
+        self._host = self._sampling = None
 
     @property
     def label(self) -> str:
@@ -45,13 +43,9 @@ class LocalSource(Source):
     # --- the worker thread ----------------------------------------------------------------------------
     def open(self) -> Poll:
         from agent.lab.host import EngineHost
-        from agent.sampler import Sampler
-        from probes.sample import NodeProbe, open_backend
 
-        self._probe = NodeProbe(open_backend(self.nvml_snapshot), pid=os.getpid())
         self._host = EngineHost()
-        self._sampler = Sampler(node_probe=self._probe, engine_source=self._host, interval=self.interval)
-        self._sampler.listeners.append(self._on_frame)
+        self._sampling = NodeSampling(self._host, self.nvml_snapshot, self.interval)
         self._start()
         return Poll(note="engine started")
 
@@ -61,9 +55,6 @@ class LocalSource(Source):
         engine_cfg, workload_cfg = scenario_configs(self.flags, self.scenario, self.applied)
         self._host.start(engine_cfg, workload_cfg, repeat=True, grace_s=0.0)
 
-    def _on_frame(self, _frame, timelines: list) -> None:
-        self._timelines.extend(timelines)
-
     def poll(self) -> Poll:
         with self._lock:
             fix, self._pending_fix = self._pending_fix, None
@@ -71,17 +62,15 @@ class LocalSource(Source):
             self.applied.update(fix)
             self._start()
             return Poll(note="engine restarted with the fix")
-        if self.paused or self._sampler is None:
+        if self.paused or self._sampling is None:
             return Poll()
-        frame = self._sampler.tick()
-        timelines, self._timelines = self._timelines, []
-        return Poll([frame], [t.to_dict() for t in timelines])
+        return self._sampling.tick()
 
     def close(self) -> None:
         if self._host is not None:
             self._host.stop()
-        if self._probe is not None:
-            self._probe.close()
+        if self._sampling is not None:
+            self._sampling.close()
 
     # --- the UI thread --------------------------------------------------------------------------------
     def apply_fix(self, flags: dict) -> None:

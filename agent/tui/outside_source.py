@@ -5,9 +5,7 @@ STALE with the reason."""
 
 from __future__ import annotations
 
-import os
-
-from agent.tui.source import Poll, Source
+from agent.tui.source import NodeSampling, Poll, Source
 
 
 class OutsideSource(Source):
@@ -19,33 +17,26 @@ class OutsideSource(Source):
         self.engine_source = engine_source      # agent.sources.vllm.VllmSource
         self.nvml_snapshot = nvml_snapshot
         self.interval = interval
-        self._sampler = self._probe = None
-        self._timelines: list = []
+        self._sampling: NodeSampling | None = None
 
     @property
     def label(self) -> str:
         return f"{self.engine_source.kind} at {self.engine_source.url}"
 
     def open(self) -> Poll:
-        from agent.sampler import Sampler
-        from probes.sample import NodeProbe, open_backend
-
-        self._probe = NodeProbe(open_backend(self.nvml_snapshot), pid=os.getpid())
-        self._sampler = Sampler(node_probe=self._probe, engine_source=self.engine_source, interval=self.interval)
-        self._sampler.listeners.append(lambda _frame, timelines: self._timelines.extend(timelines))
+        self._sampling = NodeSampling(self.engine_source, self.nvml_snapshot, self.interval)
         self.engine_source.start()
         return Poll(note=f"reading {self.label}")
 
     def poll(self) -> Poll:
-        if self.paused or self._sampler is None:
+        if self.paused or self._sampling is None:
             return Poll()
-        frame = self._sampler.tick()
-        timelines, self._timelines = self._timelines, []
-        engine = next((c for c in frame.collectors if c["name"] == "engine"), None)
-        error = None if engine is None or engine["success"] else f"{self.label}: {engine['error']}"
-        return Poll([frame], [t.to_dict() for t in timelines], error=error)
+        poll = self._sampling.tick()
+        engine = next((c for c in poll.frames[0].collectors if c["name"] == "engine"), None)
+        poll.error = None if engine is None or engine["success"] else f"{self.label}: {engine['error']}"
+        return poll
 
     def close(self) -> None:
         self.engine_source.close()
-        if self._probe is not None:
-            self._probe.close()
+        if self._sampling is not None:
+            self._sampling.close()
