@@ -16,6 +16,8 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
     if d.unavailable:
         head += f" — {d.unavailable}"
     lines = [head]
+    if d.engine:
+        lines.append(f"engine: {d.engine}")
     if d.disagreement:
         lines.append(f"note: {d.disagreement}")
     for s in d.stages:

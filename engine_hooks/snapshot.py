@@ -54,6 +54,7 @@ class Clock(_Section):
 class EngineInfo(_Section):
     """The engine's configuration and what is loaded (`engine`)."""
     source: str | None = None     # who fills the snapshot: "hooks" (the bundled engine), "vllm", "sglang"
+    generation: str | None = None  # an engine read from outside: its metric names' generation, as detected
     model: str | None = None
     models: int | None = None
     allocator: str | None = None
@@ -68,6 +69,8 @@ class EngineInfo(_Section):
     dtype: str | None = None
     kv_cache_bytes: int | None = None
     kv_bytes_per_token: int | None = None
+    kv_capacity_tokens: int | None = None   # tokens the KV cache holds in all (vLLM's kv_cache_size_tokens)
+    block_size_forced: bool | None = None   # the model sets the block size (hybrid attention + mamba)
     resident_models: list[str] | None = None
     loading_models: list[str] | None = None
     attention_reference: dict | None = None    # as engine_hooks.calibrate measured it; engine_hooks.reference reads it
@@ -101,6 +104,7 @@ class KvFigures(_Section):
     block_runs_per_sequence: float | None = None
     attention_share_of_step: float | None = None
     sequence_lengths: list[int] | None = None
+    full_while_waiting_share: float | None = None   # share of samples: no room for one more request, and a queue
     # block-level, from an engine's KV events (vLLM's --kv-events-config); None where none are received
     blocks_stored: int | None = None
     blocks_removed: int | None = None
@@ -119,6 +123,8 @@ class SchedulerFigures(_Section):
     wait_p99_s: float | None = None
     decided_wait_p50_s: float | None = None
     decided_wait_p99_s: float | None = None
+    decided_wait_p99_at_least_s: float | None = None   # where only bounds are known (coarse histograms)
+    decided_wait_p99_at_most_s: float | None = None
     requests_finished: int | None = None
     head_of_line_share: float | None = None
     wait_seconds_by_reason: dict[str, float] | None = None

@@ -1,14 +1,12 @@
 """Engine sources read from outside (agent/sources): vLLM's and SGLang's /metrics, served for real on
 loopback from exposition fixtures written with the engines' own family names, labels and buckets."""
 
-import contextlib
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from metrics_server import MetricsServer
 
 from agent.diagnosis.evaluate import LiveDiagnosis, diagnose
 from agent.frame import Frame
@@ -26,39 +24,7 @@ def fixture(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-class Engine:
-    """A loopback HTTP server whose /metrics answers `body` after `delay_s`."""
-
-    def __init__(self, body: str = "", delay_s: float = 0.0) -> None:
-        self.body, self.delay_s = body, delay_s
-        engine = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                time.sleep(engine.delay_s)
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                data = engine.body.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):   # the source gave up, rightly
-                    self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+Engine = MetricsServer
 
 
 @pytest.fixture

@@ -110,5 +110,8 @@ def _require_engine(frames: list, engine_source) -> None:
         return
     failed = [c for f in frames for c in f.collectors if c["name"] == "engine" and not c["success"]]
     if len(failed) == len(frames):
-        reason = failed[-1]["error"].partition(": ")[2] or failed[-1]["error"]    # without the exception's type
-        raise CollectError(f"the engine at {engine_source.url} did not answer: {reason}")
+        kind, _, reason = failed[-1]["error"].partition(": ")    # the reason without the exception's type
+        if kind == "EngineMismatchError":    # it answered, with none of the engine's metrics
+            raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
+                               f"{reason}")
+        raise CollectError(f"the engine at {engine_source.url} did not answer: {reason or kind}")

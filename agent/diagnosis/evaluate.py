@@ -15,7 +15,16 @@ from collections import deque
 from agent.diagnosis.config import DiagnosisConfig, Threshold
 from agent.diagnosis.explain import explain
 from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
-from agent.diagnosis.signals import NOT_APPLICABLE, SIGNALS, TAIL_SHARE, UNKNOWN, NotJudged, Signal, window_tail
+from agent.diagnosis.signals import (
+    NOT_APPLICABLE,
+    SIGNALS,
+    TAIL_SHARE,
+    UNKNOWN,
+    Bounded,
+    NotJudged,
+    Signal,
+    window_tail,
+)
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame
 from agent.runbooks import stage_runbook
@@ -40,7 +49,22 @@ def signal_state(signal: Signal, threshold: Threshold, value) -> str:
         return "ok"
     if isinstance(value, NotJudged):
         return "info"
+    if isinstance(value, Bounded):   # judged only where both bounds fall on the same side of every threshold
+        low = threshold_level(value.at_least, threshold.warn, threshold.firing, signal.direction)
+        high = (threshold_level(value.at_most, threshold.warn, threshold.firing, signal.direction)
+                if value.at_most is not None else "firing" if signal.direction == "above" else "ok")
+        return low if low == high else "unknown"
     return threshold_level(value, threshold.warn, threshold.firing, signal.direction)
+
+
+def shown_value(value, state: str) -> float | None:
+    """The number a signal's evidence shows: a bounded value's bound that decided its state (at least when
+    it is in trouble, at most when it is ok), none while its bounds straddle a threshold."""
+    if isinstance(value, NotJudged):
+        return value.value
+    if isinstance(value, Bounded):
+        return {"ok": value.at_most, "warn": value.at_least, "firing": value.at_least}.get(state)
+    return value if isinstance(value, int | float) else None
 
 
 class StageTracker:
@@ -81,9 +105,10 @@ def read_signal(signal: Signal, frame: Frame, window: list[Frame]):
         return UNKNOWN    # a frame from an older or partial source: the signal is unknown, not wrong
     if value is UNKNOWN or value is NOT_APPLICABLE:
         return value
-    number = value.value if isinstance(value, NotJudged) else value
-    if isinstance(number, bool) or not isinstance(number, int | float) or (
-            isinstance(number, float) and not math.isfinite(number)):
+    numbers = ([value.at_least] + ([] if value.at_most is None else [value.at_most]) if isinstance(value, Bounded)
+               else [value.value if isinstance(value, NotJudged) else value])
+    if any(isinstance(n, bool) or not isinstance(n, int | float) or (isinstance(n, float) and not math.isfinite(n))
+           for n in numbers):
         return UNKNOWN
     return value
 
@@ -154,13 +179,36 @@ class LiveDiagnosis:
         stages = [_stage_result(stage, self.trackers[stage], self.values, self.last, self.config) for stage in STAGES]
         _mark_consequences(stages, self.last)
         verdict = max((s.state for s in stages), key=severity)
+        unavailable = self.unavailable
+        unjudged = [s.stage for s in stages if s.state == "unknown"]
+        if verdict == "ok" and unjudged:    # never "ok" on nothing: every stage must have been judged
+            verdict = "unknown"
+            unavailable = unavailable or f"not judged: {'; '.join(_why_unknown(stages, unjudged))}"
         blamed = _tail_blames(self.last, self.config)
         root = _root(stages, blamed)
-        d = Diagnosis(verdict, root, stages, self.last.time_unix if self.last else None, self.unavailable)
+        d = Diagnosis(verdict, root, stages, self.last.time_unix if self.last else None, unavailable,
+                      engine=engine_said(self.last))
         if blamed is not None and blamed != root:
             d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at {root or 'no stage'}: "
                               f"{window_tail(self.last).sentence()}")
         return d
+
+
+def _why_unknown(stages: list[StageDiagnosis], unjudged: list[str]) -> list[str]:
+    """For each stage not judged, why: what the unknown evidence says of itself, or that nothing had data."""
+    out = []
+    for stage in (s for s in stages if s.stage in unjudged):
+        reasons = [f"{e.signal} {e.how}" for e in stage.evidence if e.state == "unknown" and e.how]
+        out.append(f"{stage.stage} ({reasons[0] if reasons else 'no data for any of its signals in the window'})")
+    return out
+
+
+def engine_said(frame: Frame | None) -> str | None:
+    """The engine the frame observes, as read: its source and, from outside, its names' generation."""
+    info = frame.engine.engine if frame is not None and frame.engine is not None else None
+    if info is None or info.source in (None, "hooks"):
+        return None
+    return info.generation or info.source
 
 
 def stage_states(frames: list[Frame], config: DiagnosisConfig | None = None) -> list[tuple[float, dict]]:
@@ -234,7 +282,7 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
     for signal in (s for s in SIGNALS if s.stage == stage):
         value, state = values.get(signal.id, (UNKNOWN, "unknown"))
         threshold = config.threshold(signal.id)
-        number = value.value if isinstance(value, NotJudged) else value if isinstance(value, int | float) else None
+        number = shown_value(value, state)
         provenance, how = signal.provenance(frame, value)
         evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing, signal.unit,
                                  f"{span:.0f}s", state, applicable=value is not NOT_APPLICABLE,

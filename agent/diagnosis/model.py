@@ -96,6 +96,7 @@ class Diagnosis:
     time_unix: float | None = None
     unavailable: str | None = None        # why there is no verdict (the engine is down, nothing observed)
     disagreement: str | None = None       # the P99 tail blames another stage than the root the signals give
+    engine: str | None = None             # an engine read from outside, as detected ("vLLM V1 (0.10-style names)")
 
     def stage(self, name: str) -> StageDiagnosis:
         return next(s for s in self.stages if s.stage == name)
@@ -106,6 +107,8 @@ class Diagnosis:
             out["unavailable"] = self.unavailable
         if self.disagreement:
             out["disagreement"] = self.disagreement
+        if self.engine:
+            out["engine"] = self.engine
         return out
 
     @classmethod
@@ -116,7 +119,8 @@ class Diagnosis:
         return cls(f.one_of("verdict", STATES), f.string("root_stage", nullable=True),
                    f.items("stages", StageDiagnosis.from_dict),
                    unavailable=f.string("unavailable", nullable=True, absent=True),
-                   disagreement=f.string("disagreement", nullable=True, absent=True))
+                   disagreement=f.string("disagreement", nullable=True, absent=True),
+                   engine=f.string("engine", nullable=True, absent=True))
 
     @property
     def exit_code(self) -> int:

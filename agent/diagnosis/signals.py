@@ -33,6 +33,14 @@ NOT_APPLICABLE = _Marker("NOT_APPLICABLE")
 
 
 @dataclass(frozen=True)
+class Bounded:
+    """A value known only to lie between two bounds (an engine's coarse histogram): judged where both fall on
+    the same side of each threshold, else unknown; `at_most` None: no upper bound."""
+    at_least: float
+    at_most: float | None
+
+
+@dataclass(frozen=True)
 class NotJudged:
     """A measured value shown as evidence but not judged against thresholds here, and why."""
     value: float
@@ -69,13 +77,14 @@ class Signal:
         """(measured | inferred | not observable, how it was inferred) of this signal's value in `frame`;
         (None, None) when nothing was there to read (no engine for an engine signal, no GPU)."""
         engine = frame.engine if frame is not None else None
-        if value is UNKNOWN:
-            if self.reads and engine is not None and not _hooked(frame):
-                return "not observable", None
-            return None, None
         inferred = (engine.inferred or {}) if self.reads and engine is not None else {}
-        how = [inferred[path] for path in self.reads if path in inferred]
-        return ("inferred", "; ".join(how)) if how else ("measured", None)
+        how = "; ".join(inferred[path] for path in self.reads if path in inferred) or None
+        outside = self.reads and engine is not None and not _hooked(frame)
+        if value is UNKNOWN:
+            return ("not observable", how) if outside else (None, None)
+        if value is NOT_APPLICABLE and outside:   # no data to judge: what the engine's counts say did not arise
+            return "inferred", how or "the situation it judges did not arise in the window, by the engine's counts"
+        return ("inferred", how) if how else ("measured", None)
 
 
 def _none_counted(*counts) -> bool | None:
@@ -105,6 +114,27 @@ def _no_step(w: Window) -> bool | None:
 def _no_request(w: Window) -> bool | None:
     s = w.scheduler
     return _none_counted(s.requests_finished, s.waiting, s.running)
+
+
+def _decided_wait_p99(w: Window):
+    """The scheduler's decided-wait P99: the value where it is measured (hooks) or inferred from spans, else
+    its bounds (an engine's coarse queue-time histogram, Little's law)."""
+    s = w.scheduler
+    if s.decided_wait_p99_s is not None:
+        return s.decided_wait_p99_s
+    if s.decided_wait_p99_at_least_s is None and s.decided_wait_p99_at_most_s is None:
+        return None
+    return Bounded(s.decided_wait_p99_at_least_s or 0.0, s.decided_wait_p99_at_most_s)
+
+
+def kv_full_while_waiting(frame: Frame, _window) -> object:
+    """The share of an outside engine's scrapes that found its KV cache with no room while requests queued
+    or were preempted; the hooks measure the KV cache itself, so it is not theirs to judge."""
+    w = frame.window
+    if w is None or _hooked(frame):
+        return UNKNOWN
+    share = w.kv.full_while_waiting_share
+    return UNKNOWN if share is None else share
 
 
 def _kv(frame: Frame, figure: Callable[[Window], object]):
@@ -289,10 +319,14 @@ SIGNALS: tuple[Signal, ...] = (
     Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
            "share of samples", preemption_with_free_memory,
            reads=("counters.preemptions_with_free_memory_total",)),
+    # from outside: the KV cache full while a queue waits (or requests are preempted) is the KV cache's doing
+    Signal("kv_full_while_waiting", KV_CACHE, "KV cache full with requests queued or preempted", "above", 0.2, 0.5,
+           "share of samples", kv_full_while_waiting,
+           reads=("window.kv.full_while_waiting_share",)),
     Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE),
            reads=("window.tail",)),
     Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
-           lambda f, _w: _figure(f, lambda w: w.scheduler.decided_wait_p99_s, _no_request),
+           lambda f, _w: _figure(f, _decided_wait_p99, _no_request),
            reads=("window.scheduler.decided_wait_p99_s",)),
     Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
            compute_utilisation,

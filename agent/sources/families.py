@@ -1,9 +1,10 @@
 """Reading figures off one scrape's families, and off the change between two scrapes.
 
-Label sets are added up (vLLM's `engine` label, one per data-parallel engine; SGLang's ranks); ratios are
-averaged over them. Counters and histograms are read as deltas between two scrapes; a counter that went
-down (the engine restarted) counts from zero. Quantiles come from the window's bucket counts, as
-Prometheus's `histogram_quantile` does, and `quantile_bucket` says how far that can be trusted.
+Label sets are added up (vLLM's `engine` label, one per data-parallel engine; SGLang's data-parallel ranks,
+once its tensor- and pipeline-parallel copies are set aside by `without_rank_copies`); ratios are averaged
+over them. Counters and histograms are read as deltas between two scrapes; a counter that went down (the
+engine restarted) counts from zero. Quantiles come from the window's bucket counts, as Prometheus's
+`histogram_quantile` does, where the buckets place them; `quantile_said` says the bound where they do not.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import math
 from dataclasses import dataclass
 
 from agent.sources.prometheus_text import Family
+
+# Labels that tell apart copies of one scheduler's figures: SGLang publishes them from every tensor- and
+# pipeline-parallel rank (and each rank's process id); its data-parallel ranks are separate schedulers.
+RANK_COPIES = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "pid"})
 
 
 def values(family: Family | None, suffix: str = "") -> list:
@@ -22,6 +27,17 @@ def values(family: Family | None, suffix: str = "") -> list:
     if family.type == "counter" and not suffix:
         names.add(family.name + "_total")
     return [s for s in family.samples if s.name in names and math.isfinite(s.value)]
+
+
+def without_rank_copies(family: Family) -> Family:
+    """The family with one sample (the largest) per label set that differs only in RANK_COPIES: adding up
+    the copies would count every request once per tensor-parallel rank."""
+    kept: dict[tuple, object] = {}
+    for s in family.samples:
+        key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_COPIES)))
+        if key not in kept or s.value > kept[key].value:
+            kept[key] = s
+    return Family(family.name, family.type, tuple(kept.values()))
 
 
 def total(family: Family | None) -> float | None:
@@ -103,7 +119,19 @@ def histogram_delta(now: Family | None, before: Family | None) -> HistogramDelta
 
 def quantile(h: HistogramDelta | None, q: float) -> float | None:
     """The q-quantile of the window's observations, interpolated within its bucket as Prometheus's
-    histogram_quantile does; the highest finite bound when it falls past it. None without observations."""
+    histogram_quantile does; None without observations, and None where interpolating would make a number
+    up: in a first bucket that starts at zero (vLLM's queue time: (0, 0.3 s], where the mean can be 50 us) and
+    past the last finite bound (SGLang's TTFT clamped to 30 s). `quantile_said` says what is known there."""
+    bucket = quantile_bucket(h, q)
+    if bucket is None or bucket[0] <= 0 or math.isinf(bucket[1]):
+        return None
+    return quantile_interpolated(h, q)
+
+
+def quantile_interpolated(h: HistogramDelta | None, q: float) -> float | None:
+    """The q-quantile interpolated as histogram_quantile does, in any bucket (the highest finite bound past
+    it): a working estimate for an internal bound (the longest step, from the inter-token latency), never a
+    figure reported as measured."""
     bucket = quantile_bucket(h, q)
     if bucket is None:
         return None
@@ -111,6 +139,25 @@ def quantile(h: HistogramDelta | None, q: float) -> float | None:
     if math.isinf(upper):
         return lower
     return lower + (upper - lower) * (rank - below) / (cumulative - below)
+
+
+def quantile_said(h: HistogramDelta | None, q: float) -> str | None:
+    """The q-quantile in words, in seconds, as far as the buckets place it: "< 0.3 s" in a first bucket from
+    zero, ">= 30 s" past the last finite bound, else the interpolated value; None without observations."""
+    bucket = quantile_bucket(h, q)
+    if bucket is None:
+        return None
+    lower, upper = bucket[:2]
+    if lower <= 0:
+        return f"< {upper:g} s"
+    if math.isinf(upper):
+        return f">= {lower:g} s"
+    return f"{quantile(h, q):.3g} s"
+
+
+def histogram_mean(h: HistogramDelta | None) -> float | None:
+    """The window's mean observation (its _sum over its _count); None without observations."""
+    return h.sum / h.count if h is not None and h.count > 0 else None
 
 
 def quantile_bounds(h: HistogramDelta | None, q: float) -> tuple[float, float] | None:

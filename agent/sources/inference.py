@@ -13,7 +13,6 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from agent.sources.families import HistogramDelta, quantile_bounds
 from engine_hooks.attribution import components
 from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
 from engine_hooks.stats import percentile
@@ -34,6 +33,7 @@ class Gauges:
     kv_ratio: float | None = None   # KV blocks in use / all
     held_tokens: float | None = None   # tokens in the running requests (held_tokens())
     adapters: bool = False          # the engine serves LoRA adapters (vllm:lora_requests_info)
+    preemptions: float | None = None   # preempted (SGLang: retracted) so far: a counter
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,22 +100,64 @@ def _kv_full(g: Gauges) -> bool:
     return g.kv_ratio >= KV_FULL or 1.0 - g.kv_ratio < per_request
 
 
-def fragmentation(gauges: list[Gauges], num_blocks: int | None, block_size: int | None) -> Inferred | None:
+@dataclass(frozen=True, slots=True)
+class KvCapacity:
+    """The KV cache's size as published: its blocks, the tokens they hold in all, and the blocks the engine
+    keeps for itself (vLLM V1 takes one null block from the pool at start: an idle V1 reads 1/num_blocks)."""
+    num_blocks: int
+    tokens: int                     # kv_cache_size_tokens where published, else num_blocks x block_size
+    block_size: int
+    reserved_blocks: int = 0
+    forced_block_size: bool = False  # a hybrid model's block holds a mamba state: the block size is not a choice
+
+    @property
+    def tokens_per_block(self) -> float:
+        return self.tokens / self.num_blocks
+
+
+def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | None:
     """The share of reserved KV slots holding no token, over the window's scrapes: slots in use (KV usage x
-    blocks x block size) against the tokens the running requests hold (Gauges.held_tokens)."""
-    if not (num_blocks and block_size):
+    blocks, less the engine's reserved blocks, x tokens a block) against the tokens the running requests hold
+    (Gauges.held_tokens). Not judged where the model forces the block size: a hybrid model's block is sized
+    to hold a mamba state, so its empty attention slots are the model's, not a setting's (Inferred with no
+    value, saying so)."""
+    if kv is None or not kv.num_blocks:
         return None
-    pairs = [(g.kv_ratio * num_blocks * block_size, g.held_tokens) for g in gauges
-             if g.kv_ratio is not None and g.held_tokens is not None and g.kv_ratio > 0]
+    if kv.forced_block_size:
+        return Inferred(None, f"not judged: the model sets the block size ({kv.block_size} tokens, a hybrid "
+                              f"attention + mamba layout: {kv.tokens:,} tokens in {kv.num_blocks:,} blocks)")
+    pairs = [(max(0, round(g.kv_ratio * kv.num_blocks) - kv.reserved_blocks) * kv.tokens_per_block, g.held_tokens)
+             for g in gauges if g.kv_ratio is not None and g.held_tokens is not None]
+    pairs = [(r, h) for r, h in pairs if r > 0]
     reserved = sum(r for r, _ in pairs)
     if not reserved:
         return None
     held = min(reserved, sum(h for _, h in pairs))
+    less = f", less {kv.reserved_blocks} reserved" if kv.reserved_blocks else ""
     return Inferred(1.0 - held / reserved,
-                    f"{reserved / len(pairs):,.0f} KV slots in use on average (kv_cache_usage_perc x {num_blocks:,} "
-                    f"blocks x {block_size}) against {held / len(pairs):,.0f} tokens held by running requests "
-                    f"(prompt and generation tokens counted, less those of the requests finished) over "
+                    f"{reserved / len(pairs):,.0f} KV slots in use on average (kv_cache_usage_perc x {kv.num_blocks:,} "
+                    f"blocks{less}, x {kv.tokens_per_block:g} tokens a block) against {held / len(pairs):,.0f} tokens "
+                    f"held by running requests (prompt and generation tokens counted, less those of the requests "
+                    f"finished, at most what the running requests hold on average, prefix-cache hits shared) over "
                     f"{len(pairs)} scrapes")
+
+
+def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
+    """The share of scrapes (each against the one before) that found the KV cache with no room for one more
+    request (_kv_full) while requests waited or were preempted since: a queue the KV cache holds back, the
+    KV cache's evidence that the scheduler's queue is its consequence. The same test charges the queue's wait
+    to `no_free_blocks` (wait_seconds_by_reason), so the stage that fires and the charge agree."""
+    seen = []
+    for before, g in zip(scrapes, scrapes[1:], strict=False):
+        preempted = (None if g.preemptions is None or before.preemptions is None
+                     else g.preemptions > before.preemptions)
+        if g.kv_ratio is None or (g.waiting is None and preempted is None):
+            continue
+        seen.append(_kv_full(g) and bool((g.waiting or 0) > 0 or preempted))
+    if not seen:
+        return None
+    return Inferred(sum(seen) / len(seen), f"the KV cache had no room for one more request while requests waited or "
+                                           f"were preempted at {sum(seen)} of {len(seen)} scrapes")
 
 
 def held_tokens(counted: Counted) -> float | None:
@@ -123,15 +165,27 @@ def held_tokens(counted: Counted) -> float | None:
     (once, at its first token) and every token generated, less the prompt and output lengths of the
     requests that finished (their histograms' sums); plus, for the running requests still in their prefill
     (running less those past their first token and not finished: the TTFT and e2e histograms' counts), half a
-    mean prompt each, as far as a chunked prefill has got on average."""
+    mean prompt each, as far as a chunked prefill has got on average.
+
+    The bookkeeping drifts over a server's life: a request that got its first token and never finished
+    (aborted, timed out) stays counted for ever. So it is bounded by what is running now: nothing when no
+    request runs, at most the running requests times a finished request's mean prompt and output. The
+    prompt tokens served from the prefix cache (its hit share) sit in blocks shared with other requests:
+    they need no slots of their own."""
     c = counted
     parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
     if any(p is None for p in parts):
         return None
+    if c.running is not None and c.running <= 0:
+        return 0.0
     held = max(0.0, c.prompt_tokens + c.generated_tokens - c.finished_prompt_tokens - c.finished_generated_tokens)
     if None not in (c.running, c.first_tokens, c.ended) and c.finished_prompts:
         in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
         held += in_prefill * c.finished_prompt_tokens / c.finished_prompts / 2
+    if c.running is not None and c.finished_prompts:
+        mean_prompt = c.finished_prompt_tokens / c.finished_prompts
+        held = min(held, c.running * (mean_prompt + c.finished_generated_tokens / c.finished_prompts))
+        held = max(0.0, held - c.running * mean_prompt * (c.prefix_hit_share or 0.0))
     return held
 
 
@@ -146,6 +200,7 @@ class Counted:
     running: float | None = None
     first_tokens: float | None = None             # requests past their first token (the TTFT histogram's count)
     ended: float | None = None                    # requests finished (the e2e histogram's count)
+    prefix_hit_share: float | None = None         # prompt tokens found in the prefix cache / prompt tokens queried
 
 
 def step_period(span: float, steps: int | None) -> float | None:
@@ -177,22 +232,16 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
     return out
 
 
-def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
+def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
                      longest_step: float | None = None) -> Inferred | None:
-    """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them,
-    else only when the queue-time histogram settles it (its P99's bucket starts above zero: the P99 is at
-    least that lower bound); a P99 in the first bucket could be anything under it."""
+    """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them;
+    without them only bounds are known (agent.sources.wait_bounds)."""
     if timelines and period is not None:
         value = percentile(decided_waits(timelines, period, longest_step), 99)
         return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
                                f"the step running at each one's arrival (the inter-token P99, {_ms(longest_step)}, "
                                f"or a short prefill in progress; one step period is {period * 1000:.0f} ms)")
-    bounds = quantile_bounds(queue, 0.99)
-    if bounds is None or bounds[0] <= 0:
-        return None
-    lower, upper = bounds
-    return Inferred(lower, f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: at least "
-                           f"{lower:g} s")
+    return None
 
 
 def _ms(seconds: float | None) -> str:

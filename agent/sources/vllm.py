@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from agent.errors import CollectError, UserError
+from agent.sources.engine_names import generation
 from agent.sources.families import (
     HistogramDelta,
     by_label,
@@ -28,16 +29,21 @@ from agent.sources.families import (
     label,
     mean,
     quantile,
+    quantile_interpolated,
+    quantile_said,
     total,
     values,
+    without_rank_copies,
 )
 from agent.sources.inference import (
     Counted,
     Gauges,
     Inferred,
+    KvCapacity,
     charge_queued,
     decided_wait_p99,
     fragmentation,
+    full_while_waiting,
     head_of_line_share,
     held_tokens,
     step_period,
@@ -45,6 +51,7 @@ from agent.sources.inference import (
     waiting_share,
 )
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
+from agent.sources.wait_bounds import queue_wait_p99_bounds
 from engine_hooks.attribution import tail as attribution_tail
 from engine_hooks.snapshot import (
     Clock,
@@ -78,27 +85,41 @@ class Metric:
 
 
 METRICS: dict[str, Metric] = {
-    "running": Metric("gauge", ("vllm:num_requests_running",), ("sglang:num_running_reqs",),
-                      "window.scheduler.running"),
-    "waiting": Metric("gauge", ("vllm:num_requests_waiting",), ("sglang:num_queue_reqs",),
-                      "window.scheduler.waiting"),
+    "running": Metric("gauge", ("vllm:num_requests_running",),
+                      ("sglang:num_running_reqs", "sglang:num_requests_running"), "window.scheduler.running"),
+    "waiting": Metric("gauge", ("vllm:num_requests_waiting",),
+                      ("sglang:num_queue_reqs", "sglang:num_requests_waiting"), "window.scheduler.waiting"),
     "waiting_by_reason": Metric("gauge", ("vllm:num_requests_waiting_by_reason",), (),
                                 "reading.waiting_by_reason (capacity | deferred)"),
     "kv_usage": Metric("gauge", ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), ("sglang:token_usage",),
                        "usage.used_blocks (× num_blocks), reading.kv_usage_ratio"),
     "cache_config": Metric("info", ("vllm:cache_config_info",), (),
-                           "engine.block_size, usage.num_blocks (labels block_size, num_gpu_blocks)"),
-    "kv_tokens_capacity": Metric("gauge", (), ("sglang:max_total_num_tokens",), "reading.kv_capacity_tokens"),
+                           "engine.block_size, usage.num_blocks, engine.kv_capacity_tokens (labels block_size, "
+                           "num_gpu_blocks, kv_cache_size_tokens, mamba_block_size)"),
+    "kv_tokens_capacity": Metric("gauge", (), ("sglang:max_total_num_tokens",), "engine.kv_capacity_tokens"),
+    "kv_tokens_used": Metric("gauge", (), ("sglang:num_used_tokens",),
+                             "with token_usage, the capacity where max_total_num_tokens is not published"),
     "preemptions": Metric("counter", ("vllm:num_preemptions_total",), ("sglang:num_retracted_requests_total",),
-                          "counters.preemptions_total, reading.preemptions_in_window"),
+                          "counters.preemptions_total, reading.preemptions_in_window, "
+                          "window.kv.full_while_waiting_share"),
+    "prefix_queries": Metric("counter", ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"), (),
+                             "with prefix_hits, the prompt share served from the prefix cache (tokens held)"),
+    "prefix_hits": Metric("counter", ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"), (),
+                          "the prompt tokens found in the prefix cache"),
+    "gpu_execution": Metric("counter", (), ("sglang:gpu_execution_seconds_total",),
+                            "window.scheduler.busy_ratio (and while waiting: compute utilisation)"),
+    "realtime_tokens": Metric("counter", (), ("sglang:realtime_tokens_total",),
+                              "label mode: decode -> decode_tokens_per_s, prefill_compute + decode -> tokens_per_s"),
     "finished": Metric("counter", ("vllm:request_success_total",), (),
                        "counters.requests_finished_total / requests_failed_total, health.finish_reasons"),
-    "queue_time": Metric("histogram", ("vllm:request_queue_time_seconds",), ("sglang:queue_time_seconds",),
-                         "window.scheduler.wait_p50_s / wait_p99_s"),
+    "queue_time": Metric("histogram", ("vllm:request_queue_time_seconds",),
+                         ("sglang:queue_time_seconds", "sglang:waiting_request_latency_seconds"),
+                         "window.scheduler.wait_p50_s / wait_p99_s, the decided wait's bounds without spans"),
     "ttft": Metric("histogram", ("vllm:time_to_first_token_seconds",), ("sglang:time_to_first_token_seconds",),
                    "reading.ttft_p50_s / ttft_p99_s"),
     "inter_token": Metric("histogram", ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-                          ("sglang:inter_token_latency_seconds",), "reading.inter_token_p50_s / p99_s"),
+                          ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+                          "reading.inter_token_p50_s / p99_s"),
     "e2e": Metric("histogram", ("vllm:e2e_request_latency_seconds",), ("sglang:e2e_request_latency_seconds",),
                   "window.scheduler.requests_finished (count), reading.e2e_p50_s / e2e_p99_s"),
     "iteration_tokens": Metric("histogram", ("vllm:iteration_tokens_total",), (),
@@ -122,7 +143,8 @@ LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size ad
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """What the scrape tells beyond the snapshot's fields (None: not observable, or no data in the window)."""
+    """What the scrape tells beyond the snapshot's fields (None: not observable, or no data in the window).
+    A quantile the buckets cannot place is None, and its `said` text gives the bound ("< 0.3 s", ">= 30 s")."""
     kv_usage_ratio: float | None = None
     kv_capacity_tokens: float | None = None
     waiting_by_reason: dict[str, float] | None = None
@@ -133,6 +155,7 @@ class Reading:
     inter_token_p99_s: float | None = None
     e2e_p50_s: float | None = None
     e2e_p99_s: float | None = None
+    said: dict[str, str] | None = None     # "ttft_p99" -> ">= 30 s", as far as the buckets place each quantile
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +189,7 @@ class VllmSource:
         self.spans = spans
         self.kv_events = kv_events
         self.reading = Reading()
+        self.generation: str | None = None     # the metric names' generation the latest scrape showed
         self._scrapes: deque[_Scrape] = deque()
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
 
@@ -189,6 +213,9 @@ class VllmSource:
     # --- the engine source interface (agent/sampler.py) ------------------------------------------------
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
         exposition = parse_exposition(self._fetch())
+        if self.kind == "sglang":   # every tensor-parallel rank publishes its scheduler's figures: count them once
+            exposition = Exposition({n: without_rank_copies(f) for n, f in exposition.families.items()})
+        self.generation = generation(exposition, self.kind, self.metrics_url)   # EngineMismatchError: not this engine
         scrape = _Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
         if self._scrapes and self._scrapes[-1].at >= scrape.at:
             self._scrapes.clear()          # a clock that did not advance gives no window
@@ -247,7 +274,6 @@ class VllmSource:
 
     def _gauges(self, ex: Exposition, at: float) -> Gauges:
         reasons = by_label(ex.first(self._names("waiting_by_reason")), "reason") or {}
-        lora = ex.first(self._names("lora"))
         prompts = ex.first(self._names("request_prompt_tokens"))
         running = total(ex.first(self._names("running")))
         held = held_tokens(Counted(
@@ -257,12 +283,26 @@ class VllmSource:
             finished_prompts=histogram_part(prompts, "_count"),
             finished_generated_tokens=histogram_part(ex.first(self._names("request_generation_tokens")), "_sum"),
             running=running, first_tokens=histogram_part(ex.first(self._names("ttft")), "_count"),
-            ended=histogram_part(ex.first(self._names("e2e")), "_count")))
+            ended=histogram_part(ex.first(self._names("e2e")), "_count"),
+            prefix_hit_share=_share(total(ex.first(self._names("prefix_hits"))),
+                                    total(ex.first(self._names("prefix_queries"))))))
         return Gauges(at=at, running=running, held_tokens=held,
                       waiting=total(ex.first(self._names("waiting"))),
                       deferred=reasons.get("deferred"),
                       kv_ratio=mean(ex.first(self._names("kv_usage"))),
-                      adapters=bool(label(lora, "max_lora")))
+                      adapters=_serves_adapters(ex.first(self._names("lora"))),
+                      preemptions=total(ex.first(self._names("preemptions"))))
+
+    def _capacity(self, ex: Exposition) -> KvCapacity | None:
+        """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid model's
+        blocks do not hold block_size tokens each), SGLang's token pool (a block of one token)."""
+        if self.kind == "vllm":
+            return _cache_config(ex.first(self._names("cache_config")), v1=not self.generation.startswith("vLLM V0"))
+        tokens = total(ex.first(self._names("kv_tokens_capacity")))
+        if tokens is None:   # SGLang 0.4 publishes the tokens in use and their share
+            used, ratio = total(ex.first(self._names("kv_tokens_used"))), mean(ex.first(self._names("kv_usage")))
+            tokens = used / ratio if used and ratio else None
+        return KvCapacity(num_blocks=round(tokens), tokens=round(tokens), block_size=1) if tokens else None
 
     def _fill(self, now: _Scrape, before: _Scrape | None, window: list[_Scrape], timelines: list,
               lengths: list[int] | None) -> tuple[EngineSnapshot, Reading]:
@@ -279,17 +319,24 @@ class VllmSource:
         def histogram(figure) -> HistogramDelta | None:
             return histogram_delta(family(figure), was.first(self._names(figure)) if was else None)
 
-        block_size, num_blocks = _cache_config(family("cache_config"))
+        capacity = self._capacity(ex)
         kv_ratio = now.gauges.kv_ratio
         usage = None
-        if num_blocks is not None:
-            used = None if kv_ratio is None else round(kv_ratio * num_blocks)
-            usage = KvUsage(num_blocks=num_blocks, used_blocks=used)
+        if capacity is not None:
+            used = None if kv_ratio is None else round(kv_ratio * capacity.num_blocks)
+            usage = KvUsage(num_blocks=capacity.num_blocks, used_blocks=used)
 
         queue, ttft, itl, e2e = histogram("queue_time"), histogram("ttft"), histogram("inter_token"), histogram("e2e")
         steps = histogram("iteration_tokens")
         step_count = None if steps is None else round(steps.count)
         generated = delta_total("generation_tokens")
+        by_mode = _delta_by_label(family("realtime_tokens"), was.first(self._names("realtime_tokens")) if was else None,
+                                  "mode")
+        if generated is None and by_mode:
+            generated = by_mode.get("decode")
+        computed = None if steps is None else steps.sum
+        if computed is None and by_mode:
+            computed = by_mode.get("decode", 0.0) + by_mode.get("prefill_compute", 0.0)
         inferred: dict[str, str] = {}
 
         def infer(path: str, found: Inferred | None):
@@ -301,22 +348,47 @@ class VllmSource:
         period = step_period(span, step_count)
         by_reason = infer("window.scheduler.wait_seconds_by_reason", wait_seconds_by_reason(gauges, span))
         self._by_reason = by_reason
+        share_waiting = infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None
+        busy = self._busy(delta_total("gpu_execution"), span, ex)
+        decided = decided_wait_p99(timelines, period, quantile_interpolated(itl, 0.99)) if span else None
+        bounds = None
+        if decided is not None:
+            inferred["window.scheduler.decided_wait_p99_s"] = decided.how
+        elif span:
+            left = (queue or e2e).count / span if (queue or e2e) is not None else None
+            bounds = queue_wait_p99_bounds(queue, [g.waiting for g in gauges if g.waiting is not None], left, span,
+                                           period)
+            if bounds is not None:
+                inferred["window.scheduler.decided_wait_p99_s"] = bounds.how
+        for q in ("p50", "p99"):
+            said = quantile_said(queue, 0.5 if q == "p50" else 0.99)
+            if said is not None and quantile(queue, 0.5 if q == "p50" else 0.99) is None:
+                inferred[f"window.scheduler.wait_{q}_s"] = f"{said}: as far as the queue-time buckets place it"
         scheduler = SchedulerFigures(
             running=_whole(now.gauges.running),
             waiting=_whole(now.gauges.waiting),
             steps=step_count,
-            tokens_per_s=_per_s(None if steps is None else steps.sum, span),
+            busy_ratio=busy,
+            busy_ratio_while_waiting=busy if busy is not None and share_waiting == 1.0 else None,
+            tokens_per_s=_per_s(computed, span),
             decode_tokens_per_s=_per_s(generated, span),
             requests_finished=None if e2e is None else round(e2e.count),
             wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
-            decided_wait_p99_s=infer("window.scheduler.decided_wait_p99_s",
-                                     decided_wait_p99(timelines, period, queue, quantile(itl, 0.99))) if span else None,
+            decided_wait_p99_s=None if decided is None else decided.value,
+            decided_wait_p99_at_least_s=None if bounds is None else bounds.at_least,
+            decided_wait_p99_at_most_s=None if bounds is None else bounds.at_most,
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
-            waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
+            waiting_share=share_waiting,
             wait_seconds_by_reason=by_reason,
             step_time_mean_s=period)
-        kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio",
-                                                 fragmentation(gauges, num_blocks, block_size)),
+        if busy is not None:
+            inferred["window.scheduler.busy_ratio_while_waiting"] = (
+                f"GPU execution {busy:.0%} of the window (gpu_execution_seconds_total over {span:.1f} s"
+                + (", requests waiting at every scrape)" if share_waiting == 1.0 else ")"))
+        kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(gauges, capacity)),
+                       full_while_waiting_share=infer("window.kv.full_while_waiting_share",
+                                                      full_while_waiting([w.gauges for w in ([before] if before
+                                                                                              else []) + window])),
                        sequence_lengths=lengths)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
@@ -341,20 +413,33 @@ class VllmSource:
 
         snap = EngineSnapshot(
             clock=Clock(monotonic=now.at, wall=time.time()),
-            engine=EngineInfo(source=self.kind, model=label(family("running"), "model_name"),
-                              allocator="paged", block_size=block_size),
+            engine=EngineInfo(source=self.kind, generation=self.generation,
+                              model=label(family("running"), "model_name") or label(family("running"), "name"),
+                              allocator="paged", block_size=None if capacity is None or self.kind == "sglang"
+                              else capacity.block_size,
+                              kv_capacity_tokens=None if capacity is None else capacity.tokens,
+                              block_size_forced=None if capacity is None else capacity.forced_block_size),
             usage=usage,
             window=Window(span_s=span, kv=kv, scheduler=scheduler, cold_path=cold, tail=tail),
             counters=counters, health=health, inferred=inferred or None, intake=self._intake())
+        quantiles = {f"{name}_{q}": (h, level) for name, h in (("ttft", ttft), ("inter_token", itl), ("e2e", e2e))
+                     for q, level in (("p50", 0.50), ("p99", 0.99))}
         reading = Reading(
-            kv_usage_ratio=kv_ratio, kv_capacity_tokens=total(family("kv_tokens_capacity")),
+            kv_usage_ratio=kv_ratio, kv_capacity_tokens=None if capacity is None else capacity.tokens,
             waiting_by_reason=by_label(family("waiting_by_reason"), "reason"),
             preemptions_in_window=delta_total("preemptions"),
             ttft_p50_s=quantile(ttft, 0.50), ttft_p99_s=quantile(ttft, 0.99),
             inter_token_p50_s=quantile(itl, 0.50), inter_token_p99_s=quantile(itl, 0.99),
-            e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99))
+            e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99),
+            said={k: t for k, (h, level) in quantiles.items() if (t := quantile_said(h, level)) is not None} or None)
         return snap, reading
 
+    def _busy(self, executed: float | None, span: float, ex: Exposition) -> float | None:
+        """SGLang's GPU execution seconds in the window over the window, per data-parallel rank."""
+        if executed is None or span <= 0:
+            return None
+        ranks = {s.labels.get("dp_rank") for s in values(ex.first(self._names("gpu_execution")))} or {None}
+        return min(1.0, executed / span / len(ranks))
 
     def _intake(self) -> dict[str, float] | None:
         """What the span receiver and the KV-events subscriber took in and dropped, so far."""
@@ -367,14 +452,39 @@ class VllmSource:
 
 
 # --- reading families ----------------------------------------------------------------------------------
-def _cache_config(family) -> tuple[int | None, int | None]:
-    """(block size, KV blocks over all engines) from vLLM's cache_config_info labels."""
+def _cache_config(family, v1: bool) -> KvCapacity | None:
+    """The KV cache's size from vLLM's cache_config_info labels, over all engines: blocks, the tokens they
+    hold (kv_cache_size_tokens where published, else blocks x block size), V1's reserved null block per
+    engine, and whether the model forced the block size (a hybrid model: its tokens are not blocks x block
+    size, or a mamba block size is published)."""
     samples = values(family)
     sizes = {_int(s.labels.get("block_size")) for s in samples} - {None}
     blocks = [_int(s.labels.get("num_gpu_blocks")) for s in samples]
-    block_size = sizes.pop() if len(sizes) == 1 else None
-    num_blocks = sum(blocks) if blocks and None not in blocks else None
-    return block_size, num_blocks
+    if len(sizes) != 1 or not blocks or None in blocks:
+        return None
+    block_size, num_blocks = sizes.pop(), sum(blocks)
+    published = [_int(s.labels.get("kv_cache_size_tokens")) for s in samples]
+    tokens = sum(published) if None not in published else num_blocks * block_size
+    forced = tokens != num_blocks * block_size or any(_int(s.labels.get("mamba_block_size")) for s in samples)
+    return KvCapacity(num_blocks=num_blocks, tokens=tokens, block_size=block_size,
+                      reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced)
+
+
+def _serves_adapters(family) -> bool:
+    """Whether vLLM serves LoRA adapters: lora_requests_info's max_lora above 0 (it publishes "0" without)."""
+    return bool(_int(label(family, "max_lora")))
+
+
+def _share(part: float | None, whole: float | None) -> float | None:
+    return min(1.0, part / whole) if part is not None and whole else None
+
+
+def _delta_by_label(now, before, name: str) -> dict[str, float] | None:
+    """A counter's increase between two scrapes by the value of label `name`; a reset counts from zero."""
+    a, b = by_label(now, name), by_label(before, name)
+    if a is None or b is None:
+        return None
+    return {k: v - b.get(k, 0.0) if v >= b.get(k, 0.0) else v for k, v in a.items()}
 
 
 def _int(text) -> int | None:

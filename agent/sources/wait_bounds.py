@@ -1,0 +1,65 @@
+"""What an engine's coarse queue-time histogram and its queue gauges can say of the P99 wait, without spans.
+
+vLLM's queue-time buckets start at (0, 0.3 s]: a P99 there could be 50 us or 290 ms, on either side of the
+scheduler's 5 ms and 20 ms lines, and interpolating inside the bucket makes a number up. So only bounds are
+said: a bucket starting above zero bounds the P99 from below; the first bucket bounds it from above, and the
+mean (_sum/_count) tightens that: at most 1% of waits can exceed 100 times the mean (Markov's inequality).
+Without observations in the window, Little's law on the queue's gauges: a queue present at every scrape,
+with so many requests a second leaving it, is waited on for its mean wait. The diagnosis judges a signal
+from its bounds only where both ends fall on the same side of a threshold (agent.diagnosis.signals.Bounded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agent.sources.families import HistogramDelta, histogram_mean, quantile_bounds
+
+MARKOV_FACTOR = 100      # P(wait > 100 x mean) <= 1%: the P99 is at most 100 x the mean
+
+
+@dataclass(frozen=True, slots=True)
+class WaitBounds:
+    at_least: float | None
+    at_most: float | None
+    how: str
+
+
+def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], left_per_s: float | None,
+                          span: float, step: float | None = None) -> WaitBounds | None:
+    """Bounds of the P99 of the wait the scheduler decided (the queue time less a step, `step`, which any
+    scheduler makes a request arriving mid-step wait), from the window's queue-time histogram, else from the
+    queue's gauges at each scrape (`waiting`) and the requests leaving it a second (`left_per_s`)."""
+    bucket = quantile_bounds(queue, 0.99)
+    if bucket is not None:
+        lower, upper = bucket
+        if lower > 0:
+            at_most = None if math.isinf(upper) else upper
+            return WaitBounds(max(0.0, lower - (step or 0.0)), at_most,
+                              f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: at least "
+                              f"{lower:g} s")
+        mean = histogram_mean(queue)
+        how = f"the queue-time histogram's P99 is in its first bucket, (0, {upper:g}] s"
+        if mean is not None and MARKOV_FACTOR * mean < upper:
+            upper = MARKOV_FACTOR * mean
+            how += (f"; its mean is {_said(mean)} and at most 1% of waits can exceed {MARKOV_FACTOR} times the mean "
+                    f"(Markov's inequality): at most {_said(upper)}")
+        return WaitBounds(None, upper, how)
+    if not waiting or min(waiting) <= 0 or left_per_s is None or span <= 0:
+        return None
+    queued = sum(waiting) / len(waiting)
+    if left_per_s <= 0:
+        return WaitBounds(span, None, f"{queued:.0f} requests waiting at every one of {len(waiting)} scrapes and none "
+                                      f"left the queue: they waited at least the {span:.0f} s window")
+    mean_wait = queued / left_per_s
+    return WaitBounds(max(0.0, mean_wait - (step or 0.0)), None,
+                      f"{queued:.0f} requests waiting at every one of {len(waiting)} scrapes, {left_per_s:.2f} "
+                      f"a second leaving the queue: {_said(mean_wait)} of wait on average (Little's law), "
+                      f"which a queue present throughout makes most requests wait")
+
+
+def _said(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} us"
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"

@@ -1,0 +1,174 @@
+"""Real /metrics captures (tests/fixtures/real, their origins in SOURCES.md) read as an operator would meet
+them: served over real HTTP with their counters advancing as a real server's do, sampled by the agent's own
+sampler, diagnosed, and the verdict compared with the one an expert gives from the same capture."""
+
+import time
+from pathlib import Path
+
+import pytest
+from metrics_server import MetricsServer
+
+from agent.diagnosis.evaluate import LiveDiagnosis
+from agent.sampler import Sampler
+from agent.sources.vllm import VllmSource
+from probes.sample import NodeProbe, open_backend
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+DGX = str(Path(__file__).parent / "fixtures" / "nvml" / "dgx_a100.json")   # the node beside the engine
+CUMULATIVE = {"counter", "histogram", "summary"}
+SAMPLES = 6     # one window, more than the hysteresis needs (rise 2, clear 3)
+
+
+def capture(name: str) -> str:
+    return (REAL / name).read_text(encoding="utf-8")
+
+
+def advanced(text: str, by: float) -> str:
+    """The capture with every counter and histogram grown by the share `by` of what it holds, as a real
+    server's grow while its traffic goes on with the same mix (its buckets keep their shape); gauges, info
+    and `_created` times as they are."""
+    types = {line.split()[2]: line.split()[3] for line in text.splitlines() if line.startswith("# TYPE ")}
+    out = []
+    for line in text.splitlines():
+        if line and not line.startswith("#") and _cumulative(line.split("{", 1)[0].split(" ", 1)[0], types):
+            head, value = line.rsplit(" ", 1)
+            line = f"{head} {float(value) * (1 + by)!r}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _cumulative(name: str, types: dict[str, str]) -> bool:
+    if name.endswith("_created"):
+        return False
+    bases = [name] + [name[: -len(x)] for x in ("_bucket", "_sum", "_count", "_total") if name.endswith(x)]
+    typed = [types[b] for b in bases if b in types]
+    return typed[0] in CUMULATIVE if typed else name.endswith(("_total", "_bucket", "_sum", "_count"))
+
+
+class Serving:
+    """A capture served over HTTP, its cumulative figures growing by `per_s` of themselves a second."""
+
+    def __init__(self, text: str, per_s: float = 0.0) -> None:
+        self.text, self.per_s, self.start = text, per_s, time.monotonic()
+        self.server = MetricsServer(lambda: advanced(self.text, self.per_s * (time.monotonic() - self.start)))
+        self.url = self.server.url
+
+
+@pytest.fixture
+def serve():
+    served = []
+
+    def start(text: str, per_s: float = 0.0) -> Serving:
+        served.append(Serving(text, per_s))
+        return served[-1]
+
+    yield start
+    for s in served:
+        s.server.close()
+
+
+def judged(serving: Serving, kind: str):
+    live = LiveDiagnosis()
+    probe = NodeProbe(open_backend(DGX))
+    sampler = Sampler(node_probe=probe, engine_source=VllmSource(serving.url, kind=kind))
+    try:
+        for _ in range(SAMPLES):
+            frame = sampler.tick()
+            assert all(c["success"] for c in frame.collectors if c["name"] == "engine"), frame.collectors
+            live.add(frame)
+    finally:
+        probe.close()
+    return live.result(), frame
+
+
+def states(result) -> dict[str, str]:
+    return {s.stage: s.state for s in result.stages}
+
+
+# --- idle servers: ok, with every stage judged ---------------------------------------------------------------
+@pytest.mark.parametrize("name, kind, said", [
+    ("vllm_v0_idle_qwen25_coder_1_5b.txt", "vllm", "vLLM V0"),
+    ("vllm_v1_0.10_idle_qwen3_4b.txt", "vllm", "vLLM V1 (0.10-style names)"),
+    ("vllm_v1_0.28_hybrid_idle_qwen38_27b.txt", "vllm", "vLLM V1 (0.11+ names)"),
+    ("sglang_0.3_idle_gemma2_9b.txt", "sglang", "SGLang 0.3"),
+])
+def test_an_idle_server_reads_ok_with_every_stage_judged(serve, name, kind, said):
+    result, frame = judged(serve(capture(name)), kind)
+    assert result.verdict == "ok" and result.root_stage is None, (states(result), result.unavailable)
+    assert set(states(result).values()) == {"ok"}
+    assert result.engine.startswith(said) and frame.engine.engine.generation == result.engine
+    assert result.exit_code == 0
+
+
+def test_idle_vllm_v1_reserved_block_is_not_fragmentation(serve):
+    """V1 0.10 at idle reports 1/850 of its blocks in use: the null block it keeps for itself, not 16 slots
+    holding no token (which read as fragmentation 1.00, FIRING)."""
+    result, frame = judged(serve(capture("vllm_v1_0.10_idle_qwen3_4b.txt")), "vllm")
+    assert frame.engine.usage.num_blocks == 850 and frame.engine.usage.used_blocks == 1
+    frag = next(e for e in result.stage("kv_cache").evidence if e.signal == "kv_fragmentation_ratio")
+    assert frag.state == "ok" and frag.value is None and frag.provenance == "inferred"
+
+
+def test_vllm_v0_max_lora_zero_is_no_adapter(serve):
+    """lora_requests_info{max_lora="0"}: this server serves no adapter, so `deferred` waits are no model loads."""
+    result, frame = judged(serve(capture("vllm_v0_idle_qwen25_coder_1_5b.txt")), "vllm")
+    on_model = next(e for e in result.stage("cold_path").evidence if e.signal == "requests_waiting_on_model")
+    assert on_model.state == "unknown" and on_model.provenance == "not observable"
+    assert frame.engine.window.cold_path.waiting_on_model is None
+
+
+def test_a_hybrid_model_capacity_comes_from_kv_cache_size_tokens(serve):
+    """Qwen3.8-27B: 208 blocks of 784 tokens would be 163,072 slots; the engine says 141,994 tokens, and its
+    block size is the model's: no fragmentation judged, no block-size advice."""
+    result, frame = judged(serve(capture("vllm_v1_0.28_hybrid_idle_qwen38_27b.txt")), "vllm")
+    info = frame.engine.engine
+    assert info.kv_capacity_tokens == 141994 and info.block_size == 784 and info.block_size_forced is True
+    assert "the model sets the block size" in frame.engine.inferred["window.kv.fragmentation_ratio"]
+    assert not any("--block-size" in r.text for s in result.stages for r in s.recommendations)
+
+
+# --- an overloaded server: the stage that holds the queue --------------------------------------------------
+def test_overloaded_sglang_04_fires_scheduler_with_the_kv_cache_free(serve):
+    """2,826 queued, 162 running, token usage 0.28, most TTFTs past 30 s: the queue is the scheduler's (the KV
+    cache has room), never "ok"."""
+    served = serve(capture("sglang_0.4_overloaded_llama31_8b.txt"), per_s=2 / 11228)   # 2 requests a second
+    result, frame = judged(served, "sglang")
+    assert result.verdict == "firing" and result.root_stage == "scheduler", states(result)
+    assert states(result)["kv_cache"] == "ok"
+    wait = next(e for e in result.stage("scheduler").evidence if e.signal == "scheduler_wait_p99")
+    assert wait.state == "firing" and wait.provenance == "inferred" and "Little's law" in wait.how
+    assert wait.value > 60     # 2,826 waiting, 2 a second leave: over 20 minutes each
+    assert result.engine == "SGLang 0.4 (num_running_reqs, label model_name)"
+    assert result.exit_code == 2
+
+
+def test_sglang_ttft_past_its_last_bucket_is_said_as_a_bound(serve):
+    """Three quarters of the TTFTs are past SGLang's last finite bucket (30 s): the P50 and P99 are "at
+    least 30 s", never 30.0 s."""
+    served = serve(capture("sglang_0.4_overloaded_llama31_8b.txt"), per_s=2 / 11228)
+    source = VllmSource(served.url, kind="sglang")
+    source.snapshot(time.monotonic())
+    time.sleep(0.01)
+    source.snapshot(time.monotonic())
+    assert source.reading.ttft_p50_s is None and source.reading.ttft_p99_s is None
+    assert source.reading.said["ttft_p50"] == ">= 30 s" and source.reading.said["ttft_p99"] == ">= 30 s"
+
+
+# --- what cannot be judged says so -----------------------------------------------------------------------
+def test_a_scrape_without_the_queue_gauge_is_unknown_with_the_reason(serve):
+    """SGLang 0.5.1, as the issue pasted it: the queue gauge was cut off. One request runs; whether others
+    wait is not published: unknown, not ok."""
+    result, frame = judged(serve(capture("sglang_0.5_busy_qwen32b_excerpt.txt")), "sglang")
+    assert result.verdict == "unknown" and result.exit_code == 3, states(result)
+    assert result.unavailable.startswith("not judged: ") and "scheduler" in result.unavailable
+    assert result.engine.startswith("SGLang 0.4.4+ (num_running_reqs, per-rank labels)")
+    assert frame.engine.window.scheduler.running == 1
+
+
+def test_rank_copies_are_counted_once(serve):
+    """Two tensor-parallel ranks publish the same scheduler's figures: one request runs, not two."""
+    text = capture("sglang_0.5_busy_qwen32b_excerpt.txt")
+    copy = "\n".join(line.replace('tp_rank="0"', 'tp_rank="1"') for line in text.splitlines()
+                     if line.startswith("sglang:"))
+    result, frame = judged(serve(text + copy + "\n"), "sglang")
+    assert frame.engine.window.scheduler.running == 1
