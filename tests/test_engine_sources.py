@@ -101,23 +101,31 @@ def test_vllm_new_names_fill_the_snapshot_from_deltas_summed_over_engines(engine
     assert s.steps == 200 and s.tokens_per_s == pytest.approx(200 * 256 / WINDOW_S)
     assert s.decode_tokens_per_s == pytest.approx(100.0)
     assert s.requests_finished == 10
-    # 50 waits in (0, 0.3], 49 in (0.3, 0.5], 1 in (2.5, 5]: interpolated as histogram_quantile does
-    assert s.wait_p50_s == pytest.approx(0.3) and s.wait_p99_s == pytest.approx(0.5)
+    # 50 waits in (0, 0.3], 49 in (0.3, 0.5], 1 in (2.5, 5]: interpolated as histogram_quantile does where the
+    # buckets place it; the P50 in the first bucket is only "under 0.3 s", never a made-up 0.3
+    assert s.wait_p50_s is None and s.wait_p99_s == pytest.approx(0.5)
+    assert snap.inferred["window.scheduler.wait_p50_s"].startswith("< 0.3 s")
     assert r.e2e_p50_s == pytest.approx(2.25) and r.e2e_p99_s == pytest.approx(2.495)
     assert r.ttft_p50_s == pytest.approx(0.07) and r.inter_token_p50_s == pytest.approx(0.0175)
     # inferred, each with how: the queue-time P99's bucket (0.3, 0.5] says the decided wait is at least 0.3 s;
     # 6 waiting over the 10 s window (Little's law) with the KV cache 80% in use: the scheduler's queue, not
     # one for blocks (vLLM's `capacity` is its whole queue; `deferred` is the scheduler's without adapters)
-    assert s.decided_wait_p99_s == pytest.approx(0.3)
+    # (a bound, less one step period: 10 s / 200 steps)
+    assert s.decided_wait_p99_s is None and s.decided_wait_p99_at_least_s == pytest.approx(0.3 - 0.05)
+    assert s.decided_wait_p99_at_most_s == pytest.approx(0.5)
     assert s.wait_seconds_by_reason == pytest.approx({"no_free_blocks": 0.0, "queued": 60.0})
-    # 0.8 x 2000 blocks x 16 = 25,600 slots in use for the tokens held: 110,000 prompt and 11,000 generated
-    # tokens counted, less 100,000 and 17,000 in the 40 requests finished, = 4,000; and the 8 running are all
-    # still in prefill (40 past their first token, 40 ended): half a mean prompt (2,500) each, 10,000 more
-    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - (4000 + 8 * 2500 / 2) / 25600)
+    # 0.8 x 2000 blocks less V1's null block on each of the 2 engines, x 16 = 25,568 slots in use for the tokens
+    # held: 110,000 prompt and 11,000 generated tokens counted, less 100,000 and 17,000 in the 40 requests
+    # finished, = 4,000; and the 8 running are all still in prefill (40 past their first token, 40 ended): half
+    # a mean prompt (2,500) each, 10,000 more (under 8 x a finished request's 2,925 tokens); 22.5% of prompt
+    # tokens were prefix-cache hits, shared: 8 x 2,500 x 0.225 = 4,500 tokens need no slots of their own
+    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - (4000 + 8 * 2500 / 2 - 4500) / 25568)
     assert set(snap.inferred) == {"window.scheduler.decided_wait_p99_s", "window.scheduler.wait_seconds_by_reason",
-                                  "window.scheduler.waiting_share", "window.kv.fragmentation_ratio"}
+                                  "window.scheduler.waiting_share", "window.kv.fragmentation_ratio",
+                                  "window.scheduler.wait_p50_s", "window.kv.full_while_waiting_share"}
     assert "(0.3, 0.5]" in snap.inferred["window.scheduler.decided_wait_p99_s"]
-    assert "25,600 KV slots in use on average" in snap.inferred["window.kv.fragmentation_ratio"]
+    assert "25,568 KV slots in use on average" in snap.inferred["window.kv.fragmentation_ratio"]
+    assert snap.engine.generation == "vLLM V1 (0.11+ names), 2 data-parallel engines"
     assert snap.engine.source == "vllm"
     # without the engine's spans, what needs each request's time stays not observable
     assert s.head_of_line_share is None and snap.window.tail is None
@@ -153,7 +161,11 @@ def test_sglang_families_fill_what_they_can(engine):
     assert s.requests_finished == 20 and r.e2e_p50_s == pytest.approx(9.0)          # 20 in (8, 10]: rank 10
     assert s.wait_p50_s == pytest.approx(0.5) and 2.0 < s.wait_p99_s <= 3.0
     assert s.decode_tokens_per_s == pytest.approx(400.0)
-    assert snap.usage is None and snap.engine.block_size is None and s.steps is None     # not exposed
+    # the token pool as blocks of one token (max_total_num_tokens); no block size, no steps published
+    assert (snap.usage.num_blocks, snap.usage.used_blocks) == (80000, 76000) and snap.engine.kv_capacity_tokens == 80000
+    assert snap.engine.block_size is None and s.steps is None
+    # SGLang's GPU execution seconds (8 of the 10 s window) and its realtime tokens by mode
+    assert s.busy_ratio == pytest.approx(0.8) and s.tokens_per_s == pytest.approx((4000 + 4000) / WINDOW_S)
     assert snap.health is None                                                           # no finish reasons
 
 

@@ -6,8 +6,10 @@ import pytest
 from agent.sources.inference import (
     Counted,
     Gauges,
+    KvCapacity,
     decided_waits,
     fragmentation,
+    full_while_waiting,
     head_of_line_share,
     held_tokens,
     wait_seconds_by_reason,
@@ -56,14 +58,51 @@ def test_waits_by_reason_by_littles_law_with_the_cache_full_or_adapters_loading(
 def test_tokens_held_by_bookkeeping_and_fragmentation_against_slots_in_use():
     counted = Counted(prompt_tokens=10_000, generated_tokens=3_000, finished_prompt_tokens=9_000,
                       finished_generated_tokens=2_800, finished_prompts=90, running=5, first_tokens=94, ended=90)
-    # 1,200 in the running requests past their first token; 5 running, 4 past it: 1 in prefill, 50 on average
-    assert held_tokens(counted) == pytest.approx(1_200 + 1 * (9_000 / 90) / 2)
+    # 1,200 in the running requests past their first token; 5 running, 4 past it: 1 in prefill, 50 on average;
+    # at most what 5 requests hold on average when they finish (100 prompt + 31 output tokens each)
+    assert held_tokens(counted) == pytest.approx(min(1_200 + 1 * (9_000 / 90) / 2, 5 * (9_000 + 2_800) / 90))
     assert held_tokens(Counted(prompt_tokens=1.0)) is None
     gauges = [Gauges(at=1.0, running=5, kv_ratio=0.5, held_tokens=1_250.0),
               Gauges(at=2.0, running=5, kv_ratio=0.5, held_tokens=750.0)]
     # 0.5 x 250 blocks x 16 = 2,000 slots a scrape; 1,000 tokens held on average
-    assert fragmentation(gauges, 250, 16).value == pytest.approx(0.5)
-    assert fragmentation(gauges, None, 16) is None
+    assert fragmentation(gauges, KvCapacity(num_blocks=250, tokens=4_000, block_size=16)).value == pytest.approx(0.5)
+    assert fragmentation(gauges, None) is None
+
+
+def test_held_tokens_do_not_drift_with_requests_that_never_finished():
+    """A V0 server's lifetime: 31,031 tokens counted for requests that got a first token and never finished
+    (aborted): none of them is held once nothing runs, and never more than the running requests hold."""
+    drifted = dict(prompt_tokens=140_000, generated_tokens=60_000, finished_prompt_tokens=120_000,
+                   finished_generated_tokens=48_969, finished_prompts=400, first_tokens=410, ended=400)
+    assert held_tokens(Counted(**drifted, running=0)) == 0.0
+    # 2 running: at most 2 x (300 + 122) tokens, not the 31,031 the bookkeeping says
+    assert held_tokens(Counted(**drifted, running=2)) == pytest.approx(2 * (120_000 + 48_969) / 400)
+    # half the prompt tokens came from the prefix cache: shared blocks, no slots of their own
+    shared = held_tokens(Counted(**drifted, running=2, prefix_hit_share=0.5))
+    assert shared == pytest.approx(2 * (120_000 + 48_969) / 400 - 2 * 300 * 0.5)
+
+
+def test_the_reserved_block_and_a_forced_block_size_are_not_fragmentation():
+    idle = [Gauges(at=1.0, running=0, kv_ratio=1 / 850, held_tokens=0.0)]
+    v1 = KvCapacity(num_blocks=850, tokens=850 * 16, block_size=16, reserved_blocks=1)
+    assert fragmentation(idle, v1) is None                          # the null block only: no slot in use
+    v0 = KvCapacity(num_blocks=850, tokens=850 * 16, block_size=16)
+    assert fragmentation(idle, v0).value == pytest.approx(1.0)      # V0 has no such block: one is one in use
+    hybrid = KvCapacity(num_blocks=208, tokens=141_994, block_size=784, reserved_blocks=1, forced_block_size=True)
+    busy = [Gauges(at=1.0, running=4, kv_ratio=0.5, held_tokens=1_000.0)]
+    found = fragmentation(busy, hybrid)
+    assert found.value is None and "the model sets the block size (784 tokens" in found.how
+
+
+def test_a_full_kv_cache_with_a_queue_or_preemptions_counts_against_the_kv_cache():
+    scrapes = [Gauges(at=0.0, running=40, waiting=16, kv_ratio=0.985, preemptions=10.0),
+               Gauges(at=1.0, running=40, waiting=15, kv_ratio=0.985, preemptions=13.0),
+               Gauges(at=2.0, running=40, waiting=0, kv_ratio=0.985, preemptions=16.0),    # preempted, no queue
+               Gauges(at=3.0, running=40, waiting=0, kv_ratio=0.985, preemptions=16.0),    # full, nothing pressed
+               Gauges(at=4.0, running=40, waiting=9, kv_ratio=0.40, preemptions=16.0)]     # a queue, room left
+    found = full_while_waiting(scrapes)
+    assert found.value == pytest.approx(2 / 4) and "at 2 of 4 scrapes" in found.how
+    assert full_while_waiting([Gauges(at=0.0, kv_ratio=0.99)]) is None
 
 
 def test_a_prefill_longer_than_the_longest_step_holds_an_arrival_for_one_step_only():
