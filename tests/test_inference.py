@@ -58,9 +58,8 @@ def test_waits_by_reason_by_littles_law_with_the_cache_full_or_adapters_loading(
 def test_tokens_held_by_bookkeeping_and_fragmentation_against_slots_in_use():
     counted = Counted(prompt_tokens=10_000, generated_tokens=3_000, finished_prompt_tokens=9_000,
                       finished_generated_tokens=2_800, finished_prompts=90, running=5, first_tokens=94, ended=90)
-    # 1,200 in the running requests past their first token; 5 running, 4 past it: 1 in prefill, 50 on average;
-    # at most what 5 requests hold on average when they finish (100 prompt + 31 output tokens each)
-    assert held_tokens(counted) == pytest.approx(min(1_200 + 1 * (9_000 / 90) / 2, 5 * (9_000 + 2_800) / 90))
+    # 1,200 in the running requests past their first token; 5 running, 4 past it: 1 in prefill, 50 on average
+    assert held_tokens(counted) == pytest.approx(1_200 + 1 * (9_000 / 90) / 2)
     assert held_tokens(Counted(prompt_tokens=1.0)) is None
     gauges = [Gauges(at=1.0, running=5, kv_ratio=0.5, held_tokens=1_250.0),
               Gauges(at=2.0, running=5, kv_ratio=0.5, held_tokens=750.0)]
@@ -73,13 +72,16 @@ def test_held_tokens_do_not_drift_with_requests_that_never_finished():
     """A V0 server's lifetime: 31,031 tokens counted for requests that got a first token and never finished
     (aborted): none of them is held once nothing runs, and never more than the running requests hold."""
     drifted = dict(prompt_tokens=140_000, generated_tokens=60_000, finished_prompt_tokens=120_000,
-                   finished_generated_tokens=48_969, finished_prompts=400, first_tokens=410, ended=400)
+                   finished_generated_tokens=48_969, finished_prompts=400, first_tokens=410, ended=400,
+                   longest_request=2_000 + 1_000)     # no finished prompt over 2,000 tokens, no output over 1,000
     assert held_tokens(Counted(**drifted, running=0)) == 0.0
-    # 2 running: at most 2 x (300 + 122) tokens, not the 31,031 the bookkeeping says
-    assert held_tokens(Counted(**drifted, running=2)) == pytest.approx(2 * (120_000 + 48_969) / 400)
-    # half the prompt tokens came from the prefix cache: shared blocks, no slots of their own
-    shared = held_tokens(Counted(**drifted, running=2, prefix_hit_share=0.5))
-    assert shared == pytest.approx(2 * (120_000 + 48_969) / 400 - 2 * 300 * 0.5)
+    # 2 running: at most 2 x 3,000 tokens, not the 31,031 the bookkeeping says
+    assert held_tokens(Counted(**drifted, running=2)) == pytest.approx(2 * 3_000)
+    # half the prompt tokens came from the prefix cache: shared blocks, no slots of their own (300 a prompt)
+    assert held_tokens(Counted(**drifted, running=2, prefix_hit_share=0.5)) == pytest.approx(2 * 3_000 - 2 * 300 * 0.5)
+    # a bound, not an estimate: running requests holding less keep what the bookkeeping says
+    fresh = {**drifted, "prompt_tokens": 120_500, "generated_tokens": 53_000}
+    assert held_tokens(Counted(**fresh, running=2)) == pytest.approx(120_500 + 53_000 - 120_000 - 48_969)
 
 
 def test_the_reserved_block_and_a_forced_block_size_are_not_fragmentation():

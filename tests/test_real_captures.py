@@ -172,3 +172,36 @@ def test_rank_copies_are_counted_once(serve):
                      if line.startswith("sglang:"))
     result, frame = judged(serve(text + copy + "\n"), "sglang")
     assert frame.engine.window.scheduler.running == 1
+
+
+# --- a full KV cache with a queue: the KV cache's doing -----------------------------------------------------
+def full_kv_stand_in() -> str:
+    """No full-KV scrape was found published whole (SOURCES.md): the V1 0.10 capture made into the issue's
+    stand-in, every change here: both usage gauges at 0.985, 40 running, 16 waiting, 30 preemptions so far
+    (its counter then grows with the others)."""
+    model = 'engine="0",model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"'
+    text = capture("vllm_v1_0.10_idle_qwen3_4b.txt")
+    for old, new in ((f"{{{model}}} 0.0011764705882353343", f"{{{model}}} 0.985"),
+                     (f"vllm:num_requests_running{{{model}}} 0.0", f"vllm:num_requests_running{{{model}}} 40.0"),
+                     (f"vllm:num_requests_waiting{{{model}}} 0.0", f"vllm:num_requests_waiting{{{model}}} 16.0"),
+                     (f"vllm:num_preemptions_total{{{model}}} 0.0", f"vllm:num_preemptions_total{{{model}}} 30.0")):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def test_a_full_kv_cache_with_a_queue_and_preemptions_is_the_kv_caches(serve):
+    """98.5% of the KV cache in use, 16 waiting, preemptions climbing 3 a second: kv_cache is the root, with
+    evidence, and nothing the scheduler says claims otherwise."""
+    result, frame = judged(serve(full_kv_stand_in(), per_s=0.1), "vllm")
+    assert result.verdict == "firing" and result.root_stage == "kv_cache", states(result)
+    kv = result.stage("kv_cache")
+    full = next(e for e in kv.evidence if e.signal == "kv_full_while_waiting")
+    assert full.state == "firing" and full.value == 1.0 and full.provenance == "inferred"
+    assert "no data" not in kv.explanation
+    assert any("--gpu-memory-utilization" in r.text for r in kv.recommendations)
+    # the queue's wait is charged to the KV cache's lack of free blocks, as the KV cache's signal says
+    by_reason = frame.engine.window.scheduler.wait_seconds_by_reason
+    assert by_reason["no_free_blocks"] > 0 and by_reason["queued"] == 0
+    scheduler = result.stage("scheduler")
+    assert scheduler.state != "firing" or scheduler.consequence_of == "kv_cache"

@@ -13,7 +13,7 @@ import math
 from collections import deque
 
 from agent.diagnosis.config import DiagnosisConfig, Threshold
-from agent.diagnosis.explain import explain
+from agent.diagnosis.explain import consequence_advice, explain
 from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
 from agent.diagnosis.signals import (
     NOT_APPLICABLE,
@@ -234,6 +234,9 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
     scheduler = by_name[SCHEDULER]
     if scheduler.state not in ("warn", "firing") or frame is None or frame.window is None:
         return
+    advice = consequence_advice(frame)
+    if advice is not None and by_name[advice[0]].state not in ("warn", "firing"):   # no chain its signals show
+        scheduler.recommendations = [r for r in scheduler.recommendations if r.text != advice[1].text]
     by_reason = frame.window.scheduler.wait_seconds_by_reason or {}
     reasons = {k: v for k, v in by_reason.items() if stage_of(k) is not None and v > 0}
     if not reasons:

@@ -111,6 +111,8 @@ def _kv_sentence(e: Evidence, ctx: _Context) -> str:
         return f"{_head(e)}: achieved KV bandwidth swings from step to step although memory looks free"
     if e.signal == "preemption_with_free_memory":
         return f"{_head(e)}: requests were preempted or refused while at least 10% of KV memory was free"
+    if e.signal == "kv_full_while_waiting":
+        return f"{_head(e)}: the KV cache had no room for one more request while requests queued or were preempted"
     return _head(e)
 
 
@@ -121,7 +123,7 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
         out.append(Recommendation("--allocator paged: reserve KV block by block instead of max_model_len per request "
                                   "(PagedAttention took fragmentation from 30% to 12% in the report)",
                                   {"allocator": "paged"}))
-    else:
+    elif not cfg.block_size_forced:    # a hybrid model's block holds a mamba state: its size is not a choice
         best = choose_block_size(ctx.lengths, cfg.block_size)
         if best is not None and best != cfg.block_size:
             waste_now = block_waste(ctx.lengths, cfg.block_size)
@@ -129,6 +131,10 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
                 f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean {ctx.mean_length:.0f} tokens) "
                 f"it leaves {block_waste(ctx.lengths, best):.0%} of KV slots empty, against {waste_now:.0%} at "
                 f"{cfg.block_size}", {"block_size": best}))
+    if any(e.signal == "kv_full_while_waiting" for e in bad):
+        out.append(Recommendation("the KV cache is full while requests queue: give it more memory "
+                                  "(--kv-cache-memory), or admit fewer requests at once (--max-num-seqs) so the "
+                                  "running ones are not preempted; the queue is its consequence"))
     if any(e.signal in ("preemption_with_free_memory", "kv_cache_tail_share") for e in bad) and cfg.max_num_seqs:
         lower = max(1, cfg.max_num_seqs * 3 // 4)
         out.append(Recommendation(f"--max-num-seqs {lower}: admit fewer requests at once so running ones are not "
@@ -166,6 +172,22 @@ def _main_wait_reason(ctx: _Context) -> tuple[str, float] | None:
     return reason, reasons[reason] / total
 
 
+def _consequence(ctx: _Context) -> tuple[str, Recommendation] | None:
+    """(the stage, the advice) when most of the window's wait is charged to another stage than the scheduler."""
+    main = _main_wait_reason(ctx)
+    cause = stage_of(main[0]) if main else None
+    if cause in (None, SCHEDULER):
+        return None
+    return cause, Recommendation(f"{main[1]:.0%} of the wait is charged to the {STAGE_NAMES[cause]} stage "
+                                 f"({COMPONENT_NAMES[main[0]]}): the queue is its consequence; fix that first")
+
+
+def consequence_advice(frame: Frame | None) -> tuple[str, Recommendation] | None:
+    """The scheduler's advice that its queue is another stage's consequence, and that stage: the diagnosis
+    keeps it only where that stage is itself in trouble, so the advice never contradicts the root."""
+    return _consequence(_Context(frame))
+
+
 def _sched_sentence(e: Evidence, ctx: _Context) -> str:
     cfg = ctx.cfg
     if e.signal == "scheduler_wait_p99":
@@ -189,10 +211,9 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
     out = []
     signals = {e.signal for e in bad}
     main = _main_wait_reason(ctx)
-    cause = stage_of(main[0]) if main else None
-    if cause not in (None, SCHEDULER):
-        out.append(Recommendation(f"{main[1]:.0%} of the wait is charged to the {STAGE_NAMES[cause]} stage "
-                                  f"({COMPONENT_NAMES[main[0]]}): the queue is its consequence; fix that first"))
+    chain = _consequence(ctx)
+    if chain is not None:
+        out.append(chain[1])
     if "head_of_line_blocking" in signals or not cfg.enable_chunked_prefill or (
             main and main[0] in (BEHIND_LONG_PREFILL, TOKEN_BUDGET)):
         budget = 8192 if str(ctx.device).startswith("cuda") else 512

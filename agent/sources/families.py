@@ -93,6 +93,16 @@ def histogram_part(family: Family | None, suffix: str) -> float | None:
     return sum(s.value for s in found) if found else None
 
 
+def highest_bound(family: Family | None) -> float | None:
+    """The lowest bucket bound every observation of a histogram lies under (inf when some lie past its last
+    finite bound); None without observations."""
+    found = _cumulative(family)
+    if found is None or found[1] <= 0:
+        return None
+    buckets, count = found[0], found[1]
+    return min((le for le, c in buckets.items() if c >= count), default=math.inf)
+
+
 def _cumulative(family: Family | None) -> tuple[dict[float, float], float, float] | None:
     if family is None or family.type != "histogram":
         return None

@@ -169,9 +169,10 @@ def held_tokens(counted: Counted) -> float | None:
 
     The bookkeeping drifts over a server's life: a request that got its first token and never finished
     (aborted, timed out) stays counted for ever. So it is bounded by what is running now: nothing when no
-    request runs, at most the running requests times a finished request's mean prompt and output. The
-    prompt tokens served from the prefix cache (its hit share) sit in blocks shared with other requests:
-    they need no slots of their own."""
+    request runs, at most the running requests times the longest request finished (its prompt and output
+    histograms' highest bucket bounds; a mean would not do: the requests running at any moment are the long
+    ones more often than the finished are). The prompt tokens served from the prefix cache (its hit share)
+    sit in blocks shared with other requests: they need no slots of their own."""
     c = counted
     parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
     if any(p is None for p in parts):
@@ -182,10 +183,10 @@ def held_tokens(counted: Counted) -> float | None:
     if None not in (c.running, c.first_tokens, c.ended) and c.finished_prompts:
         in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
         held += in_prefill * c.finished_prompt_tokens / c.finished_prompts / 2
-    if c.running is not None and c.finished_prompts:
-        mean_prompt = c.finished_prompt_tokens / c.finished_prompts
-        held = min(held, c.running * (mean_prompt + c.finished_generated_tokens / c.finished_prompts))
-        held = max(0.0, held - c.running * mean_prompt * (c.prefix_hit_share or 0.0))
+    if c.running is not None and c.longest_request is not None:
+        held = min(held, c.running * c.longest_request)
+    if c.running is not None and c.finished_prompts and c.prefix_hit_share:
+        held = max(0.0, held - c.running * c.finished_prompt_tokens / c.finished_prompts * c.prefix_hit_share)
     return held
 
 
@@ -201,6 +202,7 @@ class Counted:
     first_tokens: float | None = None             # requests past their first token (the TTFT histogram's count)
     ended: float | None = None                    # requests finished (the e2e histogram's count)
     prefix_hit_share: float | None = None         # prompt tokens found in the prefix cache / prompt tokens queried
+    longest_request: float | None = None          # tokens: no finished request had more prompt, nor more output
 
 
 def step_period(span: float, steps: int | None) -> float | None:

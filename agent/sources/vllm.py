@@ -12,6 +12,7 @@ failed `engine` collector). METRICS is the one table of which metric fills which
 from __future__ import annotations
 
 import bisect
+import math
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,7 @@ from agent.sources.families import (
     HistogramDelta,
     by_label,
     counter_delta,
+    highest_bound,
     histogram_delta,
     histogram_part,
     label,
@@ -284,6 +286,8 @@ class VllmSource:
             finished_generated_tokens=histogram_part(ex.first(self._names("request_generation_tokens")), "_sum"),
             running=running, first_tokens=histogram_part(ex.first(self._names("ttft")), "_count"),
             ended=histogram_part(ex.first(self._names("e2e")), "_count"),
+            longest_request=_sum_or_none(highest_bound(prompts),
+                                         highest_bound(ex.first(self._names("request_generation_tokens")))),
             prefix_hit_share=_share(total(ex.first(self._names("prefix_hits"))),
                                     total(ex.first(self._names("prefix_queries"))))))
         return Gauges(at=at, running=running, held_tokens=held,
@@ -473,6 +477,10 @@ def _cache_config(family, v1: bool) -> KvCapacity | None:
 def _serves_adapters(family) -> bool:
     """Whether vLLM serves LoRA adapters: lora_requests_info's max_lora above 0 (it publishes "0" without)."""
     return bool(_int(label(family, "max_lora")))
+
+
+def _sum_or_none(*parts: float | None) -> float | None:
+    return None if any(p is None or math.isinf(p) for p in parts) else sum(parts)
 
 
 def _share(part: float | None, whole: float | None) -> float | None:
