@@ -34,7 +34,7 @@ def runtime_only(text: str) -> str:
     (real("sglang_0.3_idle_gemma2_9b.txt"), "sglang", "SGLang 0.3 (num_requests_running, label name)"),
     (real("sglang_0.4_overloaded_llama31_8b.txt"), "sglang", "SGLang 0.4 (num_running_reqs, label model_name)"),
     (real("sglang_0.5_busy_qwen32b_excerpt.txt"), "sglang", "SGLang 0.4.4+ (num_running_reqs, per-rank labels)"),
-])
+], ids=["vllm-v0", "vllm-v1-0.10", "vllm-v1-0.28-hybrid", "vllm-v1-dp", "sglang-0.3", "sglang-0.4", "sglang-0.5"])
 def test_each_generation_is_named(text, kind, said):
     assert generation(parse_exposition(text), kind, "http://h/metrics") == said
 
@@ -51,7 +51,7 @@ def test_each_generation_is_named(text, kind, said):
     (real("sglang_0.4_overloaded_llama31_8b.txt"), "vllm",
      "no vllm:* metric at http://h/metrics, but 12 sglang:* ones: is this SGLang? (--engine sglang)"),
     ("", "vllm", "no metric at all at http://h/metrics: is this vLLM's /metrics?"),
-])
+], ids=["runtime-only-as-sglang", "runtime-only-as-vllm", "vllm-as-sglang", "sglang-as-vllm", "empty"])
 def test_a_scrape_without_the_engine_says_what_it_holds(text, kind, said):
     with pytest.raises(EngineMismatchError) as caught:
         generation(parse_exposition(text), kind, "http://h/metrics")
@@ -70,7 +70,7 @@ def test_the_source_refuses_the_wrong_engine_rather_than_reading_nothing():
 @pytest.mark.parametrize("body, kind, said", [
     (runtime_only(real("vllm_v1_0.10_idle_qwen3_4b.txt")), "sglang", "only http_*/process_*/python_* metrics"),
     (real("vllm_v1_0.10_idle_qwen3_4b.txt"), "sglang", "but 26 vllm:* ones: is this vLLM? (--engine vllm)"),
-])
+], ids=["runtime-only", "vllm-as-sglang"])
 def test_diagnose_on_the_wrong_engine_exits_unknown_in_one_line(body, kind, said):
     served = MetricsServer(body)
     try:
