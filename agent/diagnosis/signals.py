@@ -3,8 +3,10 @@
 A reader returns a number, `UNKNOWN` when the data is missing (no GPU, no engine, a collector that
 failed, a figure the engine source does not observe) or `NOT_APPLICABLE` when the situation it judges
 is absent (no model load to inflate steps, no request waiting to make low utilisation a problem),
-which counts as healthy. A figure of the engine snapshot that is None is never read as absent by
-itself: only an observed count (no step ran, no model loaded) says the situation is absent.
+which counts as healthy; or `Bounded` where only bounds of the value are known (an engine's coarse
+histogram), judged only where both bounds give the same state. A figure of the engine snapshot that is
+None is never read as absent by itself: only an observed count (no step ran, no model loaded) says the
+situation is absent.
 """
 
 from __future__ import annotations
