@@ -69,7 +69,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     run = judge_run(frames, timelines, config)
     result = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
-        hint = "" if replay_path else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
+        hint = "" if replay_path or engine_source else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
         raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
     return _print(result, as_json, run if replay_path else None)
 
