@@ -353,6 +353,7 @@ def test_the_agent_reads_a_vllm_engine_attached_by_url(engine):
     assert "stagelens_kv_blocks" in exposition or "stagelens_kv_" in exposition
     diagnosis = client.get("/api/v1/diagnosis").json()
     assert {s["stage"] for s in diagnosis["stages"]} == set(STAGES)
+    assert diagnosis["engine"] == "vLLM V1 (0.11+ names), 2 data-parallel engines"     # what was read, said
     evidence = [e for s in diagnosis["stages"] for e in s["evidence"]]
     assert all(e["state"] == "unknown" for e in evidence if e["value"] is None)   # not observable: never OK
     assert all(e["provenance"] == "not observable" for e in evidence if e["value"] is None and e["signal"] in (

@@ -165,13 +165,18 @@ def test_a_scrape_without_the_queue_gauge_is_unknown_with_the_reason(serve):
     assert frame.engine.window.scheduler.running == 1
 
 
-def test_rank_copies_are_counted_once(serve):
-    """Two tensor-parallel ranks publish the same scheduler's figures: one request runs, not two."""
+def test_rank_copies_are_counted_once_and_data_parallel_ranks_added(serve):
+    """Two tensor-parallel ranks publish the same scheduler's figures: one request runs, not two. Made here
+    from the excerpt: its samples copied as tp_rank 1 (and, below, as a second data-parallel rank)."""
     text = capture("sglang_0.5_busy_qwen32b_excerpt.txt")
-    copy = "\n".join(line.replace('tp_rank="0"', 'tp_rank="1"') for line in text.splitlines()
-                     if line.startswith("sglang:"))
-    result, frame = judged(serve(text + copy + "\n"), "sglang")
+    samples = [line for line in text.splitlines() if line.startswith("sglang:")]
+    tp_copy = "\n".join(line.replace('tp_rank="0"', 'tp_rank="1"') for line in samples)
+    result, frame = judged(serve(text + tp_copy + "\n"), "sglang")
     assert frame.engine.window.scheduler.running == 1
+    ranked = "\n".join(line.replace("engine_type=", f'dp_rank="{dp}",engine_type=')
+                       for line in samples for dp in (0, 1))
+    result, frame = judged(serve(ranked + "\n"), "sglang")
+    assert frame.engine.window.scheduler.running == 2 and result.engine.endswith(", 2 data-parallel ranks")
 
 
 # --- a full KV cache with a queue: the KV cache's doing -----------------------------------------------------

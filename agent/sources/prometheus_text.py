@@ -62,6 +62,8 @@ def parse_exposition(text: str) -> Exposition:
                 continue     # prometheus_client's creation times, a family of their own in text 0.0.4
             samples = tuple(Sample(s.name, dict(s.labels), float(s.value)) for s in f.samples
                             if not s.name.endswith("_created"))   # creation times are not figures
+            if f.name in families:   # lines without a # TYPE come one family a sample: keep every label set
+                samples = families[f.name].samples + samples
             families[f.name] = Family(f.name, f.type, samples)
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on a malformed line
         raise ExpositionError(f"not Prometheus exposition text: {_one_line(exc)}") from exc
