@@ -82,11 +82,19 @@ class Signal:
         inferred = (engine.inferred or {}) if self.reads and engine is not None else {}
         how = "; ".join(inferred[path] for path in self.reads if path in inferred) or None
         outside = self.reads and engine is not None and not _hooked(frame)
-        if value is UNKNOWN:
-            return ("not observable", how) if outside else (None, None)
+        if value is UNKNOWN:   # what an inference said of a figure it left empty is why it is unknown
+            why = "; ".join(inferred[p] for p in self.reads if p in inferred and _at(engine, p) is None) or None
+            return ("not observable", why) if outside else (None, None)
         if value is NOT_APPLICABLE and outside:   # no data to judge: what the engine's counts say did not arise
             return "inferred", how or "the situation it judges did not arise in the window, by the engine's counts"
         return ("inferred", how) if how else ("measured", None)
+
+
+def _at(snapshot, path: str):
+    """The snapshot's figure at a dotted path (`window.kv.fragmentation_ratio`); None where there is none."""
+    for name in path.split("."):
+        snapshot = getattr(snapshot, name, None)
+    return snapshot
 
 
 def _none_counted(*counts) -> bool | None:
