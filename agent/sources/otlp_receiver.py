@@ -238,7 +238,11 @@ class OtlpReceiver:
                         continue
                     llm += 1
                     problems: list[str] = []
-                    tl = timeline_from_span(span, self.clock_offset, problems)
+                    try:
+                        tl = timeline_from_span(span, self.clock_offset, problems)
+                    except Exception as e:     # one span's oddity (finish reasons nested 100,000 deep) is its own
+                        log.debug("llm_request span dropped: %s", _one_line(e))
+                        tl, problems = None, []
                     invalid += len(problems) if tl is not None else 0
                     if tl is None:
                         bad += 1
