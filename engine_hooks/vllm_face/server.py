@@ -2,34 +2,32 @@
 
 `MetricsServer(registry, host, port).start()` binds (port 0 picks a free one), serves on a daemon thread,
 and `stop()` shuts the listener, closes the socket and joins the thread. Only `GET /metrics` (and `HEAD`)
-answer 200; any other path is 404.
+answer 200; any other path is 404. The listener has the agent's bounds (engine_hooks/bounded_http.py): a
+connection cap, a deadline on each request's headers, and a client that leaves before reading its answer
+counted (`clients_gone`), not a traceback.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from engine_hooks.bounded_http import BoundedHandler, BoundedHTTPServer
 
 METRICS_PATH = "/metrics"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(BoundedHTTPServer):
     block_on_close = True
 
     def __init__(self, address, registry: CollectorRegistry) -> None:
         self.registry = registry
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedHandler):
     server: _Server
-    timeout = 10          # a client that sends nothing is dropped
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self._answer(with_body=True)
@@ -60,6 +58,12 @@ class MetricsServer:
         self.port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._gone = 0
+
+    @property
+    def clients_gone(self) -> int:
+        """Clients that left before reading their answer (a scraper's timeout): counted, never logged."""
+        return self._server.clients_gone if self._server is not None else self._gone
 
     @property
     def url(self) -> str:
@@ -83,5 +87,6 @@ class MetricsServer:
             return
         server.shutdown()
         server.server_close()
+        self._gone = server.clients_gone
         if thread is not None:
             thread.join(timeout=10)
