@@ -13,7 +13,7 @@ import threading
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from engine_hooks.bounded_http import BoundedHandler, BoundedHTTPServer
+from engine_hooks.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S, BoundedHandler, BoundedHTTPServer
 
 METRICS_PATH = "/metrics"
 
@@ -21,9 +21,9 @@ METRICS_PATH = "/metrics"
 class _Server(BoundedHTTPServer):
     block_on_close = True
 
-    def __init__(self, address, registry: CollectorRegistry) -> None:
+    def __init__(self, address, registry: CollectorRegistry, **bounds) -> None:
         self.registry = registry
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, **bounds)
 
 
 class _Handler(BoundedHandler):
@@ -52,8 +52,11 @@ class _Handler(BoundedHandler):
 
 
 class MetricsServer:
-    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 request_read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> None:
         self.registry = registry
+        self._bounds = {"max_connections": max_connections, "request_read_timeout_s": request_read_timeout_s}
         self.host = host
         self.port = port
         self._server: _Server | None = None
@@ -73,7 +76,7 @@ class MetricsServer:
     def start(self) -> MetricsServer:
         if self._server is not None:
             raise RuntimeError("the metrics server is already started")
-        self._server = _Server((self.host, self.port), self.registry)
+        self._server = _Server((self.host, self.port), self.registry, **self._bounds)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="vllm-face-metrics", daemon=True)
@@ -87,6 +90,7 @@ class MetricsServer:
             return
         server.shutdown()
         server.server_close()
+        server.close_connections()
         self._gone = server.clients_gone
         if thread is not None:
             thread.join(timeout=10)
