@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-MAX_CALLS = 16              # served at once; a stalled one holds a slot for read_timeout_s at most
+MAX_CALLS = 8               # served at once; a stalled one holds a slot for read_timeout_s at most
 DECODE_THREADS = 2
 
 

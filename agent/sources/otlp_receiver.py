@@ -60,7 +60,7 @@ from engine_hooks.timeline import RequestTimeline
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_INFLIGHT_BYTES = 16 * 1024 * 1024   # HTTP bodies being received at once, all connections together
+MAX_INFLIGHT_BYTES = 8 * 1024 * 1024    # HTTP bodies being received at once, all connections together
 
 COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", "malformed", "rejected", "busy",
             "malformed_spans", "invalid_attributes", "forwarded", "forward_failed", "forward_dropped",
