@@ -170,7 +170,10 @@ def test_hostile_3_a_grpc_export_whose_message_never_comes_is_cut_at_the_read_de
 # -- 6: a second agent on the same gRPC port
 
 
-def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start():
+def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start(capsys):
+    from test_engine_sources import DGX
+
+    from agent.cli import main
     from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
     from agent.errors import UserError
 
@@ -182,6 +185,11 @@ def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start():
                                                          otlp_receiver_grpc=f"127.0.0.1:{port}"))
         with pytest.raises(UserError, match="cannot listen for the engine's traces"):
             source.start()
+        with pytest.raises(SystemExit) as exit_:      # the command: a one-line usage error, exit 3
+            main(["--nvml-snapshot", DGX, "diagnose", "--engine", "vllm", "--engine-url",
+                  f"http://127.0.0.1:{closed_port()}", "--otlp-receiver-grpc", f"127.0.0.1:{port}"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 3 and "cannot listen for OTLP/gRPC" in err and "Traceback" not in err
         with grpc.insecure_channel(first.grpc_address) as channel:
             channel.unary_unary(EXPORT)(one_request_body(), timeout=DEADLINE_S)
         assert len(first.recent_timelines()) == 1
