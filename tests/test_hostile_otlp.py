@@ -115,7 +115,7 @@ def test_hostile_1_bodies_in_flight_past_the_byte_budget_are_a_503_to_retry():
             # a sender holding the whole budget, its body still coming
             stalled.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
                             b"Content-Length: %d\r\n\r\nxx" % (1 << 20))
-            wait_for(lambda: r.counts["received_requests"] == 1, "the stalled request started")
+            wait_for(lambda: r.bytes_in_flight == 1 << 20, "the stalled request holds the budget")
             req = urllib.request.Request(r.http_url + "/v1/traces", data=one_request_body(),
                                          headers={"Content-Type": "application/x-protobuf"})
             with pytest.raises(urllib.error.HTTPError) as busy:
@@ -123,6 +123,7 @@ def test_hostile_1_bodies_in_flight_past_the_byte_budget_are_a_503_to_retry():
             assert busy.value.code == 503 and busy.value.headers["Retry-After"] == "1"
             assert r.counts["busy"] == 1
         # the stalled sender gone, its bytes are given back
+        wait_for(lambda: r.bytes_in_flight == 0, "the budget given back")
         wait_for(lambda: post(r.http_url + "/v1/traces", one_request_body())[0] == 200, "accepted again")
 
 

@@ -174,6 +174,11 @@ class OtlpReceiver:
         return counts
 
     @property
+    def bytes_in_flight(self) -> int:
+        """HTTP body bytes being received now (at most `max_inflight_bytes`)."""
+        return self._http.bodies.held if self._http is not None else 0
+
+    @property
     def forward_queued_bytes(self) -> int:
         """Bytes waiting to be forwarded (at most `forward_queue_bytes`); 0 without forwarding."""
         return self._forwarder.queued_bytes if self._forwarder is not None else 0
