@@ -49,6 +49,15 @@ class EngineHost:
         recorder = self.recorder
         return [] if recorder is None else recorder.recent_timelines(since=since)
 
+    def recent_steps(self, since: float | None = None) -> list[dict]:
+        """The steps the flight recorder holds that ended after `since` (monotonic): what what-if fits."""
+        recorder = self.recorder
+        return [] if recorder is None else recorder.recent_steps(since=since)
+
+    def recent_loads(self, since: float | None = None) -> list[dict]:
+        recorder = self.recorder
+        return [] if recorder is None else [ld for ld in recorder.loads.items() if since is None or ld["end"] > since]
+
     def trouble(self) -> str | None:
         """Why the hosted engine does not serve, or None."""
         engine = self.engine

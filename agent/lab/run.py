@@ -72,16 +72,20 @@ class ProgressLine:
 
 def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False,
             interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
-            listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False) -> LabResult:
+            listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False,
+            on_start=None) -> LabResult:
     """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose.
     Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written); the requests in
     flight still finish and the last frame is taken, as at the end of the duration. With `outside`, the
-    engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again."""
+    engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again.
+    `on_start(host, engine_cfg)` is called once the engine runs (a bundle writer follows its steps)."""
     host = EngineHost()
     probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
     sampler = Sampler(node_probe=probe, engine_source=host, interval=interval)
     sampler.listeners.extend(listeners)
     engine = host.start(engine_cfg)
+    if on_start is not None:
+        on_start(host, engine_cfg)
     view = None
     if outside:
         from agent.lab.outside import OutsideView

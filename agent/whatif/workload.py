@@ -1,0 +1,63 @@
+"""The workload a node served, as it was: each request's arrival, prompt and output length and model, with what
+was observed of the engine beside it (its settings, its steps and model loads, its KV use), read from a
+recorded bundle (`--replay FILE`) or from a running agent (`--connect URL`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.errors import UserError
+from agent.numbers import is_finite_number
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    request_id: str
+    model: str
+    arrival: float                  # monotonic seconds, the engine's clock
+    prompt_tokens: int
+    output_tokens: int
+    first_token: float | None = None
+    finished: float | None = None
+    preemptions: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass
+class Observed:
+    """What replay needs of a recording."""
+    source: str
+    requests: list[ServedRequest]
+    engine_config: dict | None = None          # the bundled engine's settings (agent/record.py engine_config)
+    steps: list[dict] = field(default_factory=list)
+    loads: list[dict] = field(default_factory=list)
+    kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
+
+
+def from_timelines(source: str, timelines: list[dict]) -> list[ServedRequest]:
+    """Requests from timeline dicts (`RequestTimeline.to_dict()`): those with an arrival and lengths."""
+    out = []
+    for t in timelines:
+        prompt, output, arrival = t.get("prompt_tokens"), t.get("output_tokens"), t.get("arrival")
+        if not (is_finite_number(arrival) and isinstance(prompt, int) and isinstance(output, int) and prompt > 0):
+            continue
+        if t.get("finish_reason") in ("error",) and not output:
+            continue            # it never ran (its model could not load): nothing to replay
+        out.append(ServedRequest(str(t.get("request_id")), str(t.get("model") or "model-0"), float(arrival), prompt,
+                                 max(output, 1), t.get("first_token"), t.get("finished"),
+                                 int(t.get("preemptions") or 0), t.get("finish_reason")))
+    out.sort(key=lambda r: r.arrival)
+    if not out:
+        raise UserError(f"{source}: no finished request with its arrival and token counts: nothing to replay")
+    return out
+
+
+def from_bundle(path: str) -> Observed:
+    from agent.record import read_bundle_warned
+
+    bundle = read_bundle_warned(path)
+    used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in bundle.frames
+            if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
+            and f.engine.usage.used_blocks is not None]
+    return Observed(path, from_timelines(path, bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
+                    sum(used) / len(used) if used else None)
