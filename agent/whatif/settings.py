@@ -56,8 +56,6 @@ class Settings:
     def changed(self, changes: dict) -> Settings:
         """These settings with `changes` (field -> value) applied, validated as the engine would."""
         values = {**dataclasses.asdict(self), **changes}
-        if "max_num_batched_tokens" not in changes and "enable_chunked_prefill" in changes:
-            values["max_num_batched_tokens"] = None     # the engine's default for the new chunking
         engine_fields = {f.name for f in dataclasses.fields(EngineConfig)}
         dtype = "float32" if self.kv_bytes_per_token == _per_token(self.model, 4) else "float16"
         try:

@@ -32,6 +32,13 @@ class Observed:
     steps: list[dict] = field(default_factory=list)
     loads: list[dict] = field(default_factory=list)
     kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
+    frames: list = field(default_factory=list)     # for the diagnosis's own fix (`--recommended`)
+    timelines: list[dict] = field(default_factory=list)
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """While arrivals ran: the throughput's window, the same for what was measured and what is predicted."""
+        return self.requests[0].arrival, self.requests[-1].arrival
 
 
 def from_timelines(source: str, timelines: list[dict]) -> list[ServedRequest]:
@@ -60,4 +67,4 @@ def from_bundle(path: str) -> Observed:
             if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
             and f.engine.usage.used_blocks is not None]
     return Observed(path, from_timelines(path, bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
-                    sum(used) / len(used) if used else None)
+                    sum(used) / len(used) if used else None, bundle.frames, bundle.timelines)
