@@ -1,0 +1,81 @@
+"""`stagelens whatif` end to end on a bundle recorded by a short lab run (tiny model, CPU): the JSON document,
+today's prediction beside what was measured, candidates, and bad input as one line with exit 3."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+STAGELENS = [str(Path(sys.executable).parent / "stagelens")]
+OLD_BUNDLE = Path(__file__).parent / "fixtures" / "bundles" / "healthy.jsonl"   # recorded before steps were
+
+
+def _run(args, model_dir, timeout=120):
+    env = dict(os.environ, XDG_CACHE_HOME=str(Path(model_dir).parent))
+    return subprocess.run(STAGELENS + args, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def bundle(model_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("whatif") / "lab.jsonl"
+    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "3", "--rate", "12", "--max-model-len", "256",
+                 "--prompt-len", "uniform:8:120", "--output-len", "uniform:4:16", "--max-num-seqs", "8",
+                 "--seed", "3", "--model-dir", model_dir, "--record", str(path)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    return path, json.loads(proc.stdout)
+
+
+def test_whatif_json_has_the_fit_today_and_candidates(bundle, model_dir):
+    path, lab = bundle
+    proc = _run(["whatif", "--replay", str(path), "--json", "--set", "max-num-seqs=1"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc) >= {"fit", "today", "candidates"}
+    assert doc["fit"]["steps"] > 10 and all(v >= 0 for v in doc["fit"]["coefficients"].values())
+    today = doc["today"]
+    assert today["measured"]["requests_finished"] == lab["requests_finished"] == doc["requests"]
+    assert today["predicted"]["requests_finished"] == lab["requests_finished"]
+    for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "latency_p99_s", "throughput_tokens_per_s"):
+        assert today["predicted"][key] > 0 and key in today["relative_error"]
+    # what was measured from the bundle is what lab measured of the same requests
+    assert today["measured"]["ttft_p99_s"] == pytest.approx(lab["ttft_p99_s"], rel=1e-6)
+    assert set(today["predicted"]["stages"]) == {"kv_cache", "scheduler", "cold_path"}
+    (candidate,) = doc["candidates"]
+    assert candidate["set"] == {"max-num-seqs": 1}
+    # one request at a time: the others queue behind it
+    assert candidate["predicted"]["ttft_p99_s"] > today["predicted"]["ttft_p99_s"]
+
+
+def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
+    path, _ = bundle
+    proc = _run(["whatif", "--replay", str(path), "--set", "enable-chunked-prefill=false",
+                 "--set", "max-num-batched-tokens=256"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "today measured" in proc.stdout and "candidate 1: --no-enable-chunked-prefill" in proc.stdout
+    assert "ttft_p99_s" in proc.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set", "max-num-seqs=0"], "--max-num-seqs"),
+    (["--set", "block-size=24"], "--block-size"),
+    (["--set", "warp-speed=9"], "warp-speed"),
+    (["--set", "max-num-seqs"], "FLAG=VALUE"),
+    (["--set", "enable-chunked-prefill=maybe"], "true or false"),
+    # without chunked prefill a step's budget must hold a whole prompt of max_model_len
+    (["--set", "enable-chunked-prefill=false", "--set", "max-num-batched-tokens=128"], "--max-num-batched-tokens"),
+])
+def test_bad_flags_are_one_line_and_exit_3(bundle, model_dir, args, words):
+    path, _ = bundle
+    proc = _run(["whatif", "--replay", str(path), *args], model_dir)
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stagelens: error:") and words in lines[0], proc.stderr
+
+
+def test_a_bundle_without_steps_says_how_to_record_one(model_dir):
+    proc = _run(["whatif", "--replay", str(OLD_BUNDLE)], model_dir)
+    assert proc.returncode == 3
+    assert "record it again" in proc.stderr and "Traceback" not in proc.stderr
