@@ -26,7 +26,7 @@ WAITING, RUNNING, FINISHED = 0, 1, 2
 
 class SimRequest:
     __slots__ = ("rid", "model", "arrival", "prompt", "max_tokens", "computed", "outputs", "status",
-                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket")
+                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket", "room")
 
     def __init__(self, rid: str, model: str, arrival: float, prompt: int, max_tokens: int) -> None:
         self.rid, self.model, self.arrival = rid, model, arrival
@@ -38,6 +38,7 @@ class SimRequest:
         self.first_token: float | None = None
         self.finished: float | None = None
         self.bucket = prompt.bit_length()
+        self.room = 0           # tokens its KV blocks hold: below that, allocating is a no-op to skip
 
     @property
     def num_tokens(self) -> int:
@@ -137,7 +138,7 @@ class Simulator:
             if budget == 0:
                 continue
             n = min(self._chunk(req), budget)
-            while not self.alloc.allocate(req.rid, req.computed + n):
+            while not self._allocate(req, req.computed + n):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted.append(victim)
@@ -161,7 +162,7 @@ class Simulator:
                 n = min(n, budget)
             if n == 0 or n > budget:
                 return
-            if not self.alloc.allocate(req.rid, req.computed + n):
+            if not self._allocate(req, req.computed + n):
                 return
             self.waiting.remove(req)
             self.running.append(req)
@@ -170,6 +171,18 @@ class Simulator:
                 req.scheduled = now
             entries.append((req, n))
             budget -= n
+
+    def _allocate(self, req: SimRequest, tokens: int) -> bool:
+        if tokens <= req.room:
+            return True
+        if not self.alloc.allocate(req.rid, tokens):
+            return False
+        req.room = self.alloc.reserved_blocks(req.rid) * self.s.block_size
+        return True
+
+    def _free(self, req: SimRequest) -> None:
+        self.alloc.free(req.rid)
+        req.room = 0
 
     def _chunk(self, req: SimRequest) -> int:
         n = req.to_compute
@@ -190,7 +203,7 @@ class Simulator:
 
     def _preempt(self, req: SimRequest) -> None:
         self.running.remove(req)
-        self.alloc.free(req.rid)
+        self._free(req)
         req.computed = 0
         req.preemptions += 1
         req.status = WAITING
@@ -212,7 +225,7 @@ class Simulator:
                 req.outputs += 1
                 if req.outputs >= req.max_tokens or req.num_tokens >= max_len:
                     self.running.remove(req)
-                    self.alloc.free(req.rid)
+                    self._free(req)
                     req.status = FINISHED
                     req.finished = now
         return prefill, decode
@@ -243,34 +256,35 @@ class Simulator:
                 log.waiting_on_model_s += (min(nexts) - now) * self._waiting_on_model()
                 now = min(nexts)
                 continue
-            models = []
-            kv_read = 0
+            models: list[str] = []
+            prefill_tokens = decode_seqs = scheduled = 0
             for req, n in entries:
                 if req.model not in models:
                     models.append(req.model)
-                kv_read += req.computed + n
+                if n > 1 or req.computed < req.prompt:
+                    prefill_tokens += n
+                else:
+                    decode_seqs += 1
+                scheduled += n
             for m in models:
                 residency.used(m)
-            loading = bool(residency.loading)
-            start = now
-            # kv tokens cached after the step: what the recorder logs, and the step cost was fitted on
-            prefill_tokens = sum(n for r, n in entries if n > 1 or r.computed < r.prompt)
-            decode_seqs = len(entries) - sum(1 for r, n in entries if n > 1 or r.computed < r.prompt)
-            cached = sum(r.computed for r in self.running) + sum(n for _, n in entries)
-            seconds, outside = self.cost(prefill_tokens, decode_seqs, cached, loading, len(models))
-            now = start + seconds
+            # the KV tokens running requests hold after the step: what the recorder logs, and the cost was fitted on
+            cached = sum(r.computed for r in self.running) + scheduled
+            seconds, outside = self.cost(prefill_tokens, decode_seqs, cached, bool(residency.loading), len(models))
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
                                    "preempted": [r.rid for r in preempted]})
+            now += seconds
             self._update(entries, now)
             log.steps += 1
             log.busy_s += seconds
             log.steps_outside += outside
-            used = num_blocks - self.alloc.num_free_blocks()
+            used = num_blocks - self.alloc.num_free_blocks()     # every block held is a running request's
             log.kv_used_share_sum += used / num_blocks if num_blocks else 0.0
-            log.kv_reserved_slots += sum(self.alloc.reserved_blocks(r.rid) for r in self.running) * bs
-            log.kv_tokens_cached += sum(r.computed for r in self.running)
-            log.waiting_on_model_s += seconds * self._waiting_on_model()
+            log.kv_reserved_slots += used * bs
+            log.kv_tokens_cached += cached
+            if residency.loading or len(residency.resident) < self.s.models:
+                log.waiting_on_model_s += seconds * self._waiting_on_model()
         return Simulation(requests, log, residency.loads, now)
 
     def _waiting_on_model(self) -> int:
