@@ -11,7 +11,7 @@ from agent.whatif.figures import COMPARED, relative_error, serving_figures
 from agent.whatif.fit import FitError, StepCost, fit_steps
 from agent.whatif.predict import Prediction, predict
 from agent.whatif.settings import Settings, as_set_flags
-from agent.whatif.workload import Observed
+from agent.whatif.workload import Observed, scaled
 
 
 @dataclass
@@ -21,6 +21,8 @@ class WhatIf:
     today: Prediction
     measured: dict
     candidates: list[tuple[dict, Prediction]]
+    replayed: list          # the requests replayed: the observed ones, maybe arriving faster (`--scale-rate`)
+    scale_rate: float = 1.0
 
     def errors(self) -> dict:
         return {k: relative_error(self.today.figures.get(k), self.measured.get(k)) for k in COMPARED}
@@ -28,7 +30,7 @@ class WhatIf:
     def to_dict(self) -> dict:
         return {
             "source": self.observed.source,
-            "requests": len(self.observed.requests),
+            "requests": len(self.observed.requests), "scale_rate": self.scale_rate,
             "fit": self.cost.to_dict(),
             "today": {"settings": self.today.settings.__dict__, "predicted": self.today.to_dict(),
                       "measured": self.measured, "relative_error": self.errors()},
@@ -52,16 +54,18 @@ def fitted(observed: Observed) -> StepCost:
 
 
 def what_if(observed: Observed, candidates: list[dict], settings: Settings | None = None,
-            cost: StepCost | None = None) -> WhatIf:
-    """Today's prediction and each candidate's (changes: field -> value). Bad values are a UserError."""
+            cost: StepCost | None = None, scale_rate: float = 1.0) -> WhatIf:
+    """Today's prediction and each candidate's (changes: field -> value), on the observed requests arriving
+    `scale_rate` times as fast. Bad values are a UserError."""
     settings = settings or today_settings(observed)
     checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
     cost = cost or fitted(observed)
-    today = predict(settings, cost, observed.requests)
+    replayed = scaled(observed.requests, scale_rate)
+    today = predict(settings, cost, replayed)
     measured = serving_figures(observed.requests, observed.window)
     measured["kv_used_ratio_mean"] = observed.kv_used_ratio_mean
     return WhatIf(observed, cost, today, measured,
-                  [(changes, predict(s, cost, observed.requests)) for changes, s in checked])
+                  [(changes, predict(s, cost, replayed)) for changes, s in checked], replayed, scale_rate)
 
 
 def _ms(value) -> str:

@@ -4,6 +4,7 @@ recorded bundle (`--replay FILE`) or from a running agent (`--connect URL`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from agent.errors import UserError
@@ -68,3 +69,13 @@ def from_bundle(path: str) -> Observed:
             and f.engine.usage.used_blocks is not None]
     return Observed(path, from_timelines(path, bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
                     sum(used) / len(used) if used else None, bundle.frames, bundle.timelines)
+
+
+def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:
+    """The same requests arriving `factor` times as fast (the gaps from the first arrival divided by it): a
+    Poisson workload at a higher rate with the same draws, as the lab's seeded workload gives one."""
+    if factor == 1:
+        return requests
+    t0 = requests[0].arrival
+    return [dataclasses.replace(r, arrival=t0 + (r.arrival - t0) / factor, first_token=None, finished=None)
+            for r in requests]
