@@ -27,8 +27,9 @@ from agent.numbers import is_finite_number, shown
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
 # What a step record keeps of the flight recorder's (engine_hooks.recorder): the batch and its time
-STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "decode_tokens", "prefill_seqs", "decode_seqs",
-               "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading")
+STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
+               "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading",
+               "forwards")
 LOAD_FIELDS = ("model", "start", "end", "seconds", "ok")
 MAX_LINE_BYTES = 64 * 2**20    # a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)
 

@@ -15,10 +15,15 @@ def synthetic_steps(n: int, noise: float, seed: int = 7) -> list[dict]:
         prefill = rng.choice([0, 0, 0, 64, 200, 512])
         decode = rng.randint(0 if prefill else 1, 16)
         kv = rng.randint(100, 4000)
+        context = rng.randint(0, 1000) if prefill else 0
+        pairs = prefill * (context + prefill)
+        forwards = rng.choice([1, 1, 2])
         loading = rng.random() < 0.1
-        seconds = 0.004 + 2e-5 * prefill + 5e-4 * decode + 1e-6 * kv + (0.003 if loading else 0.0)
+        seconds = (0.004 + 2e-5 * prefill + 3e-8 * pairs + 5e-4 * decode + 1e-6 * kv + 0.002 * (forwards - 1)
+                   + (0.003 if loading else 0.0))
         seconds *= 1 + rng.uniform(-noise, noise)
-        steps.append({"index": i, "start": t, "end": t + seconds, "prefill_tokens": prefill,
+        steps.append({"index": i, "start": t, "end": t + seconds, "prefill_tokens": prefill, "prefill_pairs": pairs,
+                      "forwards": forwards,
                       "decode_tokens": decode, "prefill_seqs": int(prefill > 0), "decode_seqs": decode,
                       "kv_tokens_cached": kv, "kv_slots_reserved": kv, "waiting": 0, "running": decode,
                       "preempted": 0, "loading": loading})
@@ -34,6 +39,8 @@ def test_the_fit_recovers_the_cost_of_noiseless_steps():
     assert c["decode_seqs"] == pytest.approx(5e-4, rel=1e-6)
     assert c["kv_tokens"] == pytest.approx(1e-6, rel=1e-6)
     assert c["loading"] == pytest.approx(0.003, rel=1e-6)
+    assert c["prefill_pairs"] == pytest.approx(3e-8, rel=1e-6)
+    assert c["extra_forwards"] == pytest.approx(0.002, rel=1e-6)
     assert cost.error_median < 1e-6 and cost.steps == 300
 
 
@@ -55,8 +62,8 @@ def test_a_coefficient_that_would_be_negative_is_dropped():
 
 def test_a_batch_far_past_the_observed_range_is_flagged():
     cost = fit_steps(synthetic_steps(100, noise=0.0))
-    inside = cost.seconds(200, 8, 2000, False)
-    outside = cost.seconds(4000, 8, 2000, False)
+    inside = cost.seconds(200, 200 * 400, 8, 2000, False)
+    outside = cost.seconds(4000, 4000 * 4000, 8, 2000, False)
     assert inside[1] is False and outside[1] is True
     assert outside[0] > inside[0]
 

@@ -112,7 +112,7 @@ class Residency:
 class Simulator:
     def __init__(self, settings: Settings, cost, load_seconds) -> None:
         self.s = settings
-        self.cost = cost    # (prefill tokens, decode seqs, kv tokens, loading, groups) -> (seconds, outside the fit)
+        self.cost = cost    # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
         self.alloc = make_allocator(settings.allocator, settings.num_blocks, settings.block_size,
                                     settings.blocks_per_request)
         self.residency = Residency(settings, load_seconds)
@@ -257,12 +257,13 @@ class Simulator:
                 now = min(nexts)
                 continue
             models: list[str] = []
-            prefill_tokens = decode_seqs = scheduled = 0
+            prefill_tokens = prefill_pairs = decode_seqs = scheduled = 0
             for req, n in entries:
                 if req.model not in models:
                     models.append(req.model)
                 if n > 1 or req.computed < req.prompt:
                     prefill_tokens += n
+                    prefill_pairs += n * (req.computed + n)
                 else:
                     decode_seqs += 1
                 scheduled += n
@@ -270,7 +271,8 @@ class Simulator:
                 residency.used(m)
             # the KV tokens running requests hold after the step: what the recorder logs, and the cost was fitted on
             cached = sum(r.computed for r in self.running) + scheduled
-            seconds, outside = self.cost(prefill_tokens, decode_seqs, cached, bool(residency.loading), len(models))
+            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, cached, bool(residency.loading),
+                                         len(models))
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
                                    "preempted": [r.rid for r in preempted]})
