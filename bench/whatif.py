@@ -1,7 +1,12 @@
 """What-if's accuracy against the lab: record a run under A, predict B from A's recording alone, run B on the
 same arrivals (same seed) and compare.
 
-    python bench/whatif.py [--duration 15] [--only SCENARIO,...] [--json] [--keep DIR]
+    python bench/whatif.py [--duration 15] [--only SCENARIO,...] [--through hooks|vllm] [--json] [--keep DIR]
+
+`--through vllm` predicts from A's `llm_request` spans alone, as from a vLLM server read from outside (the
+bundled engine's vLLM face): the step cost fitted on the spans' prefill and decode intervals
+(agent/whatif/spans.py); with `--keep` the B runs of an earlier `--through hooks` run in the same directory
+are reused.
 
 The matrix: each scenario's recommended fix and two other flag changes (the three candidates of which the
 prediction must pick the best by P99 TTFT), healthy under 1.5x, 2x, 3x and 4x its rate and hol-blocking under
@@ -37,8 +42,9 @@ from agent.record import BundleWriter  # noqa: E402
 from agent.whatif.figures import relative_error, serving_figures  # noqa: E402
 from agent.whatif.recommended import recommended_changes  # noqa: E402
 from agent.whatif.report import what_if  # noqa: E402
-from agent.whatif.settings import as_set_flags  # noqa: E402
-from agent.whatif.workload import from_bundle  # noqa: E402
+from agent.whatif.settings import TUNABLE, as_set_flags  # noqa: E402
+from agent.whatif.spans import fit_spans  # noqa: E402
+from agent.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine matters
 RECOMMENDED = "recommended"
@@ -57,8 +63,9 @@ TARGETS = {"median_abs_error_ttft_p50": 0.10, "median_abs_error_ttft_p99": 0.20,
 
 
 def record(path: Path, scenario: str, duration: float, seed: int, changes: dict | None = None,
-           rate_scale: float = 1.0) -> None:
-    """One lab run of `scenario` with `changes`, its arrivals `rate_scale` times as fast, recorded to `path`."""
+           rate_scale: float = 1.0, outside: bool = False):
+    """One lab run of `scenario` with `changes`, its arrivals `rate_scale` times as fast, recorded to `path`
+    (with `outside`, also read through its vLLM interfaces); its LabResult."""
     defaults = SCENARIOS[scenario].defaults
     flags = {"duration": duration / rate_scale, "seed": seed, **(changes or {})}
     if rate_scale != 1:
@@ -66,8 +73,8 @@ def record(path: Path, scenario: str, duration: float, seed: int, changes: dict 
     engine_cfg, workload_cfg = build_configs(flags, defaults)
     writer = BundleWriter.open(str(path), source=f"bench whatif {scenario}")
     try:
-        run_lab(engine_cfg, workload_cfg, interval=1.0, nvml_snapshot=NVML_SNAPSHOT, listeners=(writer.on_frame,),
-                on_start=writer.follow)
+        return run_lab(engine_cfg, workload_cfg, interval=1.0, nvml_snapshot=NVML_SNAPSHOT,
+                       listeners=(writer.on_frame,), on_start=writer.follow, outside=outside)
     finally:
         writer.close()
 
@@ -128,6 +135,37 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
     return rows, choice
 
 
+def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], None]:
+    """A read through its vLLM interfaces only (spans: arrivals, lengths, prefill and decode intervals; no steps),
+    its settings as the operator knows them; each B measured by the hooks."""
+    a_path = workdir / f"{scenario}-A-outside.jsonl"
+    log(f"{scenario}: A through vllm")
+    lab = record(a_path, scenario, duration, seed, outside=True)
+    hooks = from_bundle(str(a_path))
+    spans = [t.to_dict() for t in lab.outside_timelines]
+    observed = Observed(f"{a_path} (spans)", from_timelines(str(a_path), spans), hooks.engine_config,
+                        frames=hooks.frames, timelines=hooks.timelines)
+    candidates = [recommended_changes(hooks) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
+    result = what_if(observed, candidates, cost=fit_spans(spans))
+    rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.figures, measured(a_path))
+            | {"fidelity": True}]
+    for i, (changes, prediction) in enumerate(result.candidates):
+        b_path = workdir / f"{scenario}-B{i}.jsonl"
+        if not _recorded_with(b_path, prediction.settings):
+            log(f"{scenario}: B{i} {as_set_flags(changes)}")
+            record(b_path, scenario, duration, seed, changes)
+        rows.append(compare(f"{scenario}: {_flags(changes)} (from spans)", prediction.figures, measured(b_path)))
+    return rows, None
+
+
+def _recorded_with(path: Path, settings) -> bool:
+    """Whether `path` holds a run under these settings (a B of an earlier run to reuse)."""
+    if not path.exists():
+        return False
+    recorded = from_bundle(str(path)).engine_config or {}
+    return all(recorded.get(k) == getattr(settings, k) for k in TUNABLE)
+
+
 def _flags(changes: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in as_set_flags(changes).items())
 
@@ -176,6 +214,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="scenarios, comma-separated")
     parser.add_argument("--keep", help="keep the recordings in this directory")
+    parser.add_argument("--through", choices=("hooks", "vllm"), default="hooks",
+                        help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     scenarios = args.only.split(",") if args.only else list(CANDIDATES)
@@ -189,7 +229,8 @@ def main() -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         rows, choices = [], []
         for scenario in scenarios:
-            scenario_rows, choice = run_scenario(scenario, args.duration, args.seed, workdir, log)
+            run = run_scenario_outside if args.through == "vllm" else run_scenario
+            scenario_rows, choice = run(scenario, args.duration, args.seed, workdir, log)
             rows += scenario_rows
             choices += [choice] if choice else []
     figures = summary(rows, choices)

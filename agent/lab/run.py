@@ -33,6 +33,7 @@ class LabResult:
     started_unix: float = 0.0
     run: RunDiagnosis | None = None          # ... with the tail explained, the episodes and the end's state
     outside: RunDiagnosis | None = None      # with outside=True: the same run through its vLLM interfaces
+    outside_timelines: list = field(default_factory=list)   # ... and the request timelines its spans gave
 
     def first_firing_s(self, stage: str, config: DiagnosisConfig | None = None) -> float | None:
         """Seconds from the start of the workload to the first sample where `stage` was reported firing."""
@@ -117,7 +118,8 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
     judged = judge_run(loaded, host.recent_timelines(), diagnosis_config)
     seen_outside = view.judge(started + workload_cfg.duration, diagnosis_config) if view else None
-    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside)
+    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside,
+                     view.source.recent_timelines() if view else [])
 
 
 def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:

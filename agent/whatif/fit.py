@@ -67,15 +67,16 @@ class FitError(ValueError):
     """Too few steps to fit on."""
 
 
-def step_rows(steps: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """(features, seconds) of each recorded step (agent/record.py STEP_FIELDS) that did some work."""
+def step_rows(steps: list[dict], busy_gap: float = BUSY_GAP_S) -> tuple[np.ndarray, np.ndarray]:
+    """(features, seconds) of each recorded step (agent/record.py STEP_FIELDS) that did some work; a step's time
+    runs on to the next one's start when the pause between them is shorter than `busy_gap`."""
     ordered = sorted(steps, key=lambda s: s["start"])
     rows, times = [], []
     for i, s in enumerate(ordered):
         if not s["prefill_tokens"] and not s["decode_tokens"]:
             continue
         end = s["end"]
-        if i + 1 < len(ordered) and 0 <= ordered[i + 1]["start"] - end < BUSY_GAP_S:
+        if i + 1 < len(ordered) and 0 <= ordered[i + 1]["start"] - end < busy_gap:
             end = ordered[i + 1]["start"]
         rows.append((1.0, s["prefill_tokens"], s["prefill_pairs"], s["decode_seqs"], s["kv_tokens_cached"],
                      max(0, s["forwards"] - 1), 1.0 if s["loading"] else 0.0))
@@ -83,8 +84,8 @@ def step_rows(steps: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(rows, dtype=float).reshape(-1, len(FEATURES)), np.asarray(times, dtype=float)
 
 
-def fit_steps(steps: list[dict], loads: list[dict] | None = None) -> StepCost:
-    x, y = step_rows(steps)
+def fit_steps(steps: list[dict], loads: list[dict] | None = None, busy_gap: float = BUSY_GAP_S) -> StepCost:
+    x, y = step_rows(steps, busy_gap)
     if len(y) < len(FEATURES):
         raise FitError(f"{len(y)} engine steps recorded: too few to fit the step cost on (at least {len(FEATURES)})")
     y = np.maximum(y, 1e-6)
