@@ -75,7 +75,25 @@ def test_bad_flags_are_one_line_and_exit_3(bundle, model_dir, args, words):
     assert len(lines) == 1 and lines[0].startswith("stagelens: error:") and words in lines[0], proc.stderr
 
 
-def test_a_bundle_without_steps_says_how_to_record_one(model_dir):
-    proc = _run(["whatif", "--replay", str(OLD_BUNDLE)], model_dir)
+def test_a_bundle_without_steps_is_fitted_on_its_request_intervals(model_dir):
+    proc = _run(["whatif", "--replay", str(OLD_BUNDLE), "--json", "--today", "max-num-seqs=8"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fit"]["on"] == "request intervals"
+    # the settings the snapshot published, with --today on top
+    assert doc["today"]["settings"]["max_model_len"] == 2048 and doc["today"]["settings"]["max_num_seqs"] == 8
+    assert doc["today"]["predicted"]["requests_finished"] == doc["today"]["measured"]["requests_finished"]
+
+
+def test_a_bundle_with_neither_steps_nor_intervals_says_how_to_record_one(model_dir, tmp_path):
+    lines = []
+    for line in OLD_BUNDLE.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "timeline":
+            record["timeline"]["chunks"] = []
+        lines.append(json.dumps(record))
+    stripped = tmp_path / "no-intervals.jsonl"
+    stripped.write_text("\n".join(lines) + "\n")
+    proc = _run(["whatif", "--replay", str(stripped)], model_dir)
     assert proc.returncode == 3
     assert "record it again" in proc.stderr and "Traceback" not in proc.stderr

@@ -18,6 +18,8 @@ from agent.numbers import Number
               help="A candidate's change, the lab's flag name (max-num-seqs=16, enable-chunked-prefill=true); "
                    "repeat for several changes in one candidate.")
 @click.option("--recommended", is_flag=True, help="Also predict the diagnosis's own fix.")
+@click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE",
+              help="Today's flags where the bundle does not hold them (an engine read from outside).")
 @click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
               help="Replay the same requests this many times as fast (a higher load of the same traffic).")
 @click.option("--search", "do_search", is_flag=True, help="Sweep batch size, token budget, chunking and policy.")
@@ -25,7 +27,8 @@ from agent.numbers import Number
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 TTFT against "
               "throughput to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def whatif(replay_path: str, sets: tuple[str, ...], recommended: bool, scale_rate: float, do_search: bool,
+def whatif(replay_path: str, sets: tuple[str, ...], todays: tuple[str, ...], recommended: bool, scale_rate: float,
+           do_search: bool,
            slo: str | None, plot_path: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run."""
     from agent.whatif.recommended import recommended_changes
@@ -38,8 +41,9 @@ def whatif(replay_path: str, sets: tuple[str, ...], recommended: bool, scale_rat
         raise UserError("--slo and --plot go with --search")
     slo_figures = parse_slo(slo)
     changes = parse_set(sets)
+    today = parse_set(todays, "--today")
     observed = from_bundle(replay_path)
-    settings = today_settings(observed)
+    settings = today_settings(observed, today)
     candidates = [changes] if changes else []
     if recommended:
         candidates.append(recommended_changes(observed))

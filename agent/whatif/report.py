@@ -11,6 +11,7 @@ from agent.whatif.figures import COMPARED, relative_error, serving_figures
 from agent.whatif.fit import FitError, StepCost, fit_steps
 from agent.whatif.predict import Prediction, predict
 from agent.whatif.settings import Settings, as_set_flags
+from agent.whatif.spans import fit_spans
 from agent.whatif.workload import Observed, scaled
 
 
@@ -31,24 +32,35 @@ class WhatIf:
         return {
             "source": self.observed.source,
             "requests": len(self.observed.requests), "scale_rate": self.scale_rate,
-            "fit": self.cost.to_dict(),
+            "fit": {**self.cost.to_dict(), "on": "steps" if self.observed.steps else "request intervals"},
             "today": {"settings": self.today.settings.__dict__, "predicted": self.today.to_dict(),
                       "measured": self.measured, "relative_error": self.errors()},
             "candidates": [{"set": as_set_flags(changes), "predicted": p.to_dict()} for changes, p in self.candidates],
         }
 
 
-def today_settings(observed: Observed) -> Settings:
-    if not observed.engine_config:
-        raise UserError(f"{observed.source}: the bundle holds no engine settings and steps (recorded by an older "
-                        f"stagelens, or from an engine read from outside): record it again with `stagelens lab "
+def today_settings(observed: Observed, today: dict | None = None) -> Settings:
+    """The settings recorded with the bundle; for an engine read from outside, its defaults with what its snapshot
+    published and `today` (`--today FLAG=VALUE`: what the operator knows of its flags) on top."""
+    if observed.engine_config:
+        return Settings.recorded(observed.engine_config).changed(today or {})
+    if not _spans(observed):
+        raise UserError(f"{observed.source}: the bundle holds neither the engine's steps nor its requests' prefill "
+                        f"intervals (recorded by an older stagelens?): record it again with `stagelens lab "
                         f"--record` or `stagelens record`")
-    return Settings.recorded(observed.engine_config)
+    return Settings.assumed(*observed.engine_info()).changed(today or {})
+
+
+def _spans(observed: Observed) -> list[dict]:
+    return [t for t in observed.timelines if t.get("chunks")]
 
 
 def fitted(observed: Observed) -> StepCost:
+    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals."""
     try:
-        return fit_steps(observed.steps, observed.loads)
+        if observed.steps or observed.engine_config:
+            return fit_steps(observed.steps, observed.loads)
+        return fit_spans(_spans(observed))
     except FitError as exc:
         raise UserError(f"{observed.source}: {exc}") from None
 
@@ -87,8 +99,10 @@ ROWS = (*COMPARED, "preemptions", "kv_used_ratio_mean")
 
 def render(w: WhatIf) -> str:
     c = w.cost
-    lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}",
-             f"step cost fitted on {c.steps} steps: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
+    on = "steps" if w.observed.steps else "pseudo-steps from the requests' prefill and decode intervals"
+    lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}"
+             + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""),
+             f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
              f"{c.loads} model loads seen"]
     columns = [("today measured", w.measured), ("today predicted", w.today.figures)]
     columns += [(f"candidate {i}", p.figures) for i, (_, p) in enumerate(w.candidates, 1)]

@@ -53,6 +53,22 @@ class Settings:
         except TypeError as exc:
             raise UserError(f"the bundle's engine_config is incomplete: {exc}") from None
 
+    @classmethod
+    def assumed(cls, info, num_blocks: int | None) -> Settings:
+        """For an engine whose settings were not recorded (read from outside): the bundled engine's defaults, with
+        what its snapshot says (`EngineInfo`: block size, batch and budget where published; the KV blocks)."""
+        base = EngineConfig(device="cpu", dtype="float32")
+        values = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls) if hasattr(base, f.name)}
+        values["kv_bytes_per_token"] = base.kv_bytes_per_token()
+        for key in ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "policy",
+                    "max_model_len", "allocator", "models", "num_preload_models"):
+            value = getattr(info, key, None) if info is not None else None
+            if value is not None:
+                values[key] = value
+        if num_blocks:
+            values["kv_cache_memory"] = num_blocks * values["block_size"] * values["kv_bytes_per_token"]
+        return cls(**values)
+
     def changed(self, changes: dict) -> Settings:
         """These settings with `changes` (field -> value) applied, validated as the engine would."""
         values = {**dataclasses.asdict(self), **changes}
@@ -72,7 +88,7 @@ def _per_token(model: str, element: int) -> int:
     return 2 * p.num_layers * p.num_kv_heads * p.head_dim * element
 
 
-def parse_set(texts: list[str] | tuple[str, ...]) -> dict:
+def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict:
     """`--set max-num-seqs=16 --set enable-chunked-prefill=true` -> {"max_num_seqs": 16, ...}; UserError on a
     flag it does not know or a value it cannot read."""
     out: dict = {}
@@ -80,9 +96,9 @@ def parse_set(texts: list[str] | tuple[str, ...]) -> dict:
         name, sep, raw = text.partition("=")
         key = name.strip().removeprefix("--").replace("-", "_")
         if not sep or not raw.strip():
-            raise UserError(f"--set {text[:60]!r}: expected FLAG=VALUE (e.g. max-num-seqs=16)")
+            raise UserError(f"{option} {text[:60]!r}: expected FLAG=VALUE (e.g. max-num-seqs=16)")
         if key not in TUNABLE:
-            raise UserError(f"--set {name[:40]}: not a flag what-if can change (choose from "
+            raise UserError(f"{option} {name[:40]}: not a flag what-if can change (choose from "
                             f"{', '.join(k.replace('_', '-') for k in TUNABLE)})")
         out[key] = _value(key, raw.strip(), name)
     return out

@@ -33,8 +33,16 @@ class Observed:
     steps: list[dict] = field(default_factory=list)
     loads: list[dict] = field(default_factory=list)
     kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
-    frames: list = field(default_factory=list)     # for the diagnosis's own fix (`--recommended`)
+    frames: list = field(default_factory=list)     # for the diagnosis's own fix (`--recommended`), the engine info
     timelines: list[dict] = field(default_factory=list)
+
+    def engine_info(self):
+        """The last frame's engine description (engine_hooks.snapshot.EngineInfo) and its KV blocks, or Nones."""
+        for frame in reversed(self.frames):
+            if frame.engine is not None:
+                usage = frame.engine.usage
+                return frame.engine.engine, usage.num_blocks if usage is not None else None
+        return None, None
 
     @property
     def window(self) -> tuple[float, float]:
