@@ -97,3 +97,15 @@ def test_a_bundle_with_neither_steps_nor_intervals_says_how_to_record_one(model_
     proc = _run(["whatif", "--replay", str(stripped)], model_dir)
     assert proc.returncode == 3
     assert "record it again" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_diagnose_replay_shows_the_fixs_predicted_effect(model_dir):
+    bundle = OLD_BUNDLE.parent / "hol-blocking.jsonl"
+    proc = _run(["diagnose", "--replay", str(bundle), "--json"], model_dir)
+    assert proc.returncode == 2, proc.stderr          # the verdict's status, as before
+    fix = json.loads(proc.stdout)["fix"]
+    assert fix["set"]["enable-chunked-prefill"] is True
+    before, after = fix["predicted"]["ttft_p99_s"]
+    assert before > 0 and after > 0
+    text = _run(["diagnose", "--replay", str(bundle)], model_dir).stdout
+    assert "predicted effect of --" in text and "ttft_p99" in text

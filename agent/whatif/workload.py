@@ -71,7 +71,12 @@ def from_timelines(source: str, timelines: list[dict]) -> list[ServedRequest]:
 def from_bundle(path: str) -> Observed:
     from agent.record import read_bundle_warned
 
-    bundle = read_bundle_warned(path)
+    return observed_in(read_bundle_warned(path))
+
+
+def observed_in(bundle) -> Observed:
+    """What replay needs of a bundle already read (agent.record.Bundle)."""
+    path = bundle.path
     used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in bundle.frames
             if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
             and f.engine.usage.used_blocks is not None]

@@ -1,0 +1,47 @@
+"""The diagnosis's fix with its predicted effect beside it: what `diagnose --replay` shows under the
+recommendations, from the same recording (agent/whatif). Never fails the diagnosis: a recording the
+simulator cannot replay gives the reason instead of figures."""
+
+from __future__ import annotations
+
+from agent.errors import UserError
+from agent.lab.fixes import as_flags
+from agent.whatif.settings import TUNABLE, as_set_flags
+
+SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions")
+
+
+def predicted_effect(observed, diagnosis) -> dict | None:
+    """{"set": flags, "predicted": {figure: [before, after]}, "extrapolated": bool} for the diagnosis's fix, or
+    {"unavailable": why}; None when the diagnosis recommends nothing the simulator can change."""
+    from agent.lab.fixes import fix_flags
+    from agent.whatif.report import today_settings, what_if
+
+    changes = {k: v for k, v in fix_flags(diagnosis).items() if k in TUNABLE}
+    if not changes:
+        return None
+    try:
+        result = what_if(observed, [changes], today_settings(observed))
+    except UserError as exc:
+        return {"set": as_set_flags(changes), "unavailable": str(exc)}
+    except Exception as exc:   # noqa: BLE001  the prediction is an aside: it never takes the verdict down
+        return {"set": as_set_flags(changes), "unavailable": f"the simulation failed: {type(exc).__name__}: {exc}"}
+    before, (_, after) = result.today.figures, result.candidates[0]
+    return {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
+            "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
+
+
+def render_effect(effect: dict) -> str:
+    flags = as_flags({k.replace("-", "_"): v for k, v in effect["set"].items()})
+    if "unavailable" in effect:
+        return f"predicted effect of {flags}: not available ({effect['unavailable']})"
+    parts = []
+    for key, (before, after) in effect["predicted"].items():
+        if before is None or after is None:
+            continue
+        if key.endswith("_s") and not key.endswith("_per_s"):
+            parts.append(f"{key.removesuffix('_s')} {before * 1000:.0f} -> {after * 1000:.0f} ms")
+        else:
+            parts.append(f"{key} {before:.3g} -> {after:.3g}")
+    note = " (extrapolated past the steps recorded)" if effect.get("extrapolated") else ""
+    return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts)
