@@ -74,9 +74,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     effect = None
     if replay_path:
         from agent.whatif.fix_effect import predicted_effect
-        from agent.whatif.workload import observed_in
 
-        effect = predicted_effect(observed_in(bundle), result)
+        effect = predicted_effect(bundle, result)
     return _print(result, as_json, run if replay_path else None, effect)
 
 

@@ -11,16 +11,19 @@ from agent.whatif.settings import TUNABLE, as_set_flags
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions")
 
 
-def predicted_effect(observed, diagnosis) -> dict | None:
-    """{"set": flags, "predicted": {figure: [before, after]}, "extrapolated": bool} for the diagnosis's fix, or
-    {"unavailable": why}; None when the diagnosis recommends nothing the simulator can change."""
+def predicted_effect(bundle, diagnosis) -> dict | None:
+    """{"set": flags, "predicted": {figure: [before, after]}, "extrapolated": bool} for the diagnosis's fix on the
+    recording (agent.record.Bundle), or {"unavailable": why}; None when the diagnosis recommends nothing the
+    simulator can change."""
     from agent.lab.fixes import fix_flags
     from agent.whatif.report import today_settings, what_if
+    from agent.whatif.workload import observed_in
 
     changes = {k: v for k, v in fix_flags(diagnosis).items() if k in TUNABLE}
     if not changes:
         return None
     try:
+        observed = observed_in(bundle)
         result = what_if(observed, [changes], today_settings(observed))
     except UserError as exc:
         return {"set": as_set_flags(changes), "unavailable": str(exc)}
