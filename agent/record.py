@@ -63,9 +63,7 @@ class BundleWriter:
     def follow(self, host, engine_cfg) -> None:
         """Also write the hosted engine's settings now, and its steps and loads with each frame (`run_lab`'s
         `on_start`)."""
-        settings = {k: v for k, v in dataclasses.asdict(engine_cfg).items() if k not in ("extra", "model_dir")}
-        settings.update(kv_bytes_per_token=engine_cfg.kv_bytes_per_token(), num_blocks=engine_cfg.num_blocks())
-        self._write([{"kind": "engine_config", "engine_config": settings}])
+        self._write([{"kind": "engine_config", "engine_config": engine_settings(engine_cfg)}])
         self._engine = host
 
     def _engine_records(self) -> list[dict]:
@@ -77,8 +75,7 @@ class BundleWriter:
         if not steps and not loads:
             return []
         self._steps_since = max([s["end"] for s in steps] + [ld["end"] for ld in loads])
-        return [{"kind": "steps", "steps": [{k: s[k] for k in STEP_FIELDS} for s in steps],
-                 "loads": [{k: ld[k] for k in LOAD_FIELDS} for ld in loads]}]
+        return [{"kind": "steps", **engine_records(steps, loads)}]
 
     def on_frame(self, frame: Frame, timelines: list) -> None:
         """A sampler listener: one frame (and the timelines finished since the last), on disk on return."""
@@ -205,6 +202,19 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
     else:
         raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame, timeline, engine_config or "
                         f"steps)")
+
+
+def engine_settings(engine_cfg) -> dict:
+    """The bundled engine's settings as a bundle's `engine_config` record (and `/api/v1/whatif/window`) holds them."""
+    settings = {k: v for k, v in dataclasses.asdict(engine_cfg).items() if k not in ("extra", "model_dir")}
+    settings.update(kv_bytes_per_token=engine_cfg.kv_bytes_per_token(), num_blocks=engine_cfg.num_blocks())
+    return settings
+
+
+def engine_records(steps: list[dict], loads: list[dict]) -> dict:
+    """Steps and loads as a bundle's `steps` record keeps them."""
+    return {"steps": [{k: s[k] for k in STEP_FIELDS} for s in steps],
+            "loads": [{k: ld[k] for k in LOAD_FIELDS} for ld in loads]}
 
 
 def _steps_problem(record: dict) -> str | None:

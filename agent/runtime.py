@@ -119,6 +119,20 @@ class AgentRuntime:
         timelines.sort(key=lambda t: t.finished - t.arrival, reverse=True)
         return [with_stages(t.to_dict()) for t in timelines[:n]]
 
+    def whatif_window(self) -> dict:
+        """What `whatif --connect` replays: the recent request timelines, and of the hosted engine its settings,
+        steps and model loads (an engine read from outside has only its spans' timelines)."""
+        from agent.record import engine_records, engine_settings
+
+        source = self.lab.recorder if self.lab else self.engine_source
+        timelines = [t.to_dict() for t in (source.recent_timelines() if source is not None else [])]
+        out = {"timelines": timelines, "engine_config": None, "steps": [], "loads": []}
+        engine = self.lab.engine if self.lab else None
+        if engine is not None:
+            out["engine_config"] = engine_settings(engine.config)
+            out.update(engine_records(self.lab.recent_steps(), self.lab.recent_loads()))
+        return out
+
     def ready(self) -> tuple[bool, str]:
         """Ready when a recent sample exists, some collector works and a hosted engine serves."""
         frame = self.latest_frame()

@@ -1,5 +1,6 @@
-"""`stagelens whatif --replay FILE [--set FLAG=VALUE ...] [--recommended] [--json]`: the workload a node served,
-replayed through a simulator of the engine calibrated on its own steps, under today's flags and candidates."""
+"""`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE ...] [--recommended] [--json]`: the workload
+a node served, replayed through a simulator of the engine calibrated on its own steps, under today's flags and
+candidates."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from agent.numbers import Number
 
 
 @click.command()
-@click.option("--replay", "replay_path", type=click.Path(dir_okay=False), required=True,
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
               help="A bundle recorded by `stagelens lab --record` or `stagelens record`.")
+@click.option("--connect", "url", help="A running `stagelens serve` (its base URL): replay its recent window.")
 @click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE",
               help="A candidate's change, the lab's flag name (max-num-seqs=16, enable-chunked-prefill=true); "
                    "repeat for several changes in one candidate.")
@@ -27,22 +29,25 @@ from agent.numbers import Number
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 TTFT against "
               "throughput to this PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def whatif(replay_path: str, sets: tuple[str, ...], todays: tuple[str, ...], recommended: bool, scale_rate: float,
-           do_search: bool,
-           slo: str | None, plot_path: str | None, as_json: bool) -> int:
-    """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run."""
+def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
+           recommended: bool, scale_rate: float, do_search: bool, slo: str | None, plot_path: str | None,
+           as_json: bool) -> int:
+    """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
+    recent window of a running agent."""
     from agent.whatif.recommended import recommended_changes
     from agent.whatif.report import render, today_settings, what_if
     from agent.whatif.search import parse_slo
     from agent.whatif.settings import parse_set
-    from agent.whatif.workload import from_bundle
+    from agent.whatif.workload import from_agent, from_bundle
 
     if (slo or plot_path) and not do_search:
         raise UserError("--slo and --plot go with --search")
     slo_figures = parse_slo(slo)
     changes = parse_set(sets)
     today = parse_set(todays, "--today")
-    observed = from_bundle(replay_path)
+    if bool(replay_path) == bool(url):
+        raise UserError("give --replay FILE or --connect URL (one of them)")
+    observed = from_bundle(replay_path) if replay_path else from_agent(url)
     settings = today_settings(observed, today)
     candidates = [changes] if changes else []
     if recommended:

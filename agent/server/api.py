@@ -66,3 +66,10 @@ def frames(request: Request,
 def slowest(request: Request, n: int = Query(default=10, ge=1, le=1000)) -> list:
     """The slowest recent requests with their timelines (waits with reasons, prefill chunks, preemptions)."""
     return request.app.state.runtime.slowest_requests(n)
+
+
+@router.get("/api/v1/whatif/window", tags=["requests"])
+def whatif_window(request: Request) -> dict:
+    """What `stagelens whatif --connect` replays: the recent finished requests' timelines and, for the hosted
+    lab engine, its settings, steps and model loads (the flight recorder's rings: the last few thousand)."""
+    return request.app.state.runtime.whatif_window()

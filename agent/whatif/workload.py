@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from agent.errors import UserError
+from agent.errors import CollectError, UserError
 from agent.numbers import is_finite_number
 
 
@@ -74,14 +74,36 @@ def from_bundle(path: str) -> Observed:
     return observed_in(read_bundle_warned(path))
 
 
+def from_agent(url: str) -> Observed:
+    """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
+    from agent.frame import Frame, FrameError
+    from agent.remote import get_json
+
+    window = get_json(url, "/api/v1/whatif/window", timeout=15.0)
+    frames_data = get_json(url, "/api/v1/frames", timeout=15.0)
+    if not isinstance(window, dict) or not isinstance(frames_data, list):
+        raise CollectError(f"{url}: the answer is not a stagelens agent's")
+    try:
+        frames = [Frame.from_dict(f) for f in frames_data]
+    except (FrameError, TypeError) as exc:
+        raise CollectError(f"{url}: a frame could not be read ({exc})") from None
+    timelines = [t for t in window.get("timelines") or [] if isinstance(t, dict)]
+    return _observed(url, timelines, window.get("engine_config"), window.get("steps") or [],
+                     window.get("loads") or [], frames)
+
+
 def observed_in(bundle) -> Observed:
     """What replay needs of a bundle already read (agent.record.Bundle)."""
-    path = bundle.path
-    used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in bundle.frames
+    return _observed(bundle.path, bundle.timelines, bundle.engine_config, bundle.steps, bundle.loads, bundle.frames)
+
+
+def _observed(source: str, timelines: list[dict], engine_config: dict | None, steps: list[dict], loads: list[dict],
+              frames: list) -> Observed:
+    used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in frames
             if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
             and f.engine.usage.used_blocks is not None]
-    return Observed(path, from_timelines(path, bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
-                    sum(used) / len(used) if used else None, bundle.frames, bundle.timelines)
+    return Observed(source, from_timelines(source, timelines), engine_config, steps, loads,
+                    sum(used) / len(used) if used else None, frames, timelines)
 
 
 def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:
