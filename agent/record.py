@@ -225,9 +225,14 @@ def _steps_problem(record: dict) -> str | None:
         for i, item in enumerate(items):
             if not isinstance(item, dict) or not all(k in item for k in fields):
                 return f"{key}[{i}]: must be an object with {', '.join(fields)}"
-            if not all(is_finite_number(item[k]) for k in ("start", "end")):
-                return f"{key}[{i}]: start and end must be finite numbers"
+            numbers = [k for k in fields if k not in _NOT_NUMBERS]
+            bad = next((k for k in numbers if not is_finite_number(item[k])), None)
+            if bad is not None:
+                return f"{key}[{i}].{bad}: must be a finite number, got {shown(item[bad])}"
     return None
+
+
+_NOT_NUMBERS = ("loading", "model", "ok")
 
 
 # What replay reads of a timeline (agent/tui: replay_source, figures, render/waterfall): name -> may be null.

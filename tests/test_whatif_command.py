@@ -109,3 +109,17 @@ def test_diagnose_replay_shows_the_fixs_predicted_effect(model_dir):
     assert before > 0 and after > 0
     text = _run(["diagnose", "--replay", str(bundle)], model_dir).stdout
     assert "predicted effect of --" in text and "ttft_p99" in text
+
+
+def test_a_step_record_with_a_bad_figure_is_one_line(bundle, model_dir, tmp_path):
+    path, _ = bundle
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('{"kind": "steps"'))
+    record = json.loads(lines[at])
+    record["steps"][0]["prefill_tokens"] = "many"
+    lines[at] = json.dumps(record)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n")
+    proc = _run(["whatif", "--replay", str(broken)], model_dir)
+    assert proc.returncode == 3
+    assert f"broken.jsonl:{at + 1}: bad steps: steps[0].prefill_tokens" in proc.stderr, proc.stderr
