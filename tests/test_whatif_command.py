@@ -60,9 +60,7 @@ def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
 
 @pytest.mark.parametrize("args, words", [
     (["--set", "max-num-seqs=0"], "--max-num-seqs"),
-    (["--set", "block-size=24"], "--block-size"),
     (["--set", "warp-speed=9"], "warp-speed"),
-    (["--set", "max-num-seqs"], "FLAG=VALUE"),
     (["--set", "enable-chunked-prefill=maybe"], "true or false"),
     # without chunked prefill a step's budget must hold a whole prompt of max_model_len
     (["--set", "enable-chunked-prefill=false", "--set", "max-num-batched-tokens=128"], "--max-num-batched-tokens"),

@@ -74,8 +74,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     effect = None
     if replay_path:
         from agent.whatif.fix_effect import predicted_effect
+        from agent.whatif.workload import observed_in
 
-        effect = predicted_effect(bundle, result)
+        effect = predicted_effect(lambda: observed_in(bundle), result)
     return _print(result, as_json, run if replay_path else None, effect)
 
 

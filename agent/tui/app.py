@@ -267,11 +267,23 @@ class StagelensApp(App[int]):
             self.notify("nothing to apply: no stage recommends an engine setting", timeout=4)
             return
         text = as_flags(flags)
+        window = getattr(self.source, "whatif_window", lambda: None)()   # the run so far, before the restart
         self.state.mark_fix(flags, text)
         self.source.apply_fix(flags)
         self.notify(f"restarting the engine with {text}", timeout=6)
+        if window:
+            self.run_worker(lambda: self._predict_fix(window, d), thread=True, group="whatif", exit_on_error=False)
         self.redraw()
         self.request_poll()
+
+    def _predict_fix(self, window: dict, diagnosis) -> None:
+        """On a worker thread: the fix's predicted effect on the run before it (stagelens whatif), as a notice."""
+        from agent.whatif.fix_effect import predicted_effect, short_effect
+        from agent.whatif.workload import observed_from_window
+
+        effect = predicted_effect(lambda: observed_from_window("the local engine", window, []), diagnosis)
+        if effect is not None:
+            self.call_from_thread(self.notify, short_effect(effect), timeout=12)
 
     def _replay_on_dashboard(self) -> None:
         """Seek keys act on a replay, on the dashboard; anywhere else they keep their usual meaning."""

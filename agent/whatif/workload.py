@@ -87,8 +87,13 @@ def from_agent(url: str) -> Observed:
         frames = [Frame.from_dict(f) for f in frames_data]
     except (FrameError, TypeError) as exc:
         raise CollectError(f"{url}: a frame could not be read ({exc})") from None
+    return observed_from_window(url, window, frames)
+
+
+def observed_from_window(source: str, window: dict, frames: list) -> Observed:
+    """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`)."""
     timelines = [t for t in window.get("timelines") or [] if isinstance(t, dict)]
-    return _observed(url, timelines, window.get("engine_config"), window.get("steps") or [],
+    return _observed(source, timelines, window.get("engine_config"), window.get("steps") or [],
                      window.get("loads") or [], frames)
 
 
