@@ -8,7 +8,10 @@ from agent.errors import CollectError, UserError
 from agent.lab.fixes import as_flags
 from agent.whatif.settings import TUNABLE, as_set_flags
 
-SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions")
+SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions",
+         "scheduler_wait_p99_s")
+# the TUI's before/after rows (agent/tui/figures.py COMPARED) a prediction fills: their key -> the prediction's
+TUI_FIGURES = {"ttft_p50_s": "ttft_p50_s", "latency_p99_s": "latency_p99_s", "wait_p99_s": "scheduler_wait_p99_s"}
 
 
 def predicted_effect(observe, diagnosis) -> dict | None:
@@ -33,6 +36,12 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     before, (_, after) = result.today.figures, result.candidates[0]
     return {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
             "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
+
+
+def after_figures(effect: dict) -> dict:
+    """The predicted figures after the fix, under the TUI's keys."""
+    predicted = effect.get("predicted") or {}
+    return {key: predicted[name][1] for key, name in TUI_FIGURES.items() if name in predicted}
 
 
 def short_effect(effect: dict) -> str:
