@@ -51,10 +51,12 @@ def test_whatif_json_has_the_fit_today_and_candidates(bundle, model_dir):
 
 def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
     path, _ = bundle
-    proc = _run(["whatif", "--replay", str(path), "--set", "enable-chunked-prefill=false",
-                 "--set", "max-num-batched-tokens=256"], model_dir)
+    proc = _run(["whatif", "--replay", str(path), "--set", "enable-chunked-prefill=false,max-num-batched-tokens=256",
+                 "--set", "policy=short-first"], model_dir)
     assert proc.returncode == 0, proc.stderr
-    assert "today measured" in proc.stdout and "candidate 1: --no-enable-chunked-prefill" in proc.stdout
+    assert "today measured" in proc.stdout
+    assert "candidate 1: --no-enable-chunked-prefill --max-num-batched-tokens 256" in proc.stdout
+    assert "candidate 2: --policy short-first" in proc.stdout
     assert "ttft_p99_s" in proc.stdout
 
 
@@ -63,7 +65,7 @@ def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
     (["--set", "warp-speed=9"], "warp-speed"),
     (["--set", "enable-chunked-prefill=maybe"], "true or false"),
     # without chunked prefill a step's budget must hold a whole prompt of max_model_len
-    (["--set", "enable-chunked-prefill=false", "--set", "max-num-batched-tokens=128"], "--max-num-batched-tokens"),
+    (["--set", "enable-chunked-prefill=false,max-num-batched-tokens=128"], "--max-num-batched-tokens"),
 ])
 def test_bad_flags_are_one_line_and_exit_3(bundle, model_dir, args, words):
     path, _ = bundle

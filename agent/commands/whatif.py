@@ -1,6 +1,6 @@
-"""`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE ...] [--recommended] [--json]`: the workload
-a node served, replayed through a simulator of the engine calibrated on its own steps, under today's flags and
-candidates."""
+"""`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE[,...] ...] [--recommended] [--json]`: the
+workload a node served, replayed through a simulator of the engine calibrated on its own steps, under today's
+flags and candidates (each `--set` one)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from agent.numbers import Number
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
               help="A bundle recorded by `stagelens lab --record` or `stagelens record`.")
 @click.option("--connect", "url", help="A running `stagelens serve` (its base URL): replay its recent window.")
-@click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE",
-              help="A candidate's change, the lab's flag name (max-num-seqs=16, enable-chunked-prefill=true); "
-                   "repeat for several changes in one candidate.")
+@click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE[,...]",
+              help="A candidate: its changes in the lab's flag names (max-num-seqs=16, or "
+                   "enable-chunked-prefill=true,max-num-batched-tokens=512); repeat for several candidates.")
 @click.option("--recommended", is_flag=True, help="Also predict the diagnosis's own fix.")
-@click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE",
+@click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE[,...]",
               help="Today's flags where the bundle does not hold them (an engine read from outside).")
 @click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
               help="Replay the same requests this many times as fast (a higher load of the same traffic).")
@@ -43,13 +43,13 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     if (slo or plot_path) and not do_search:
         raise UserError("--slo and --plot go with --search")
     slo_figures = parse_slo(slo)
-    changes = parse_set(sets)
+    changes = [parse_set([text]) for text in sets]
     today = parse_set(todays, "--today")
     if bool(replay_path) == bool(url):
         raise UserError("give --replay FILE or --connect URL (one of them)")
     observed = from_bundle(replay_path) if replay_path else from_agent(url)
     settings = today_settings(observed, today)
-    candidates = [changes] if changes else []
+    candidates = list(changes)
     if recommended:
         candidates.append(recommended_changes(observed))
     result = what_if(observed, candidates, settings, scale_rate=scale_rate)

@@ -89,10 +89,10 @@ def _per_token(model: str, element: int) -> int:
 
 
 def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict:
-    """`--set max-num-seqs=16 --set enable-chunked-prefill=true` -> {"max_num_seqs": 16, ...}; UserError on a
-    flag it does not know or a value it cannot read."""
+    """`max-num-seqs=16,enable-chunked-prefill=true` (and more such texts) -> {"max_num_seqs": 16, ...}, all in
+    one; UserError on a flag it does not know or a value it cannot read."""
     out: dict = {}
-    for text in texts:
+    for text in (part for whole in texts for part in whole.split(",")):
         name, sep, raw = text.partition("=")
         key = name.strip().removeprefix("--").replace("-", "_")
         if not sep or not raw.strip():
