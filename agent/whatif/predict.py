@@ -53,11 +53,12 @@ def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], t
     figures = serving_figures(done, window)
     figures["requests_unfinished"] = len(result.requests) - len(done)
     log = result.log
-    figures["kv_used_ratio_mean"] = log.kv_used_share_sum / log.steps if log.steps else None
     figures["model_loads"] = len(result.loads)
     figures["engine_busy_ratio"] = log.busy_s / (result.end - window[0]) if result.end > window[0] else None
     decided = [r.scheduled - r.seen for r in result.requests if r.scheduled is not None and r.seen is not None]
     span = result.end - window[0]
+    # over time, as the frames sample it (a second of an idle engine holds no block)
+    figures["kv_used_ratio_mean"] = log.kv_used_share_seconds / span if span > 0 else None
     signals = {
         "kv_fragmentation_ratio": 1 - log.kv_tokens_cached / log.kv_reserved_slots if log.kv_reserved_slots else None,
         "scheduler_wait_p99": percentile(decided, 99),

@@ -54,7 +54,7 @@ class StepLog:
     """What the simulated steps did, summed: enough for the figures and the fit's range check."""
     steps: int = 0
     busy_s: float = 0.0
-    kv_used_share_sum: float = 0.0
+    kv_used_share_seconds: float = 0.0      # the share of KV blocks in use, times the step's seconds
     kv_reserved_slots: int = 0
     kv_tokens_cached: int = 0
     waiting_on_model_s: float = 0.0     # request-seconds spent waiting on a model load
@@ -282,7 +282,7 @@ class Simulator:
             log.busy_s += seconds
             log.steps_outside += outside
             used = num_blocks - self.alloc.num_free_blocks()     # every block held is a running request's
-            log.kv_used_share_sum += used / num_blocks if num_blocks else 0.0
+            log.kv_used_share_seconds += seconds * used / num_blocks if num_blocks else 0.0
             log.kv_reserved_slots += used * bs
             log.kv_tokens_cached += cached
             if residency.loading or len(residency.resident) < self.s.models:
