@@ -132,13 +132,17 @@ class Simulator:
         return entries, preempted
 
     def _schedule_running(self, entries, preempted, budget: int) -> int:
+        cap = self.s.long_prefill_token_threshold if self.s.enable_chunked_prefill else 0
         for req in list(self.running):
-            if req.status != RUNNING:
+            if req.status != RUNNING or budget == 0:
                 continue
-            if budget == 0:
-                continue
-            n = min(self._chunk(req), budget)
-            while not self._allocate(req, req.computed + n):
+            n = req.prompt + req.outputs - req.computed         # _chunk, inlined: this runs for every request
+            if cap and n > cap:
+                n = cap
+            if n > budget:
+                n = budget
+            tokens = req.computed + n
+            while tokens > req.room and not self._allocate(req, tokens):
                 victim = self.running[-1]
                 self._preempt(victim)
                 preempted.append(victim)
@@ -210,25 +214,19 @@ class Simulator:
         self.waiting.appendleft(req)
 
     # --- one step's update (LLMEngine._update) ---------------------------------------------------------
-    def _update(self, entries, now: float) -> tuple[int, int]:
-        prefill = decode = 0
+    def _update(self, entries, now: float) -> None:
         max_len = self.s.max_model_len
         for req, n in entries:
-            if n > 1 or req.computed < req.prompt:
-                prefill += n
-            else:
-                decode += 1
             req.computed += n
-            if req.computed == req.num_tokens:       # the prompt is complete: a token is sampled
+            if req.computed == req.prompt + req.outputs:       # the prompt is complete: a token is sampled
                 if req.outputs == 0:
                     req.first_token = now
                 req.outputs += 1
-                if req.outputs >= req.max_tokens or req.num_tokens >= max_len:
+                if req.outputs >= req.max_tokens or req.prompt + req.outputs >= max_len:
                     self.running.remove(req)
                     self._free(req)
                     req.status = FINISHED
                     req.finished = now
-        return prefill, decode
 
     # --- the engine loop ---------------------------------------------------------------------------------
     def run(self, requests: list[SimRequest]) -> Simulation:
