@@ -123,3 +123,20 @@ def test_a_step_record_with_a_bad_figure_is_one_line(bundle, model_dir, tmp_path
     proc = _run(["whatif", "--replay", str(broken)], model_dir)
     assert proc.returncode == 3
     assert f"broken.jsonl:{at + 1}: bad steps: steps[0].prefill_tokens" in proc.stderr, proc.stderr
+
+
+def test_search_finds_the_configurations_meeting_the_slo_and_plots_the_front(bundle, model_dir, tmp_path):
+    path, _ = bundle
+    png = tmp_path / "front.png"
+    proc = _run(["whatif", "--replay", str(path), "--json", "--search", "--slo", "ttft_p99=10,tpot_p99=1",
+                 "--plot", str(png)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["search"]
+    assert found["evaluated"] == 50 and found["slo"] == {"ttft_p99": 10.0, "tpot_p99": 1.0}
+    meeting = [c["predicted"] for c in found["meeting"]]
+    assert meeting and all(p["ttft_p99_s"] <= 10 and p["tpot_p99_s"] <= 1 for p in meeting)
+    throughputs = [p["throughput_tokens_per_s"] for p in meeting]
+    assert throughputs == sorted(throughputs, reverse=True)
+    front = [(c["predicted"]["ttft_p99_s"], c["predicted"]["throughput_tokens_per_s"]) for c in found["pareto"]]
+    assert all(a[0] <= b[0] and a[1] < b[1] for a, b in zip(front, front[1:], strict=False))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
