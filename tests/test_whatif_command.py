@@ -140,3 +140,13 @@ def test_search_finds_the_configurations_meeting_the_slo_and_plots_the_front(bun
     front = [(c["predicted"]["ttft_p99_s"], c["predicted"]["throughput_tokens_per_s"]) for c in found["pareto"]]
     assert all(a[0] <= b[0] and a[1] < b[1] for a, b in zip(front, front[1:], strict=False))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_whatif_runs_without_torch(bundle, model_dir):
+    """The simulator is its own module with no torch in it: whatif on a recording never imports it."""
+    path, _ = bundle
+    args = ["whatif", "--replay", str(path), "--set", "max-num-seqs=2", "--search", "--json"]
+    script = ("import sys; from agent.cli import _register, cli; _register(); "
+              f"cli.main({args!r}, standalone_mode=False); assert 'torch' not in sys.modules, 'torch was imported'")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
