@@ -23,10 +23,10 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
-    from agent.commands import bench, diagnose, fleet, lab, probe, record, runbook, serve, topo, tui
+    from agent.commands import bench, diagnose, fleet, lab, probe, record, runbook, serve, topo, tui, whatif
 
     for command in (lab.lab, diagnose.diagnose, serve.serve, tui.tui, record.record, runbook.runbook, topo.topo,
-                    probe.probe, bench.bench, fleet.fleet):
+                    probe.probe, bench.bench, fleet.fleet, whatif.whatif):
         cli.add_command(command)
 
 

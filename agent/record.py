@@ -4,10 +4,15 @@ most the last second, and read back (with errors that name the file and line) fo
     {"format": "stagelens-bundle/1", "created_unix": ..., "source": "..."}
     {"kind": "frame", "frame": {...}}
     {"kind": "timeline", "timeline": {...}}
+    {"kind": "engine_config", "engine_config": {...}}        the bundled engine's settings, once
+    {"kind": "steps", "steps": [...], "loads": [...]}         its steps and model loads since the last frame
+
+The last two (what `stagelens whatif` fits its step cost on) come only from the bundled engine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -21,6 +26,11 @@ from agent.frame import Frame, FrameError
 from agent.numbers import is_finite_number, shown
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
+# What a step record keeps of the flight recorder's (engine_hooks.recorder): the batch and its time
+STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
+               "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading",
+               "forwards")
+LOAD_FIELDS = ("model", "start", "end", "seconds", "ok")
 MAX_LINE_BYTES = 64 * 2**20    # a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)
 
 
@@ -35,6 +45,8 @@ class BundleWriter:
         self.frames = self.timelines = 0
         self.failed: str | None = None      # why the bundle ends early
         self._fsync = True
+        self._engine = None                 # an engine host whose steps and loads go with each frame
+        self._steps_since: float | None = None
 
     @classmethod
     def open(cls, path: str, source: str, stop: threading.Event | None = None) -> BundleWriter:
@@ -48,9 +60,26 @@ class BundleWriter:
             writer.close()
         return writer
 
+    def follow(self, host, engine_cfg) -> None:
+        """Also write the hosted engine's settings now, and its steps and loads with each frame (`run_lab`'s
+        `on_start`)."""
+        self._write([{"kind": "engine_config", "engine_config": engine_settings(engine_cfg)}])
+        self._engine = host
+
+    def _engine_records(self) -> list[dict]:
+        host = self._engine
+        if host is None:
+            return []
+        steps = host.recent_steps(since=self._steps_since)
+        loads = host.recent_loads(since=self._steps_since)
+        if not steps and not loads:
+            return []
+        self._steps_since = max([s["end"] for s in steps] + [ld["end"] for ld in loads])
+        return [{"kind": "steps", **engine_records(steps, loads)}]
+
     def on_frame(self, frame: Frame, timelines: list) -> None:
         """A sampler listener: one frame (and the timelines finished since the last), on disk on return."""
-        records = [{"kind": "timeline", "timeline": t.to_dict()} for t in timelines]
+        records = [{"kind": "timeline", "timeline": t.to_dict()} for t in timelines] + self._engine_records()
         if self._write([*records, {"kind": "frame", "frame": frame.to_dict()}]):
             self.timelines += len(timelines)
             self.frames += 1
@@ -95,6 +124,9 @@ class Bundle:
     frames: list[Frame] = field(default_factory=list)
     timelines: list[dict] = field(default_factory=list)
     torn_tail: str | None = None      # a last record cut short (a crash while writing): file:line, what was lost
+    engine_config: dict | None = None  # the bundled engine's settings, when it was recorded with them
+    steps: list[dict] = field(default_factory=list)
+    loads: list[dict] = field(default_factory=list)
 
 
 def read_bundle(path: str) -> Bundle:
@@ -157,8 +189,50 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
         if problem:
             raise UserError(f"{path}:{number}: bad timeline: {problem}")
         bundle.timelines.append(record["timeline"])
+    elif kind == "engine_config":
+        if not isinstance(record.get("engine_config"), dict):
+            raise UserError(f"{path}:{number}: bad engine_config: must be an object")
+        bundle.engine_config = record["engine_config"]
+    elif kind == "steps":
+        problem = _steps_problem(record)
+        if problem:
+            raise UserError(f"{path}:{number}: bad steps: {problem}")
+        bundle.steps.extend(record["steps"])
+        bundle.loads.extend(record.get("loads") or [])
     else:
-        raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame or timeline)")
+        raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame, timeline, engine_config or "
+                        f"steps)")
+
+
+def engine_settings(engine_cfg) -> dict:
+    """The bundled engine's settings as a bundle's `engine_config` record (and `/api/v1/whatif/window`) holds them."""
+    settings = {k: v for k, v in dataclasses.asdict(engine_cfg).items() if k not in ("extra", "model_dir")}
+    settings.update(kv_bytes_per_token=engine_cfg.kv_bytes_per_token(), num_blocks=engine_cfg.num_blocks())
+    return settings
+
+
+def engine_records(steps: list[dict], loads: list[dict]) -> dict:
+    """Steps and loads as a bundle's `steps` record keeps them."""
+    return {"steps": [{k: s[k] for k in STEP_FIELDS} for s in steps],
+            "loads": [{k: ld[k] for k in LOAD_FIELDS} for ld in loads]}
+
+
+def _steps_problem(record: dict) -> str | None:
+    for key, fields in (("steps", STEP_FIELDS), ("loads", LOAD_FIELDS)):
+        items = record.get(key) or []
+        if not isinstance(items, list):
+            return f"{key}: must be a list, got {shown(items)}"
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not all(k in item for k in fields):
+                return f"{key}[{i}]: must be an object with {', '.join(fields)}"
+            numbers = [k for k in fields if k not in _NOT_NUMBERS]
+            bad = next((k for k in numbers if not is_finite_number(item[k])), None)
+            if bad is not None:
+                return f"{key}[{i}].{bad}: must be a finite number, got {shown(item[bad])}"
+    return None
+
+
+_NOT_NUMBERS = ("loading", "model", "ok")
 
 
 # What replay reads of a timeline (agent/tui: replay_source, figures, render/waterfall): name -> may be null.

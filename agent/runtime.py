@@ -26,6 +26,7 @@ from agent.sampler import Sampler
 log = logging.getLogger(__name__)
 TRACE_MEMORY = 4096      # request id -> trace id / traceparent, for exemplars and HTTP clients' parents
 STALE_AFTER_INTERVALS = 5   # a frame older than this many intervals means the sampler is stuck
+PREDICTION_TTL_S = 10.0     # the fix's predicted effect is simulated again at most this often
 
 
 @dataclass
@@ -67,6 +68,8 @@ class AgentRuntime:
         # sees a new frame with the previous frame's diagnosis.
         self._published: tuple[Frame | None, Diagnosis | None] = (None, None)
         self._live = LiveDiagnosis(self.diagnosis_config)
+        self._prediction: tuple | None = None     # (the fix, when, its predicted effect): see predicted_fix
+        self._predicting = threading.Lock()        # held while one is computed
         self._trace_ids: OrderedDict[str, str] = OrderedDict()
         self._traceparents: OrderedDict[str, str] = OrderedDict()
         self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._publish]
@@ -118,6 +121,41 @@ class AgentRuntime:
         timelines = [t for t in source.recent_timelines() if t.finished is not None]
         timelines.sort(key=lambda t: t.finished - t.arrival, reverse=True)
         return [with_stages(t.to_dict()) for t in timelines[:n]]
+
+    def whatif_window(self) -> dict:
+        """What `whatif --connect` replays: the recent request timelines, and of the hosted engine its settings,
+        steps and model loads (an engine read from outside has only its spans' timelines)."""
+        if self.lab:
+            return self.lab.whatif_window()
+        timelines = self.engine_source.recent_timelines() if self.engine_source is not None else []
+        return {"timelines": [t.to_dict() for t in timelines], "engine_config": None, "steps": [], "loads": []}
+
+    def predicted_fix(self, diagnosis: Diagnosis) -> dict | None:
+        """The diagnosis's fix with its predicted effect on the recent window (agent.whatif.fix_effect), as last
+        computed for the same fix. A simulation costs a few hundred ms, so it never runs on the caller's thread:
+        a missing or older than PREDICTION_TTL_S prediction is computed again on a thread of its own, and the
+        answer is the last one (None until the first is ready)."""
+        from agent.lab.fixes import fix_flags
+
+        key = tuple(sorted((k, str(v)) for k, v in fix_flags(diagnosis).items()))
+        if not key:
+            return None
+        cached = self._prediction
+        fresh = cached is not None and cached[0] == key and time.monotonic() - cached[1] < PREDICTION_TTL_S
+        if not fresh and self._predicting.acquire(blocking=False):
+            threading.Thread(target=self._predict, args=(key, diagnosis), name="stagelens-whatif", daemon=True).start()
+        return cached[2] if cached is not None and cached[0] == key else None
+
+    def _predict(self, key: tuple, diagnosis: Diagnosis) -> None:
+        from agent.whatif.fix_effect import predicted_effect
+        from agent.whatif.workload import observed_from_window
+
+        try:
+            effect = predicted_effect(lambda: observed_from_window("the agent's recent window", self.whatif_window(),
+                                                                   self.sampler.frames(None)), diagnosis)
+            self._prediction = (key, time.monotonic(), effect)
+        finally:
+            self._predicting.release()
 
     def ready(self) -> tuple[bool, str]:
         """Ready when a recent sample exists, some collector works and a hosted engine serves."""

@@ -62,6 +62,8 @@ class Recorder:
         self._step_long_prefill: str | None = None
         self._step_chunks: list[tuple[RequestTimeline, int]] = []
         self._step_waiting_on_model = 0
+        self._step_prefill_pairs = 0
+        self._step_forwards = 0
         self._step_access = AccessStats()
         self._step_attention_s = 0.0
         self._step_h2d = 0
@@ -83,6 +85,8 @@ class Recorder:
         self._step_h2d = 0
         self._step_chunks = []
         self._step_long_prefill = None
+        self._step_prefill_pairs = 0
+        self._step_forwards = 0
 
     def on_step_end(self, stats) -> None:
         self._resolve_cuda_events()
@@ -107,6 +111,8 @@ class Recorder:
             "kv_tokens_cached": stats.kv_tokens_cached, "attention_s": self._step_attention_s,
             "kv_useful_bytes": a.useful_bytes, "kv_moved_bytes": a.moved_bytes, "kv_gathered_bytes": a.gathered_bytes,
             "kv_block_runs": a.block_runs, "kv_sequences": a.sequences, "h2d_bytes": self._step_h2d,
+            # what a prefill's attention costs grows with its tokens times its context (what-if's step cost)
+            "prefill_pairs": self._step_prefill_pairs, "forwards": self._step_forwards,
         }
         with self._lock:
             self.steps.append(record)
@@ -191,9 +197,11 @@ class Recorder:
                 self._waits.scheduled(req.request_id)
                 if n > 1 or req.num_computed_tokens < req.num_prompt_tokens:
                     self._step_chunks.append((timeline, n))
+                    self._step_prefill_pairs += n * (req.num_computed_tokens + n)
                     if n > long_limit and (longest is None or n > longest[1]):
                         longest = (req.request_id, n)
             self._step_long_prefill = longest[0] if longest else None
+            self._step_forwards = len({req.model for req, _ in batch.entries})
             on_model = 0
             for req in self.engine.scheduler.waiting:
                 reason = batch.waiting_reasons.get(req.request_id)

@@ -183,6 +183,15 @@ def test_serve_as_a_process_answers_diagnose_connect(model_dir, tmp_path):
         assert json.loads(out.stdout)["stages"][0]["stage"] == "kv_cache"
         metrics = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
         assert "stagelens_scheduler_steps_total" in metrics and "_created" not in metrics
+        # what-if replays the agent's recent window: its finished requests, the engine's settings and steps
+        _wait(lambda: len(json.loads(urllib.request.urlopen(url + "/api/v1/whatif/window", timeout=5).read())
+                          ["timelines"]) >= 3, timeout=60)
+        whatif = subprocess.run([stagelens, "whatif", "--json", "--connect", url, "--set", "max-num-seqs=1"],
+                                capture_output=True, text=True, timeout=60)
+        assert whatif.returncode == 0, whatif.stderr
+        doc = json.loads(whatif.stdout)
+        assert doc["requests"] >= 3 and doc["fit"]["on"] == "steps" and doc["today"]["settings"]["model"] == "tiny"
+        assert doc["candidates"][0]["set"] == {"max-num-seqs": 1}
     finally:
         proc.terminate()
         proc.wait(timeout=30)

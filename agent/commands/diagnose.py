@@ -71,19 +71,31 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     if result.unavailable or result.verdict == "unknown":
         hint = "" if replay_path or engine_source else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
         raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
-    return _print(result, as_json, run if replay_path else None)
+    effect = None
+    if replay_path:
+        from agent.whatif.fix_effect import predicted_effect
+        from agent.whatif.workload import observed_in
+
+        effect = predicted_effect(lambda: observed_in(bundle), result)
+    return _print(result, as_json, run if replay_path else None, effect)
 
 
-def _print(result: Diagnosis, as_json: bool, run=None) -> int:
-    """The diagnosis (and the run's account, from a bundle) as JSON or text, whether judged here or fetched
-    from a server; its verdict's exit status."""
+def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = None) -> int:
+    """The diagnosis (and the run's account and the fix's predicted effect, from a bundle) as JSON or text,
+    whether judged here or fetched from a server; its verdict's exit status."""
     if as_json:
         document = result.to_dict() if run is None else {**result.to_dict(), "run": run.to_dict()}
+        if effect is not None:
+            document["fix"] = effect
         click.echo(json.dumps(document, indent=2))
     else:
         from agent.render import render_diagnosis, render_run
 
         click.echo(render_diagnosis(result))
+        if effect is not None:
+            from agent.whatif.fix_effect import render_effect
+
+            click.echo(render_effect(effect))
         if run is not None:
             click.echo("\n" + render_run(run))
     return result.exit_code

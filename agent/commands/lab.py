@@ -46,7 +46,8 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     try:
         listeners = (writer.on_frame,) if writer else ()
         before = run_lab(engine_cfg, workload_cfg, progress=not as_json, interval=interval, stop=stop,
-                         diagnosis_config=dconfig, nvml_snapshot=snapshot, listeners=listeners)
+                         diagnosis_config=dconfig, nvml_snapshot=snapshot, listeners=listeners,
+                         on_start=writer.follow if writer else None)
         after, applied = None, {}
         if fixed:
             applied = fix_flags(before.diagnosis)

@@ -50,7 +50,7 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
         try:
             result = run_lab(engine_cfg, workload_cfg, progress=True, interval=interval,
                              nvml_snapshot=(ctx.obj or {}).get("nvml_snapshot"), listeners=(writer.on_frame,),
-                             stop=stop)
+                             stop=stop, on_start=writer.follow)
         finally:
             writer.close()          # raises, as one line, the write that failed
     if caught:

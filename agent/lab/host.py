@@ -49,6 +49,27 @@ class EngineHost:
         recorder = self.recorder
         return [] if recorder is None else recorder.recent_timelines(since=since)
 
+    def recent_steps(self, since: float | None = None) -> list[dict]:
+        """The steps the flight recorder holds that ended after `since` (monotonic): what what-if fits."""
+        recorder = self.recorder
+        return [] if recorder is None else recorder.recent_steps(since=since)
+
+    def recent_loads(self, since: float | None = None) -> list[dict]:
+        recorder = self.recorder
+        return [] if recorder is None else [ld for ld in recorder.loads.items() if since is None or ld["end"] > since]
+
+    def whatif_window(self) -> dict:
+        """What what-if replays of the hosted engine: its finished requests' timelines, settings, steps and loads."""
+        from agent.record import engine_records, engine_settings
+
+        recorder, engine = self.recorder, self.engine
+        out = {"timelines": [t.to_dict() for t in self.recent_timelines()], "engine_config": None, "steps": [],
+               "loads": []}
+        if recorder is not None and engine is not None:
+            out["engine_config"] = engine_settings(engine.config)
+            out.update(engine_records(self.recent_steps(), self.recent_loads()))
+        return out
+
     def trouble(self) -> str | None:
         """Why the hosted engine does not serve, or None."""
         engine = self.engine

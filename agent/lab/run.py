@@ -33,6 +33,7 @@ class LabResult:
     started_unix: float = 0.0
     run: RunDiagnosis | None = None          # ... with the tail explained, the episodes and the end's state
     outside: RunDiagnosis | None = None      # with outside=True: the same run through its vLLM interfaces
+    outside_timelines: list = field(default_factory=list)   # ... and the request timelines its spans gave
 
     def first_firing_s(self, stage: str, config: DiagnosisConfig | None = None) -> float | None:
         """Seconds from the start of the workload to the first sample where `stage` was reported firing."""
@@ -72,16 +73,20 @@ class ProgressLine:
 
 def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False,
             interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
-            listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False) -> LabResult:
+            listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False,
+            on_start=None) -> LabResult:
     """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose.
     Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written); the requests in
     flight still finish and the last frame is taken, as at the end of the duration. With `outside`, the
-    engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again."""
+    engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again.
+    `on_start(host, engine_cfg)` is called once the engine runs (a bundle writer follows its steps)."""
     host = EngineHost()
     probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
     sampler = Sampler(node_probe=probe, engine_source=host, interval=interval)
     sampler.listeners.extend(listeners)
     engine = host.start(engine_cfg)
+    if on_start is not None:
+        on_start(host, engine_cfg)
     view = None
     if outside:
         from agent.lab.outside import OutsideView
@@ -113,7 +118,8 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
     judged = judge_run(loaded, host.recent_timelines(), diagnosis_config)
     seen_outside = view.judge(started + workload_cfg.duration, diagnosis_config) if view else None
-    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside)
+    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside,
+                     view.source.recent_timelines() if view else [])
 
 
 def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:

@@ -23,11 +23,17 @@ def readyz(request: Request):
 
 @router.get("/api/v1/diagnosis", tags=["diagnosis"])
 def diagnosis(request: Request) -> dict:
-    """The current verdict: the `diagnose --json` document."""
-    d = request.app.state.runtime.latest_diagnosis()
+    """The current verdict: the `diagnose --json` document, with `fix`: the recommended settings and their
+    predicted effect on the recent window, when a stage recommends an engine setting."""
+    runtime = request.app.state.runtime
+    d = runtime.latest_diagnosis()
     if d is None:
         raise HTTPException(503, "no sample taken yet: retry in a second")
-    return d.to_dict()
+    document = d.to_dict()
+    effect = runtime.predicted_fix(d)      # the fix's predicted effect (stagelens whatif), when there is a fix
+    if effect is not None:
+        document["fix"] = effect
+    return document
 
 
 @router.get("/api/v1/config", tags=["diagnosis"])
@@ -66,3 +72,10 @@ def frames(request: Request,
 def slowest(request: Request, n: int = Query(default=10, ge=1, le=1000)) -> list:
     """The slowest recent requests with their timelines (waits with reasons, prefill chunks, preemptions)."""
     return request.app.state.runtime.slowest_requests(n)
+
+
+@router.get("/api/v1/whatif/window", tags=["requests"])
+def whatif_window(request: Request) -> dict:
+    """What `stagelens whatif --connect` replays: the recent finished requests' timelines and, for the hosted
+    lab engine, its settings, steps and model loads (the flight recorder's rings: the last few thousand)."""
+    return request.app.state.runtime.whatif_window()

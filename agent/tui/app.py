@@ -267,11 +267,34 @@ class StagelensApp(App[int]):
             self.notify("nothing to apply: no stage recommends an engine setting", timeout=4)
             return
         text = as_flags(flags)
+        window = getattr(self.source, "whatif_window", lambda: None)()   # the run so far, before the restart
         self.state.mark_fix(flags, text)
         self.source.apply_fix(flags)
         self.notify(f"restarting the engine with {text}", timeout=6)
+        if window:
+            frames, fix = list(self.state.frames), self.state.fix
+            self.run_worker(lambda: self._predict_fix(window, frames, d, fix), thread=True, group="whatif",
+                            exit_on_error=False)
         self.redraw()
         self.request_poll()
+
+    def _predict_fix(self, window: dict, frames: list, diagnosis, fix) -> None:
+        """On a worker thread: the fix's predicted effect on the run before it (stagelens whatif)."""
+        from agent.whatif.fix_effect import predicted_effect
+        from agent.whatif.workload import observed_from_window
+
+        effect = predicted_effect(lambda: observed_from_window("the local engine", window, frames), diagnosis)
+        if effect is not None:
+            self.call_from_thread(self._show_prediction, effect, fix)
+
+    def _show_prediction(self, effect: dict, fix) -> None:
+        """A notice, and the prediction beside the before/after of the same fix (panel 3)."""
+        from agent.whatif.fix_effect import after_figures, short_effect
+
+        self.notify(short_effect(effect), timeout=12)
+        if fix is not None and fix is self.state.fix:
+            fix.predicted = after_figures(effect)
+            self.redraw()
 
     def _replay_on_dashboard(self) -> None:
         """Seek keys act on a replay, on the dashboard; anywhere else they keep their usual meaning."""

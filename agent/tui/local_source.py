@@ -76,3 +76,7 @@ class LocalSource(Source):
     def apply_fix(self, flags: dict) -> None:
         with self._lock:
             self._pending_fix = dict(flags)
+
+    def whatif_window(self) -> dict | None:
+        host = self._host
+        return host.whatif_window() if host is not None else None

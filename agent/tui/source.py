@@ -49,6 +49,10 @@ class Source:
     def apply_fix(self, flags: dict) -> None:
         raise NotImplementedError(f"a {self.kind} source cannot apply a fix")
 
+    def whatif_window(self) -> dict | None:
+        """What what-if replays of the engine now (agent.lab.host.EngineHost.whatif_window), where the source has it."""
+        return None
+
 
 class NodeSampling:
     """This node's probes and an engine source (the hosted lab, one read from outside) sampled in-process, for

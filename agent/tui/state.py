@@ -36,6 +36,7 @@ class FixRecord:
     before: dict
     verdict_before: str
     after: dict = field(default_factory=dict)
+    predicted: dict = field(default_factory=dict)   # the figures `whatif` predicted for after the fix, by key
 
 
 class TuiState:

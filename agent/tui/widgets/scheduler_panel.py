@@ -71,9 +71,12 @@ def reasons_line(state: TuiState) -> Text:
 
 
 def before_after(state: TuiState) -> CellTable:
+    """Before and after the fix; with `whatif`'s prediction for after it, when one was made, beside them."""
     fix = state.fix
-    table = CellTable([Column("the fix", style="bold cyan"), Column("before", "right"), Column("after", "right"),
-                       Column("change", "right")], expand=False)
+    predicted = fix.predicted
+    columns = [Column("the fix", style="bold cyan"), Column("before", "right")]
+    columns += [Column("predicted", "right")] if predicted else []
+    table = CellTable([*columns, Column("after", "right"), Column("change", "right")], expand=False)
     for label, key, kind, lower_better in COMPARED:
         b, a = fix.before.get(key), fix.after.get(key)
         change = Text("")
@@ -81,10 +84,14 @@ def before_after(state: TuiState) -> CellTable:
             delta = (a - b) / abs(b)
             better = delta < 0 if lower_better else delta > 0
             change = Text(f"{delta:+.0%}", style="green" if better else "red" if delta else "")
-        table.add_row(label, _fmt(kind, b) if kind != "rate" else rate_tokens(b),
-                      _fmt(kind, a) if kind != "rate" else rate_tokens(a), change)
-    table.add_row("verdict", fix.verdict_before, state.verdict_text(), "")
+        cells = [_cell(kind, b)] + ([_cell(kind, predicted.get(key))] if predicted else []) + [_cell(kind, a)]
+        table.add_row(label, *cells, change)
+    table.add_row("verdict", fix.verdict_before, *([""] if predicted else []), state.verdict_text(), "")
     return table
+
+
+def _cell(kind: str, value) -> str:
+    return _fmt(kind, value) if kind != "rate" else rate_tokens(value)
 
 
 def rate_tokens(value) -> str:

@@ -1,0 +1,79 @@
+"""`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE[,...] ...] [--recommended] [--json]`: the
+workload a node served, replayed through a simulator of the engine calibrated on its own steps, under today's
+flags and candidates (each `--set` one)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from agent.errors import UserError
+from agent.numbers import Number
+
+
+@click.command()
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
+              help="A bundle recorded by `stagelens lab --record` or `stagelens record`.")
+@click.option("--connect", "url", help="A running `stagelens serve` (its base URL): replay its recent window.")
+@click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE[,...]",
+              help="A candidate: its changes in the lab's flag names (max-num-seqs=16, or "
+                   "enable-chunked-prefill=true,max-num-batched-tokens=512); repeat for several candidates.")
+@click.option("--recommended", is_flag=True, help="Also predict the diagnosis's own fix.")
+@click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE[,...]",
+              help="Today's flags where the bundle does not hold them (an engine read from outside).")
+@click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
+              help="Replay the same requests this many times as fast (a higher load of the same traffic).")
+@click.option("--search", "do_search", is_flag=True, help="Sweep batch size, token budget, chunking and policy.")
+@click.option("--slo", help="With --search: e.g. ttft_p99=0.5,tpot_p99=0.05 (seconds).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 TTFT against "
+              "throughput to this PNG.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
+           recommended: bool, scale_rate: float, do_search: bool, slo: str | None, plot_path: str | None,
+           as_json: bool) -> int:
+    """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
+    recent window of a running agent."""
+    from agent.whatif.recommended import recommended_changes
+    from agent.whatif.report import render, today_settings, what_if
+    from agent.whatif.search import parse_slo
+    from agent.whatif.settings import parse_set
+    from agent.whatif.workload import from_agent, from_bundle
+
+    if (slo or plot_path) and not do_search:
+        raise UserError("--slo and --plot go with --search")
+    slo_figures = parse_slo(slo)
+    changes = [parse_set([text]) for text in sets]
+    today = parse_set(todays, "--today")
+    if bool(replay_path) == bool(url):
+        raise UserError("give --replay FILE or --connect URL (one of them)")
+    observed = from_bundle(replay_path) if replay_path else from_agent(url)
+    settings = today_settings(observed, today)
+    candidates = list(changes)
+    if recommended:
+        candidates.append(recommended_changes(observed))
+    result = what_if(observed, candidates, settings, scale_rate=scale_rate)
+    document = result.to_dict()
+    text = render(result)
+    if do_search:
+        from agent.whatif.search import search
+        from agent.whatif.search_report import render_search, search_dict
+
+        found = search(settings, result.cost, result.replayed, slo_figures)
+        document["search"] = search_dict(found)
+        text += "\n\n" + render_search(found)
+        if plot_path:
+            _plot(found, plot_path)
+    click.echo(json.dumps(document, indent=2) if as_json else text)
+    return 0
+
+
+def _plot(found, path: str) -> None:
+    try:
+        from agent.whatif.plot import plot
+    except ImportError:
+        raise UserError("--plot: matplotlib is not installed (pip install matplotlib)") from None
+    try:
+        plot(found, path)
+    except OSError as exc:
+        raise UserError(f"--plot {path}: cannot write it: {exc.strerror}") from None

@@ -1,0 +1,68 @@
+"""One prediction: the served requests replayed through the simulator under some settings, and what it says
+(the serving figures, the KV use, each stage's state, how much of it lies outside the fitted range)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.whatif.figures import serving_figures, stage_states
+from agent.whatif.fit import StepCost
+from agent.whatif.settings import Settings
+from agent.whatif.simulator import SimRequest, Simulation, Simulator
+from agent.whatif.workload import ServedRequest
+from engine_hooks.stats import percentile
+
+OUTSIDE_SHARE = 0.05     # more than this share of steps outside the fitted range: the prediction says so
+
+
+@dataclass
+class Prediction:
+    settings: Settings
+    figures: dict
+    stages: dict
+    simulation: Simulation
+
+    @property
+    def outside_share(self) -> float:
+        log = self.simulation.log
+        return log.steps_outside / log.steps if log.steps else 0.0
+
+    @property
+    def extrapolated(self) -> bool:
+        return self.outside_share > OUTSIDE_SHARE
+
+    def to_dict(self) -> dict:
+        out = dict(self.figures)
+        out["stages"] = self.stages
+        out["steps"] = self.simulation.log.steps
+        out["outside_fitted_range"] = {"share_of_steps": self.outside_share, "extrapolated": self.extrapolated}
+        return out
+
+
+def replay(requests: list[ServedRequest]) -> list[SimRequest]:
+    return [SimRequest(r.request_id, r.model, r.arrival, r.prompt_tokens, r.output_tokens) for r in requests]
+
+
+def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], trace: bool = False) -> Prediction:
+    sim = Simulator(settings, cost.seconds, cost.load_time)
+    if trace:
+        sim.trace = []
+    result = sim.run(replay(requests))
+    done = [r for r in result.requests if r.finished is not None]
+    window = (requests[0].arrival, requests[-1].arrival)
+    figures = serving_figures(done, window)
+    figures["requests_unfinished"] = len(result.requests) - len(done)
+    log = result.log
+    figures["model_loads"] = len(result.loads)
+    figures["engine_busy_ratio"] = log.busy_s / (result.end - window[0]) if result.end > window[0] else None
+    decided = [r.scheduled - r.seen for r in result.requests if r.scheduled is not None and r.seen is not None]
+    span = result.end - window[0]
+    # over time, as the frames sample it (a second of an idle engine holds no block)
+    figures["kv_used_ratio_mean"] = log.kv_used_share_seconds / span if span > 0 else None
+    signals = {
+        "kv_fragmentation_ratio": 1 - log.kv_tokens_cached / log.kv_reserved_slots if log.kv_reserved_slots else None,
+        "scheduler_wait_p99": percentile(decided, 99),
+        "requests_waiting_on_model": log.waiting_on_model_s / span if span > 0 else None,
+    }
+    figures["scheduler_wait_p99_s"] = signals["scheduler_wait_p99"]
+    return Prediction(settings, figures, stage_states(signals), result)

@@ -1,0 +1,22 @@
+"""`--recommended`: the diagnosis's own fix (agent/lab/fixes.py) for the recorded run, as a candidate."""
+
+from __future__ import annotations
+
+from agent.errors import UserError
+from agent.whatif.settings import TUNABLE
+from agent.whatif.workload import Observed
+
+
+def recommended_changes(observed: Observed, config=None) -> dict:
+    from agent.diagnosis.run import judge_run
+    from agent.lab.fixes import fix_flags
+    from engine_hooks.timeline import RequestTimeline
+
+    if not observed.frames:
+        raise UserError(f"{observed.source}: no frames to diagnose: --recommended needs them")
+    run = judge_run(observed.frames, [RequestTimeline.from_dict(t) for t in observed.timelines], config)
+    changes = {k: v for k, v in fix_flags(run.diagnosis).items() if k in TUNABLE}
+    if not changes:
+        raise UserError(f"{observed.source}: the diagnosis ({run.diagnosis.verdict}) recommends no change "
+                        f"what-if can simulate")
+    return changes

@@ -1,0 +1,125 @@
+"""What-if end to end on an observed run: the fit, today's prediction beside what was measured (the fidelity
+check), and each candidate's prediction; as the `--json` document and as text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.errors import UserError
+from agent.lab.fixes import as_flags
+from agent.whatif.figures import COMPARED, relative_error, serving_figures
+from agent.whatif.fit import FitError, StepCost, fit_steps
+from agent.whatif.predict import Prediction, predict
+from agent.whatif.settings import Settings, as_set_flags
+from agent.whatif.spans import fit_spans
+from agent.whatif.workload import Observed, scaled
+
+
+@dataclass
+class WhatIf:
+    observed: Observed
+    cost: StepCost
+    today: Prediction
+    measured: dict
+    candidates: list[tuple[dict, Prediction]]
+    replayed: list          # the requests replayed: the observed ones, maybe arriving faster (`--scale-rate`)
+    scale_rate: float = 1.0
+
+    def errors(self) -> dict:
+        return {k: relative_error(self.today.figures.get(k), self.measured.get(k)) for k in COMPARED}
+
+    def to_dict(self) -> dict:
+        return {
+            "source": self.observed.source,
+            "requests": len(self.observed.requests), "scale_rate": self.scale_rate,
+            "fit": {**self.cost.to_dict(), "on": "steps" if self.observed.steps else "request intervals"},
+            "today": {"settings": self.today.settings.__dict__, "predicted": self.today.to_dict(),
+                      "measured": self.measured, "relative_error": self.errors()},
+            "candidates": [{"set": as_set_flags(changes), "predicted": p.to_dict()} for changes, p in self.candidates],
+        }
+
+
+def today_settings(observed: Observed, today: dict | None = None) -> Settings:
+    """The settings recorded with the bundle; for an engine read from outside, its defaults with what its snapshot
+    published and `today` (`--today FLAG=VALUE`: what the operator knows of its flags) on top."""
+    if observed.engine_config:
+        return Settings.recorded(observed.engine_config).changed(today or {})
+    if not _spans(observed):
+        raise UserError(f"{observed.source}: the bundle holds neither the engine's steps nor its requests' prefill "
+                        f"intervals (recorded by an older stagelens?): record it again with `stagelens lab "
+                        f"--record` or `stagelens record`")
+    return Settings.assumed(*observed.engine_info()).changed(today or {})
+
+
+def _spans(observed: Observed) -> list[dict]:
+    return [t for t in observed.timelines if t.get("chunks")]
+
+
+def fitted(observed: Observed) -> StepCost:
+    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals."""
+    try:
+        if observed.steps or observed.engine_config:
+            return fit_steps(observed.steps, observed.loads)
+        return fit_spans(_spans(observed))
+    except FitError as exc:
+        raise UserError(f"{observed.source}: {exc}") from None
+
+
+def what_if(observed: Observed, candidates: list[dict], settings: Settings | None = None,
+            cost: StepCost | None = None, scale_rate: float = 1.0) -> WhatIf:
+    """Today's prediction and each candidate's (changes: field -> value), on the observed requests arriving
+    `scale_rate` times as fast. Bad values are a UserError."""
+    settings = settings or today_settings(observed)
+    checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
+    cost = cost or fitted(observed)
+    replayed = scaled(observed.requests, scale_rate)
+    today = predict(settings, cost, replayed)
+    measured = serving_figures(observed.requests, observed.window)
+    measured["kv_used_ratio_mean"] = observed.kv_used_ratio_mean
+    return WhatIf(observed, cost, today, measured,
+                  [(changes, predict(s, cost, replayed)) for changes, s in checked], replayed, scale_rate)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value * 1000:.0f} ms"
+
+
+def _figure(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_s") and not key.endswith("_per_s"):
+        return _ms(value)
+    if key.endswith("_ratio_mean"):
+        return f"{value:.0%}"
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+ROWS = (*COMPARED, "preemptions", "kv_used_ratio_mean")
+
+
+def render(w: WhatIf) -> str:
+    c = w.cost
+    on = "steps" if w.observed.steps else "pseudo-steps from the requests' prefill and decode intervals"
+    lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}"
+             + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""),
+             f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
+             f"{c.loads} model loads seen"]
+    columns = [("today measured", w.measured), ("today predicted", w.today.figures)]
+    columns += [(f"candidate {i}", p.figures) for i, (_, p) in enumerate(w.candidates, 1)]
+    lines += [f"candidate {i}: {as_flags(changes)}" for i, (changes, _) in enumerate(w.candidates, 1)]
+    errors = w.errors()
+    width = max(len(r) for r in ROWS)
+    head = f"{'':<{width}}  " + "  ".join(f"{name:>15}" for name, _ in columns) + f"  {'error':>7}"
+    lines += ["(error: today's prediction against what was measured)", "", head]
+    for key in ROWS:
+        err = errors.get(key)
+        cells = "  ".join(f"{_figure(key, figs.get(key)):>15}" for _, figs in columns)
+        lines.append(f"{key:<{width}}  {cells}  {'' if err is None else f'{err:+.0%}':>7}")
+    stages = [("today", w.today)] + [(f"candidate {i}", p) for i, (_, p) in enumerate(w.candidates, 1)]
+    lines.append("")
+    for name, p in stages:
+        states = ", ".join(f"{stage} {s['state']}" for stage, s in p.stages.items())
+        note = (f"  (extrapolated: {p.outside_share:.0%} of steps outside the fitted range)"
+                if p.extrapolated else "")
+        lines.append(f"{name}: {states}{note}")
+    return "\n".join(lines)

@@ -1,0 +1,292 @@
+"""The bundled engine simulated event by event, without torch: its scheduler's decisions
+(engine_hooks/engine/scheduler.py) step by step on its own KV allocators (engine_hooks/engine/allocator.py,
+torch-free, used as they are), model residency and its loader thread, with each step's time from the
+fitted step cost (agent/whatif/fit.py).
+
+What is mirrored, and where: `_schedule_running` and `_schedule_waiting` follow `Scheduler` line by line
+(running first in admission order, preemption of the newest by recompute when blocks run out, no
+admission in a step that preempted, waiting in policy order until `max_num_seqs`, the token budget or the
+KV cache stops it, requests whose model is cold skipped while its load is asked for); `_update` follows
+`LLMEngine._update` (a token when the prefill completes, then one a step, the request done at its output
+length); `Residency` follows `ModelResidency` (one loader thread, loads in the order asked, least recently
+used model not in use evicted on install). The engine's loop: a step starts as soon as the last ends while
+there is work; when nothing could be scheduled it waits for an arrival or a load.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from agent.whatif.settings import Settings
+from engine_hooks.engine.allocator import make_allocator
+
+WAITING, RUNNING, FINISHED = 0, 1, 2
+
+
+class SimRequest:
+    __slots__ = ("rid", "model", "arrival", "prompt", "max_tokens", "computed", "outputs", "status",
+                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket", "room")
+
+    def __init__(self, rid: str, model: str, arrival: float, prompt: int, max_tokens: int) -> None:
+        self.rid, self.model, self.arrival = rid, model, arrival
+        self.prompt, self.max_tokens = prompt, max_tokens
+        self.computed = self.outputs = self.preemptions = 0
+        self.status = WAITING
+        self.seen: float | None = None        # the first step that considered it
+        self.scheduled: float | None = None
+        self.first_token: float | None = None
+        self.finished: float | None = None
+        self.bucket = prompt.bit_length()
+        self.room = 0           # tokens its KV blocks hold: below that, allocating is a no-op to skip
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt + self.outputs
+
+    @property
+    def to_compute(self) -> int:
+        return self.prompt + self.outputs - self.computed
+
+
+@dataclass
+class StepLog:
+    """What the simulated steps did, summed: enough for the figures and the fit's range check."""
+    steps: int = 0
+    busy_s: float = 0.0
+    kv_used_share_seconds: float = 0.0      # the share of KV blocks in use, times the step's seconds
+    kv_reserved_slots: int = 0
+    kv_tokens_cached: int = 0
+    waiting_on_model_s: float = 0.0     # request-seconds spent waiting on a model load
+    max_features: dict[str, float] = field(default_factory=dict)
+    steps_outside: int = 0      # steps whose batch lay outside the range the step cost was fitted on
+
+
+@dataclass
+class Simulation:
+    requests: list[SimRequest]
+    log: StepLog
+    loads: list[tuple[str, float, float]]     # model, start, end
+    end: float
+
+
+class Residency:
+    """`ModelResidency` without weights: which models are resident, and when the loader finishes each."""
+
+    def __init__(self, settings: Settings, load_seconds) -> None:
+        self.capacity = settings.max_resident_models or settings.models
+        preloaded = settings.model_names[:settings.num_preload_models]
+        self.resident: OrderedDict[str, None] = OrderedDict((n, None) for n in preloaded)   # least recent first
+        self.loading: dict[str, float] = {}     # model -> when its load ends
+        self.loads: list[tuple[str, float, float]] = []
+        self._loader_free_at = 0.0
+        self._load_seconds = load_seconds
+
+    def request_load(self, model: str, now: float) -> None:
+        if model in self.resident or model in self.loading:
+            return
+        start = max(now, self._loader_free_at)     # one loader thread: loads queue behind each other
+        end = self._loader_free_at = start + self._load_seconds(model)
+        self.loading[model] = end
+        self.loads.append((model, start, end))
+
+    def install_done(self, now: float, in_use: set[str]) -> None:
+        for model, end in sorted(self.loading.items(), key=lambda kv: kv[1]):
+            if end > now:
+                continue
+            del self.loading[model]
+            while len(self.resident) >= self.capacity:
+                victim = next((n for n in self.resident if n not in in_use), None)
+                if victim is None:
+                    break       # every resident model serves: over capacity rather than stall
+                del self.resident[victim]
+            self.resident[model] = None
+
+    def next_load_end(self) -> float | None:
+        return min(self.loading.values(), default=None)
+
+    def used(self, model: str) -> None:
+        self.resident.move_to_end(model)
+
+
+class Simulator:
+    def __init__(self, settings: Settings, cost, load_seconds) -> None:
+        self.s = settings
+        self.cost = cost    # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
+        self.alloc = make_allocator(settings.allocator, settings.num_blocks, settings.block_size,
+                                    settings.blocks_per_request)
+        self.residency = Residency(settings, load_seconds)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.log = StepLog()
+        # decisions of each step, for the tests that hold the simulator to the real engine
+        self.trace: list[dict] | None = None
+
+    # --- the scheduler (engine_hooks/engine/scheduler.py) ------------------------------------------------
+    def schedule(self, now: float) -> tuple[list[tuple[SimRequest, int]], list[SimRequest]]:
+        entries: list[tuple[SimRequest, int]] = []
+        preempted: list[SimRequest] = []
+        budget = self._schedule_running(entries, preempted, self.s.max_num_batched_tokens)
+        if not preempted:
+            self._schedule_waiting(entries, budget, now)
+        return entries, preempted
+
+    def _schedule_running(self, entries, preempted, budget: int) -> int:
+        cap = self.s.long_prefill_token_threshold if self.s.enable_chunked_prefill else 0
+        for req in list(self.running):
+            if req.status != RUNNING or budget == 0:
+                continue
+            n = req.prompt + req.outputs - req.computed         # _chunk, inlined: this runs for every request
+            if cap and n > cap:
+                n = cap
+            if n > budget:
+                n = budget
+            tokens = req.computed + n
+            while tokens > req.room and not self._allocate(req, tokens):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                entries.append((req, n))
+                budget -= n
+        return budget
+
+    def _schedule_waiting(self, entries, budget: int, now: float) -> None:
+        s = self.s
+        for req in self._in_policy_order():
+            if len(self.running) >= s.max_num_seqs:
+                return
+            if req.model not in self.residency.resident:
+                self.residency.request_load(req.model, now)
+                continue
+            n = self._chunk(req)
+            if s.enable_chunked_prefill:
+                n = min(n, budget)
+            if n == 0 or n > budget:
+                return
+            if not self._allocate(req, req.computed + n):
+                return
+            self.waiting.remove(req)
+            self.running.append(req)
+            req.status = RUNNING
+            if req.scheduled is None:
+                req.scheduled = now
+            entries.append((req, n))
+            budget -= n
+
+    def _allocate(self, req: SimRequest, tokens: int) -> bool:
+        if tokens <= req.room:
+            return True
+        if not self.alloc.allocate(req.rid, tokens):
+            return False
+        req.room = self.alloc.reserved_blocks(req.rid) * self.s.block_size
+        return True
+
+    def _free(self, req: SimRequest) -> None:
+        self.alloc.free(req.rid)
+        req.room = 0
+
+    def _chunk(self, req: SimRequest) -> int:
+        n = req.to_compute
+        cap = self.s.long_prefill_token_threshold
+        if self.s.enable_chunked_prefill and cap and n > cap:
+            return cap
+        return n
+
+    def _in_policy_order(self) -> list[SimRequest]:
+        policy = self.s.policy
+        if policy == "short-first":
+            return sorted(self.waiting, key=lambda r: (r.to_compute, r.arrival))
+        if policy == "length-bucket":
+            anchor = self.running or list(self.waiting)[:1]
+            target = sorted(r.bucket for r in anchor)[len(anchor) // 2]
+            return sorted(self.waiting, key=lambda r: (abs(r.bucket - target), r.arrival))
+        return list(self.waiting)
+
+    def _preempt(self, req: SimRequest) -> None:
+        self.running.remove(req)
+        self._free(req)
+        req.computed = 0
+        req.preemptions += 1
+        req.status = WAITING
+        self.waiting.appendleft(req)
+
+    # --- one step's update (LLMEngine._update) ---------------------------------------------------------
+    def _update(self, entries, now: float) -> None:
+        max_len = self.s.max_model_len
+        for req, n in entries:
+            req.computed += n
+            if req.computed == req.prompt + req.outputs:       # the prompt is complete: a token is sampled
+                if req.outputs == 0:
+                    req.first_token = now
+                req.outputs += 1
+                if req.outputs >= req.max_tokens or req.prompt + req.outputs >= max_len:
+                    self.running.remove(req)
+                    self._free(req)
+                    req.status = FINISHED
+                    req.finished = now
+
+    # --- the engine loop ---------------------------------------------------------------------------------
+    def run(self, requests: list[SimRequest]) -> Simulation:
+        arrivals = deque(sorted(requests, key=lambda r: r.arrival))
+        now = arrivals[0].arrival if arrivals else 0.0
+        residency, log = self.residency, self.log
+        bs = self.s.block_size
+        num_blocks = self.alloc.num_blocks
+        while arrivals or self.waiting or self.running:
+            while arrivals and arrivals[0].arrival <= now:
+                req = arrivals.popleft()
+                req.seen = now
+                self.waiting.append(req)
+            residency.install_done(now, {r.model for r in self.running})
+            if not (self.waiting or self.running):
+                now = arrivals[0].arrival
+                continue
+            entries, preempted = self.schedule(now)
+            if not entries:
+                # nothing to run: everyone waits on a model load (or a request that cannot fit)
+                nexts = [t for t in (arrivals[0].arrival if arrivals else None, residency.next_load_end())
+                         if t is not None and t > now]
+                if not nexts:
+                    break
+                log.waiting_on_model_s += (min(nexts) - now) * self._waiting_on_model()
+                now = min(nexts)
+                continue
+            models: list[str] = []
+            prefill_tokens = prefill_pairs = decode_seqs = scheduled = 0
+            for req, n in entries:
+                if req.model not in models:
+                    models.append(req.model)
+                if n > 1 or req.computed < req.prompt:
+                    prefill_tokens += n
+                    prefill_pairs += n * (req.computed + n)
+                else:
+                    decode_seqs += 1
+                scheduled += n
+            for m in models:
+                residency.used(m)
+            # the KV tokens running requests hold after the step: what the recorder logs, and the cost was fitted on
+            cached = sum(r.computed for r in self.running) + scheduled
+            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, cached, bool(residency.loading),
+                                         len(models))
+            if self.trace is not None:
+                self.trace.append({"entries": [(r.rid, n) for r, n in entries],
+                                   "preempted": [r.rid for r in preempted]})
+            now += seconds
+            self._update(entries, now)
+            log.steps += 1
+            log.busy_s += seconds
+            log.steps_outside += outside
+            used = num_blocks - self.alloc.num_free_blocks()     # every block held is a running request's
+            log.kv_used_share_seconds += seconds * used / num_blocks if num_blocks else 0.0
+            log.kv_reserved_slots += used * bs
+            log.kv_tokens_cached += cached
+            if residency.loading or len(residency.resident) < self.s.models:
+                log.waiting_on_model_s += seconds * self._waiting_on_model()
+        return Simulation(requests, log, residency.loads, now)
+
+    def _waiting_on_model(self) -> int:
+        resident = self.residency.resident
+        return sum(1 for r in self.waiting if r.model not in resident)

@@ -1,0 +1,121 @@
+"""The workload a node served, as it was: each request's arrival, prompt and output length and model, with what
+was observed of the engine beside it (its settings, its steps and model loads, its KV use), read from a
+recorded bundle (`--replay FILE`) or from a running agent (`--connect URL`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from agent.errors import CollectError, UserError
+from agent.numbers import is_finite_number
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    request_id: str
+    model: str
+    arrival: float                  # monotonic seconds, the engine's clock
+    prompt_tokens: int
+    output_tokens: int
+    first_token: float | None = None
+    finished: float | None = None
+    preemptions: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass
+class Observed:
+    """What replay needs of a recording."""
+    source: str
+    requests: list[ServedRequest]
+    engine_config: dict | None = None          # the bundled engine's settings (agent/record.py engine_config)
+    steps: list[dict] = field(default_factory=list)
+    loads: list[dict] = field(default_factory=list)
+    kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
+    frames: list = field(default_factory=list)     # for the diagnosis's own fix (`--recommended`), the engine info
+    timelines: list[dict] = field(default_factory=list)
+
+    def engine_info(self):
+        """The last frame's engine description (engine_hooks.snapshot.EngineInfo) and its KV blocks, or Nones."""
+        for frame in reversed(self.frames):
+            if frame.engine is not None:
+                usage = frame.engine.usage
+                return frame.engine.engine, usage.num_blocks if usage is not None else None
+        return None, None
+
+    @property
+    def window(self) -> tuple[float, float]:
+        """While arrivals ran: the throughput's window, the same for what was measured and what is predicted."""
+        return self.requests[0].arrival, self.requests[-1].arrival
+
+
+def from_timelines(source: str, timelines: list[dict]) -> list[ServedRequest]:
+    """Requests from timeline dicts (`RequestTimeline.to_dict()`): those with an arrival and lengths."""
+    out = []
+    for t in timelines:
+        prompt, output, arrival = t.get("prompt_tokens"), t.get("output_tokens"), t.get("arrival")
+        if not (is_finite_number(arrival) and isinstance(prompt, int) and isinstance(output, int) and prompt > 0):
+            continue
+        if t.get("finish_reason") in ("error",) and not output:
+            continue            # it never ran (its model could not load): nothing to replay
+        out.append(ServedRequest(str(t.get("request_id")), str(t.get("model") or "model-0"), float(arrival), prompt,
+                                 max(output, 1), t.get("first_token"), t.get("finished"),
+                                 int(t.get("preemptions") or 0), t.get("finish_reason")))
+    out.sort(key=lambda r: r.arrival)
+    if not out:
+        raise UserError(f"{source}: no finished request with its arrival and token counts: nothing to replay")
+    return out
+
+
+def from_bundle(path: str) -> Observed:
+    from agent.record import read_bundle_warned
+
+    return observed_in(read_bundle_warned(path))
+
+
+def from_agent(url: str) -> Observed:
+    """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
+    from agent.frame import Frame, FrameError
+    from agent.remote import get_json
+
+    window = get_json(url, "/api/v1/whatif/window", timeout=15.0)
+    frames_data = get_json(url, "/api/v1/frames", timeout=15.0)
+    if not isinstance(window, dict) or not isinstance(frames_data, list):
+        raise CollectError(f"{url}: the answer is not a stagelens agent's")
+    try:
+        frames = [Frame.from_dict(f) for f in frames_data]
+    except (FrameError, TypeError) as exc:
+        raise CollectError(f"{url}: a frame could not be read ({exc})") from None
+    return observed_from_window(url, window, frames)
+
+
+def observed_from_window(source: str, window: dict, frames: list) -> Observed:
+    """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`)."""
+    timelines = [t for t in window.get("timelines") or [] if isinstance(t, dict)]
+    return _observed(source, timelines, window.get("engine_config"), window.get("steps") or [],
+                     window.get("loads") or [], frames)
+
+
+def observed_in(bundle) -> Observed:
+    """What replay needs of a bundle already read (agent.record.Bundle)."""
+    return _observed(bundle.path, bundle.timelines, bundle.engine_config, bundle.steps, bundle.loads, bundle.frames)
+
+
+def _observed(source: str, timelines: list[dict], engine_config: dict | None, steps: list[dict], loads: list[dict],
+              frames: list) -> Observed:
+    used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in frames
+            if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
+            and f.engine.usage.used_blocks is not None]
+    return Observed(source, from_timelines(source, timelines), engine_config, steps, loads,
+                    sum(used) / len(used) if used else None, frames, timelines)
+
+
+def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:
+    """The same requests arriving `factor` times as fast (the gaps from the first arrival divided by it): a
+    Poisson workload at a higher rate with the same draws, as the lab's seeded workload gives one."""
+    if factor == 1:
+        return requests
+    t0 = requests[0].arrival
+    return [dataclasses.replace(r, arrival=t0 + (r.arrival - t0) / factor, first_token=None, finished=None)
+            for r in requests]

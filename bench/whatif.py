@@ -1,0 +1,250 @@
+"""What-if's accuracy against the lab: record a run under A, predict B from A's recording alone, run B on the
+same arrivals (same seed) and compare.
+
+    python bench/whatif.py [--duration 15] [--only SCENARIO,...] [--through hooks|vllm] [--json] [--keep DIR]
+
+`--through vllm` predicts from A's `llm_request` spans alone, as from a vLLM server read from outside (the
+bundled engine's vLLM face): the step cost fitted on the spans' prefill and decode intervals
+(agent/whatif/spans.py); with `--keep` the B runs of an earlier `--through hooks` run in the same directory
+are reused.
+
+The matrix: each scenario's recommended fix and two other flag changes (the three candidates of which the
+prediction must pick the best by P99 TTFT), healthy under 1.5x, 2x, 3x and 4x its rate and hol-blocking under
+2x (the same requests arriving faster: the lab's seeded Poisson draws scaled), and the cold-load scenario's
+residency changes. Each A is also predicted from itself (the fidelity check). B's figures are measured from its
+own recording, the same way as the prediction's (agent/whatif/figures.py). Prints the error table per case,
+the medians and the choices, beside their targets. Never pass/fail.
+
+Two more columns separate the simulator's error from the machine's: `own cost` predicts B with the step cost
+fitted on B's own steps (what the scheduling and KV simulation alone gets wrong), and each scenario's A is run
+twice (`repeat`): how far the lab's own figures move between two runs of the same configuration and arrivals.
+On a CPU shared with other work the step times drift between runs, and no prediction made from A can be
+closer to B than that drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _report import emit  # noqa: E402  (bench/ is the script's own directory)
+
+from agent.lab.run import run_lab  # noqa: E402
+from agent.lab.scenarios import SCENARIOS  # noqa: E402
+from agent.lab.settings import build_configs  # noqa: E402
+from agent.record import BundleWriter  # noqa: E402
+from agent.whatif.figures import relative_error, serving_figures  # noqa: E402
+from agent.whatif.recommended import recommended_changes  # noqa: E402
+from agent.whatif.report import what_if  # noqa: E402
+from agent.whatif.settings import TUNABLE, as_set_flags  # noqa: E402
+from agent.whatif.spans import fit_spans  # noqa: E402
+from agent.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
+
+NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine matters
+RECOMMENDED = "recommended"
+CANDIDATES = {    # scenario -> its three candidates (field -> value, or the diagnosis's own fix)
+    "healthy": [{"max_num_seqs": 2}, {"max_num_batched_tokens": 128}, {"policy": "short-first"}],
+    "kv-fragmentation": [RECOMMENDED, {"kv_cache_memory": "128MiB"}, {"max_num_seqs": 4}],
+    "hol-blocking": [RECOMMENDED, {"enable_chunked_prefill": True}, {"policy": "short-first"}],
+    "cold-load": [RECOMMENDED, {"max_resident_models": 2}, {"max_resident_models": 4, "num_preload_models": 4}],
+    "chain": [RECOMMENDED, {"kv_cache_memory": "96MiB"}, {"max_num_seqs": 4}],
+}
+RATE_SCALES = {"healthy": (1.5, 2.0, 3.0, 4.0), "hol-blocking": (2.0,)}
+COMPARED = ("ttft_p50_s", "ttft_p99_s", "throughput_tokens_per_s")
+TARGETS = {"median_abs_error_ttft_p50": 0.10, "median_abs_error_ttft_p99": 0.20,
+           "median_abs_error_throughput": 0.10, "fidelity_median_abs_error_ttft_p50": 0.05,
+           "best_of_three_right_share": 0.90}
+
+
+def record(path: Path, scenario: str, duration: float, seed: int, changes: dict | None = None,
+           rate_scale: float = 1.0, outside: bool = False):
+    """One lab run of `scenario` with `changes`, its arrivals `rate_scale` times as fast, recorded to `path`
+    (with `outside`, also read through its vLLM interfaces); its LabResult."""
+    defaults = SCENARIOS[scenario].defaults
+    flags = {"duration": duration / rate_scale, "seed": seed, **(changes or {})}
+    if rate_scale != 1:
+        flags["rate"] = defaults["rate"] * rate_scale
+    engine_cfg, workload_cfg = build_configs(flags, defaults)
+    writer = BundleWriter.open(str(path), source=f"bench whatif {scenario}")
+    try:
+        return run_lab(engine_cfg, workload_cfg, interval=1.0, nvml_snapshot=NVML_SNAPSHOT,
+                       listeners=(writer.on_frame,), on_start=writer.follow, outside=outside)
+    finally:
+        writer.close()
+
+
+def measured(path: Path) -> dict:
+    observed = from_bundle(str(path))
+    return serving_figures(observed.requests, observed.window)
+
+
+def compare(case: str, predicted: dict, truth: dict, own: dict | None = None) -> dict:
+    row = {"case": case}
+    for key in COMPARED:
+        row[key] = {"measured": truth.get(key), "predicted": predicted.get(key),
+                    "error": relative_error(predicted.get(key), truth.get(key)),
+                    "own_cost_error": relative_error((own or {}).get(key), truth.get(key))}
+    return row
+
+
+def own_cost_prediction(path: Path) -> dict:
+    """B predicted with the step cost fitted on B's own steps: the simulation's error alone."""
+    return what_if(from_bundle(str(path)), []).today.figures
+
+
+def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], dict | None]:
+    """(the rows of its cases, the best-of-three choice) for one scenario."""
+    a_path = workdir / f"{scenario}-A.jsonl"
+    log(f"{scenario}: A")
+    record(a_path, scenario, duration, seed)
+    observed = from_bundle(str(a_path))
+    candidates = [recommended_changes(observed) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
+    result = what_if(observed, candidates)
+    rows = [compare(f"{scenario}: A from A (fidelity)", result.today.figures, result.measured) | {"fidelity": True}]
+    log(f"{scenario}: A again")
+    repeat_path = workdir / f"{scenario}-A2.jsonl"
+    record(repeat_path, scenario, duration, seed)
+    rows.append(compare(f"{scenario}: A run again (repeat)", result.measured, measured(repeat_path)) | {"repeat": True})
+    choices = []
+    for i, (changes, prediction) in enumerate(result.candidates):
+        b_path = workdir / f"{scenario}-B{i}.jsonl"
+        log(f"{scenario}: B{i} {as_set_flags(changes)}")
+        record(b_path, scenario, duration, seed, changes)
+        truth = measured(b_path)
+        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.figures, truth, own_cost_prediction(b_path)))
+        choices.append((prediction.figures["ttft_p99_s"], truth["ttft_p99_s"], _flags(changes)))
+    for scale in RATE_SCALES.get(scenario, ()):
+        b_path = workdir / f"{scenario}-x{scale:g}.jsonl"
+        log(f"{scenario}: rate x{scale:g}")
+        record(b_path, scenario, duration, seed, rate_scale=scale)
+        scaled = what_if(observed, [], result.today.settings, result.cost, scale_rate=scale)
+        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.figures, measured(b_path),
+                            own_cost_prediction(b_path)))
+    choice = None
+    if len(choices) == 3 and all(p is not None and m is not None for p, m, _ in choices):
+        picked = min(choices, key=lambda c: c[0])
+        best = min(choices, key=lambda c: c[1])
+        choice = {"scenario": scenario, "picked": picked[2], "best": best[2], "right": picked is best,
+                  "picked_measured_p99_s": picked[1], "best_measured_p99_s": best[1]}
+    return rows, choice
+
+
+def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], None]:
+    """A read through its vLLM interfaces only (spans: arrivals, lengths, prefill and decode intervals; no steps),
+    its settings as the operator knows them; each B measured by the hooks."""
+    a_path = workdir / f"{scenario}-A-outside.jsonl"
+    log(f"{scenario}: A through vllm")
+    lab = record(a_path, scenario, duration, seed, outside=True)
+    hooks = from_bundle(str(a_path))
+    spans = [t.to_dict() for t in lab.outside_timelines]
+    observed = Observed(f"{a_path} (spans)", from_timelines(str(a_path), spans), hooks.engine_config,
+                        frames=hooks.frames, timelines=hooks.timelines)
+    candidates = [recommended_changes(hooks) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
+    result = what_if(observed, candidates, cost=fit_spans(spans))
+    rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.figures, measured(a_path))
+            | {"fidelity": True}]
+    for i, (changes, prediction) in enumerate(result.candidates):
+        b_path = workdir / f"{scenario}-B{i}.jsonl"
+        if not _recorded_with(b_path, prediction.settings):
+            log(f"{scenario}: B{i} {as_set_flags(changes)}")
+            record(b_path, scenario, duration, seed, changes)
+        rows.append(compare(f"{scenario}: {_flags(changes)} (from spans)", prediction.figures, measured(b_path)))
+    return rows, None
+
+
+def _recorded_with(path: Path, settings) -> bool:
+    """Whether `path` holds a run under these settings (a B of an earlier run to reuse)."""
+    if not path.exists():
+        return False
+    recorded = from_bundle(str(path)).engine_config or {}
+    return all(recorded.get(k) == getattr(settings, k) for k in TUNABLE)
+
+
+def _flags(changes: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in as_set_flags(changes).items())
+
+
+def summary(rows: list[dict], choices: list[dict]) -> dict:
+    def median_abs(key: str, kind: str, error: str = "error") -> float | None:
+        errors = [abs(r[key][error]) for r in rows if _kind(r) == kind and r[key][error] is not None]
+        return statistics.median(errors) if errors else None
+
+    out = {"cases": sum(1 for r in rows if _kind(r) == "case")}
+    names = (("ttft_p50_s", "ttft_p50"), ("ttft_p99_s", "ttft_p99"), ("throughput_tokens_per_s", "throughput"))
+    for key, name in names:
+        out[f"median_abs_error_{name}"] = median_abs(key, "case")
+        out[f"own_cost_median_abs_error_{name}"] = median_abs(key, "case", "own_cost_error")
+        out[f"fidelity_median_abs_error_{name}"] = median_abs(key, "fidelity")
+        out[f"repeat_median_abs_difference_{name}"] = median_abs(key, "repeat")
+    out["best_of_three_right_share"] = sum(c["right"] for c in choices) / len(choices) if choices else None
+    return out
+
+
+def _kind(row: dict) -> str:
+    return "fidelity" if row.get("fidelity") else "repeat" if row.get("repeat") else "case"
+
+
+def table(rows: list[dict]) -> str:
+    width = max(len(r["case"]) for r in rows)
+    head = f"{'case':<{width}}  " + "  ".join(f"{k.removesuffix('_s'):>33}" for k in COMPARED)
+    lines = [head, f"{'':<{width}}  " + "  ".join(f"{'measured predicted error own-cost':>33}" for _ in COMPARED)]
+    for r in rows:
+        cells = []
+        for k in COMPARED:
+            c = r[k]
+            error, own = (("-" if e is None else f"{e:+.0%}") for e in (c["error"], c["own_cost_error"]))
+            cells.append(f"{_num(c['measured']):>9} {_num(c['predicted']):>9} {error:>6} {own:>6}")
+        lines.append(f"{r['case']:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals of each run")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", help="scenarios, comma-separated")
+    parser.add_argument("--keep", help="keep the recordings in this directory")
+    parser.add_argument("--through", choices=("hooks", "vllm"), default="hooks",
+                        help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    scenarios = args.only.split(",") if args.only else list(CANDIDATES)
+    started = time.monotonic()
+
+    def log(text: str) -> None:
+        print(f"[{time.monotonic() - started:6.0f}s] {text}", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(args.keep or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        rows, choices = [], []
+        for scenario in scenarios:
+            run = run_scenario_outside if args.through == "vllm" else run_scenario
+            scenario_rows, choice = run(scenario, args.duration, args.seed, workdir, log)
+            rows += scenario_rows
+            choices += [choice] if choice else []
+    figures = summary(rows, choices)
+    if args.json:
+        emit({"rows": rows, "choices": choices, "summary": figures, "targets": TARGETS}, True)
+        return
+    print(table(rows))
+    print()
+    for c in choices:
+        print(f"{c['scenario']}: picked {c['picked']} (measured P99 TTFT {_num(c['picked_measured_p99_s'])} s), "
+              f"best {c['best']} ({_num(c['best_measured_p99_s'])} s): {'right' if c['right'] else 'WRONG'}")
+    print()
+    emit({**figures, **{f"target_{k}": v for k, v in TARGETS.items()}}, False)
+
+
+if __name__ == "__main__":
+    main()

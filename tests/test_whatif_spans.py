@@ -1,0 +1,58 @@
+"""The step cost of an engine read from outside, fitted on its spans alone: spans made by a simulated engine of
+known step cost (each request's arrival, prefill interval, first token and end, as vLLM's `llm_request` spans
+give them) fit a cost that replays that workload close to the truth."""
+
+import random
+
+import pytest
+
+from agent.whatif.fit import StepCost
+from agent.whatif.predict import predict
+from agent.whatif.settings import Settings
+from agent.whatif.spans import fit_spans, pseudo_steps
+from agent.whatif.workload import ServedRequest
+
+SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, enable_chunked_prefill=False,
+                    long_prefill_token_threshold=0, policy="fcfs", allocator="paged", max_model_len=2048,
+                    kv_cache_memory=128 * 2**20, kv_bytes_per_token=8192, models=1, num_preload_models=1,
+                    max_resident_models=None)
+TRUE = StepCost({"fixed": 0.01, "prefill_tokens": 4e-4, "prefill_pairs": 2e-7, "decode_seqs": 2e-3,
+                 "kv_tokens": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1, error_median=0,
+                error_p90=0, total_error=0, observed_max={"prefill_tokens": 1e9, "prefill_pairs": 1e12,
+                                                          "decode_seqs": 1e9, "kv_tokens": 1e12})
+
+
+def workload(seed=5, count=150, rate=3.0):
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for i in range(count):
+        t += rng.expovariate(rate)
+        prompt = 1500 if i % 10 == 3 else rng.randint(20, 200)
+        out.append(ServedRequest(f"r{i}", "model-0", t, prompt, rng.randint(8, 40)))
+    return out
+
+
+def spans_of(requests):
+    """What the engine's llm_request spans would say of each simulated request."""
+    run = predict(SETTINGS, TRUE, requests).simulation
+    return [{"request_id": r.rid, "model": r.model, "prompt_tokens": r.prompt, "output_tokens": r.outputs,
+             "arrival": r.arrival, "first_token": r.first_token, "finished": r.finished,
+             "chunks": [{"start": r.scheduled, "end": r.first_token}]} for r in run.requests]
+
+
+def test_each_request_gives_a_prefill_and_a_decode_pseudo_step():
+    spans = spans_of(workload(count=20))
+    steps = pseudo_steps(spans)
+    assert len(steps) == 2 * len(spans)          # every request here has two outputs or more
+    prefill = steps[0]
+    assert prefill["prefill_tokens"] == spans[0]["prompt_tokens"]
+    assert prefill["prefill_pairs"] == spans[0]["prompt_tokens"] ** 2
+
+
+def test_a_cost_fitted_on_spans_replays_the_workload_close_to_the_truth():
+    requests = workload()
+    cost = fit_spans(spans_of(requests))
+    truth = predict(SETTINGS, TRUE, requests).figures
+    from_spans = predict(SETTINGS, cost, requests).figures
+    for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s"):
+        assert from_spans[key] == pytest.approx(truth[key], rel=0.25), key
