@@ -34,13 +34,20 @@ class ScriptedServer:
             self.script(self, conn)
 
     def read_head(self, conn: socket.socket) -> bytes:
-        head = b""
+        """The request's head, and its body (by Content-Length) read off the socket too: a reply to a request
+        left half read could be reset before the client reads it."""
+        data = b""
         conn.settimeout(10)
-        while b"\r\n\r\n" not in head:
+        while b"\r\n\r\n" not in data:
             chunk = conn.recv(4096)
             if not chunk:
                 break
-            head += chunk
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length and (chunk := conn.recv(65536)):
+            body += chunk
         self.heads.append(head)
         return head
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.errors import CollectError
+from agent.printable import printable
 
 
 class ExpositionError(CollectError, ValueError):
@@ -108,5 +109,5 @@ def sample_lines(text: str) -> int:
 
 
 def _one_line(exc: Exception) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = printable(" ".join(str(exc).split())) or type(exc).__name__    # it may quote the engine's own line
     return text if len(text) <= 200 else text[:197] + "..."
