@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import click
 
 from agent.errors import UserError
+from agent.remote import redact_url
 
 OUTSIDE_ENGINES = ("vllm", "sglang")
 
@@ -101,14 +102,15 @@ def _receiver(http: str | None, grpc: str | None, forward: str | None):
 
 
 def check_http_url(flag: str, url: str) -> None:
-    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed)."""
+    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed; `user:password@` too, used
+    and never shown)."""
     parts = urlsplit(url)
     try:
         parts.port    # noqa: B018  (reading it checks it)
     except ValueError:
-        raise UserError(f"{flag}: bad port in {url!r}") from None
+        raise UserError(f"{flag}: bad port in {redact_url(url)!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{flag}: expected http(s)://HOST[:PORT], got {url!r}")
+        raise UserError(f"{flag}: expected http(s)://HOST[:PORT], got {redact_url(url)!r}")
 
 
 def check_zmq_endpoint(flag: str, endpoint: str) -> None:
