@@ -281,3 +281,18 @@ def test_15_concurrent_bandwidth_probes_share_one_measurement(tmp_path):
     assert len(results) == 6
     # one measurement ran at a time; a caller that waited got the result that was measured while it waited
     assert len({r.measured_at for r in results}) <= 2 and len({id(r) for r in results}) <= 2
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", '{"prompt": "hi \\ud800", "max_tokens": 2}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+    ("/v1/completions", '{"prompt": "hi", "max_tokens": 2, "stop": ["\\ud800"]}'),
+])
+def test_hostile_12_a_lone_surrogate_is_a_400_in_openais_shape(server, path, body):
+    with _raw(server, _post(path, body.encode())) as sock:
+        head, answer = _response(sock)
+    assert head.startswith(b"HTTP/1.1 400"), head
+    error = json.loads(answer)["error"]
+    assert error["type"] == "invalid_request_error" and "surrogate" in error["message"]
+    assert "Traceback" not in server.log_tail()
+    _serves_promptly(server)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.server.errors import OpenAIError
 from engine_hooks.engine.request import SEED_RANGE
@@ -34,6 +34,35 @@ class SamplingRequest(BaseModel):
     presence_penalty: float | None = 0.0
     frequency_penalty: float | None = 0.0
     logit_bias: dict[str, float] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data):
+        where = lone_surrogate_at(data)
+        if where is not None:
+            raise ValueError(f"{where or 'the body'}: a lone surrogate (\\ud800-\\udfff without its pair) is not "
+                             "valid Unicode text")
+        return data
+
+
+def lone_surrogate_at(data) -> str | None:
+    """The path ("messages.0.content") of the first string in a decoded JSON body that UTF-8 cannot carry
+    (JSON allows "\\ud800" alone; the prompt's bytes cannot be made of it), None when there is none.
+    A stack, not recursion: the body's nesting is the client's choice."""
+    stack: list[tuple[str, object]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return path
+        elif isinstance(value, dict):
+            stack.extend((f"{path}.{k}".lstrip("."), v) for k, v in reversed(value.items()))
+            stack.extend((f"{path}.<key>".lstrip("."), k) for k in value if isinstance(k, str))
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{i}".lstrip("."), v) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 # field: its neutral values, the one a 400 suggests first

@@ -2,34 +2,32 @@
 
 `MetricsServer(registry, host, port).start()` binds (port 0 picks a free one), serves on a daemon thread,
 and `stop()` shuts the listener, closes the socket and joins the thread. Only `GET /metrics` (and `HEAD`)
-answer 200; any other path is 404.
+answer 200; any other path is 404. The listener has the agent's bounds (engine_hooks/bounded_http.py): a
+connection cap, a deadline on each request's headers, and a client that leaves before reading its answer
+counted (`clients_gone`), not a traceback.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from engine_hooks.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S, BoundedHandler, BoundedHTTPServer
 
 METRICS_PATH = "/metrics"
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(BoundedHTTPServer):
     block_on_close = True
 
-    def __init__(self, address, registry: CollectorRegistry) -> None:
+    def __init__(self, address, registry: CollectorRegistry, **bounds) -> None:
         self.registry = registry
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
+        super().__init__(address, _Handler, **bounds)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(BoundedHandler):
     server: _Server
-    timeout = 10          # a client that sends nothing is dropped
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self._answer(with_body=True)
@@ -54,12 +52,21 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class MetricsServer:
-    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 request_read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> None:
         self.registry = registry
+        self._bounds = {"max_connections": max_connections, "request_read_timeout_s": request_read_timeout_s}
         self.host = host
         self.port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._gone = 0
+
+    @property
+    def clients_gone(self) -> int:
+        """Clients that left before reading their answer (a scraper's timeout): counted, never logged."""
+        return self._server.clients_gone if self._server is not None else self._gone
 
     @property
     def url(self) -> str:
@@ -69,7 +76,7 @@ class MetricsServer:
     def start(self) -> MetricsServer:
         if self._server is not None:
             raise RuntimeError("the metrics server is already started")
-        self._server = _Server((self.host, self.port), self.registry)
+        self._server = _Server((self.host, self.port), self.registry, **self._bounds)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name="vllm-face-metrics", daemon=True)
@@ -83,5 +90,7 @@ class MetricsServer:
             return
         server.shutdown()
         server.server_close()
+        server.close_connections()
+        self._gone = server.clients_gone
         if thread is not None:
             thread.join(timeout=10)

@@ -1,0 +1,131 @@
+"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (agent/sources/otlp_receiver.py).
+
+On gRPC's asyncio server, in a thread of its own: a call waiting for its request costs a coroutine, not
+one of four worker threads (four Exports that never sent their message blocked all intake). Each call
+must deliver its one message within `read_timeout_s` (else DEADLINE_EXCEEDED), at most `MAX_CALLS` are
+served at once (more: RESOURCE_EXHAUSTED, as gRPC answers), and the decoding runs on a small thread pool
+so the event loop keeps taking calls. The port is bound without SO_REUSEPORT: a second agent on the same
+port fails to start instead of silently taking half of the spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent import futures
+from typing import TYPE_CHECKING
+
+from agent.sources.otlp_decode import PROTOBUF, RequestRejected, one_line
+
+if TYPE_CHECKING:
+    from agent.sources.otlp_receiver import OtlpReceiver
+
+log = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+MAX_CALLS = 8               # served at once; a stalled one holds a slot for read_timeout_s at most
+DECODE_THREADS = 2
+
+
+class GrpcIntake:
+    def __init__(self, receiver: OtlpReceiver, host: str, port: int) -> None:
+        self.receiver = receiver
+        self.address = f"{host}:{port}"
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server = None
+        self._pool: futures.ThreadPoolExecutor | None = None
+
+    def start(self) -> int:
+        """Binds and serves; the bound port. OSError when the address cannot be listened on."""
+        self._loop = asyncio.new_event_loop()
+        self._pool = futures.ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="otlp-grpc-decode")
+        self._thread = threading.Thread(target=self._loop.run_forever, name="otlp-grpc", daemon=True)
+        self._thread.start()
+        try:
+            self.port = asyncio.run_coroutine_threadsafe(self._serve(), self._loop).result(timeout=30)
+        except BaseException:
+            self.stop()
+            raise
+        return self.port
+
+    async def _serve(self) -> int:
+        import grpc
+
+        server = grpc.aio.server(maximum_concurrent_rpcs=MAX_CALLS, options=[
+            ("grpc.max_receive_message_length", self.receiver.max_body_bytes),
+            ("grpc.so_reuseport", 0)])
+        # a stream of bytes in (no deserializer): the call's messages are read here, under a deadline, and
+        # the very bytes received are what is decoded and forwarded
+        handler = grpc.stream_unary_rpc_method_handler(self._export)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+        try:
+            bound = server.add_insecure_port(self.address)
+        except RuntimeError:                   # grpc's "Failed to bind"
+            bound = 0
+        if not bound:
+            await server.stop(None)
+            raise OSError(f"cannot listen for OTLP/gRPC on {self.address}: the address is in use or not this "
+                          "host's")
+        await server.start()
+        self._server = server
+        return bound
+
+    async def _export(self, messages, context) -> bytes:
+        import grpc
+
+        receiver = self.receiver
+        try:
+            body = await asyncio.wait_for(_one_message(messages), receiver.read_timeout_s)
+        except TimeoutError:
+            receiver.count("received_requests")
+            receiver.rejected(RequestRejected(408, "stalled"))
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                f"the request was not received within {receiver.read_timeout_s:g} s")
+        except RequestRejected as e:
+            receiver.count("received_requests")
+            receiver.rejected(e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.reason)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, receiver.ingest, body, PROTOBUF)
+        except RequestRejected as e:
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.status == 413 else grpc.StatusCode.INVALID_ARGUMENT
+            await context.abort(code, e.reason)
+        except Exception as e:                 # never a traceback, nor UNKNOWN, to the engine
+            log.warning("OTLP/gRPC request failed: %s: %s", type(e).__name__, one_line(e))
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {one_line(e)}")
+        return b""     # not reached: abort raises
+
+    def stop(self) -> None:
+        loop, server = self._loop, self._server
+        self._server = None
+        if loop is not None and server is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(server.stop(0.5), loop).result(timeout=5)
+            except (futures.TimeoutError, RuntimeError):
+                log.debug("the OTLP/gRPC server did not stop in time")
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if loop is not None and not loop.is_running():
+            loop.close()
+        self._loop = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+async def _one_message(messages) -> bytes:
+    """Export's one request message; RequestRejected for none or several."""
+    body = None
+    async for message in messages:
+        if body is not None:
+            raise RequestRejected(400, "Export takes one request message, not a stream of them")
+        body = message
+    if body is None:
+        raise RequestRejected(400, "the call ended without a request message")
+    return body
