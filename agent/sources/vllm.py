@@ -66,7 +66,8 @@ from engine_hooks.snapshot import (
 log = logging.getLogger(__name__)
 
 KINDS = ("vllm", "sglang")
-MAX_BODY_BYTES = 32 * 1024 * 1024     # a /metrics body past this is not an engine's
+MAX_BODY_BYTES = 8 * 1024 * 1024      # a /metrics body past this is not an engine's: prometheus_text.MAX_SERIES
+                                      # lines of 400 bytes; reading 32 MB held the agent's /metrics 300 ms
 
 
 class EngineScrapeError(CollectError):
