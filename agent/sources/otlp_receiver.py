@@ -14,8 +14,10 @@ Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per f
   another path, 405 for another method. An error carries a one-line reason: a `google.rpc.Status` in the
   request's encoding where it has one (as the OTLP spec asks), else text. A refused body is read and
   discarded (up to DRAIN_BYTES) before the answer, so the client gets it. The listener has the agent's
-  bounds: `max_connections` at once (more: 503), a request's headers within `request_read_timeout_s`,
-  a kept-alive connection idle for `idle_timeout_s` closed, and `stop()` closes them all.
+  bounds: `max_connections` at once (more: 503), and a request's headers due within
+  `request_read_timeout_s` of the connection or of the previous answer (the main server's deadline: a
+  kept-alive connection idle that long is closed too; `idle_timeout_s` caps each read); `stop()` closes
+  them all.
 - OTLP/gRPC (vLLM's default protocol) when `grpc_port` is not None (agent/sources/otlp_grpc.py):
   `TraceService/Export` on gRPC's asyncio server, a call's message due within `read_timeout_s`; a body
   that does not parse is answered INVALID_ARGUMENT, one too large RESOURCE_EXHAUSTED.
