@@ -1,6 +1,6 @@
 """Soak, outside mode (`python bench/soak.py --outside`): `stagelens serve --engine vllm` fed for 10 minutes by
 a misbehaving engine, span sender and KV publisher, each doing issue 24's hostile things interleaved with
-normal traffic; prints the agent's RSS over time against the DaemonSet's 160Mi limit, its /metrics p99
+normal traffic; prints the agent's RSS over time against the DaemonSet's memory limit, its /metrics p99
 (target <= 10 ms), the oldest frame age (target <= 3 intervals) and the normal spans lost (target 0).
 
 - the engine's /metrics (a loopback server, the vLLM exposition fixture): half the scrapes normal, the rest a
@@ -25,6 +25,7 @@ import contextlib
 import multiprocessing
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -54,7 +55,7 @@ from otlp_intake import (  # noqa: E402
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"
-DAEMONSET_LIMIT_MIB = 160                   # deploy/kubernetes*/daemonset.yaml: resources.limits.memory 160Mi
+DAEMONSET = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
 INTERVAL_S = 1.0
 NORMAL_SPANS = 32                           # a batch of vLLM's exporter at a few requests a second
 ENGINE_HOSTILE = ("drip_body", "drip_headers", "huge", "negative_gauge", "blocks_2e29", "duplicate_series",
@@ -435,10 +436,18 @@ def _rss_figures(rss: list[tuple[float, float]], peak: float | None) -> dict:
     """RSS in MiB (/proc's kB / 1024), as the limit is written: the largest sample, the kernel's high-water mark
     (VmHWM, between samples too), and the last sample of each minute."""
     minute = {int(t // 60): mib for t, mib in rss}
-    highest = max(peak or 0, max(mib for _, mib in rss))
+    highest, limit = max(peak or 0, max(mib for _, mib in rss)), daemonset_limit_mib()
     return {"rss_max_mib": round(max(mib for _, mib in rss), 1), "rss_peak_vmhwm_mib": _round(peak),
-            "rss_limit_mib": DAEMONSET_LIMIT_MIB, "rss_peak_share_of_limit": round(highest / DAEMONSET_LIMIT_MIB, 3),
+            "rss_limit_mib": limit, "rss_peak_share_of_limit": round(highest / limit, 3),
             "rss_by_minute_mib": " ".join(f"{mib:.0f}" for _, mib in sorted(minute.items()))}
+
+
+def daemonset_limit_mib() -> int:
+    """The DaemonSet's memory limit (resources.limits.memory, in Mi), as the deploy file says it now."""
+    limits = re.search(r"limits:\s*\n(?:\s+\w+: .*\n)*?\s+memory: (\d+)Mi", DAEMONSET.read_text())
+    if limits is None:
+        raise SystemExit(f"{DAEMONSET}: no resources.limits.memory in Mi")
+    return int(limits.group(1))
 
 
 def _ms(seconds: float | None) -> float | None:
