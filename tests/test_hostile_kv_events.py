@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from agent.sources.kv_events import KvEventsSubscriber
+from agent.sources.kv_events import MAX_ARRAY_LEN, KvEventsSubscriber
 from agent.sources.plausible import MAX_SEQUENCE_GAP
 from engine_hooks.vllm_face.kv_events import BlockRemoved, BlockStored, encode_batch
 
@@ -40,7 +40,8 @@ def test_the_same_block_stored_over_and_over_is_held_to_the_live_cap_and_the_dro
 def _removal_seconds(copies: int) -> float:
     """The best of three times one message of 2,000 removals of a block stored `copies` times takes to read."""
     feed = Feed()
-    feed.send(BlockStored((7,) * copies, None, (), BS))
+    for start in range(0, copies, 100_000):
+        feed.send(BlockStored((7,) * min(100_000, copies - start), None, (), BS))
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
@@ -65,3 +66,11 @@ def test_a_sequence_jump_to_the_last_number_is_a_new_numbering_not_lost_batches(
     feed.send(seq=2**64 - 1)                          # 1.8e19 "lost": a publisher numbering anew, or lying
     f = feed.sub.figures(0.0)
     assert (f.lost_batches, f.sequence_resets, f.malformed) == (4 + MAX_SEQUENCE_GAP, 1, 0)
+
+
+def test_a_message_of_millions_of_one_byte_hashes_is_malformed_not_unpacked_into_the_live_blocks():
+    feed = Feed()
+    feed.send(BlockStored((7,) * (4 * MAX_ARRAY_LEN), None, (), BS))     # 1 MiB of msgpack, 1M hashes
+    feed.send(BlockStored((8,) * 10, None, (), BS))
+    f = feed.sub.figures(0.0)
+    assert (f.malformed, f.blocks_stored, f.live_blocks) == (1, 10, 10)

@@ -18,8 +18,9 @@ the live block count; with totals since `start()` of messages, malformed payload
 unknown event tags and batches lost to sequence gaps. Nothing in a message raises: what cannot be read is
 counted. Reads are thread-safe; the socket lives on the subscriber's own thread. A publisher controls every
 figure, so each removal costs O(1) under the lock (a store's copies are a deque), a message is at most
-MAX_MESSAGE_BYTES (ZMQ drops a larger one), the lifetimes kept are bounded like the history, and a sequence
-that jumps implausibly far (agent.sources.plausible) is a new numbering, not batches lost.
+MAX_MESSAGE_BYTES (ZMQ drops a larger one) and its arrays MAX_ARRAY_LEN long (a longer one is malformed), the
+lifetimes kept are bounded like the history, and a sequence that jumps implausibly far
+(agent.sources.plausible) is a new numbering, not batches lost.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ EVENT_FIELDS = {
 }
 RECV_TIMEOUT_MS = 100
 MAX_MESSAGE_BYTES = 16 * 2**20    # vLLM's batches are a step's events: kilobytes
+MAX_ARRAY_LEN = 2**18             # hashes (or events) in one array: a 1M-token prefill is 65,536 blocks of 16; 16 MiB
+                                  # of one-byte hashes would unpack into a 16M-long list held under the lock
 # the counters kept since start(): KvEventFigures' totals, and `totals`
 TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
           "unmatched_removals", "dropped_blocks")
@@ -318,7 +321,7 @@ def _newest(records: deque, since: float, at) -> list:
 
 def _read_batch(payload: bytes) -> tuple[float, list]:
     try:
-        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False, max_array_len=MAX_ARRAY_LEN)
     except Exception as exc:
         raise _Malformed("not msgpack") from exc
     if isinstance(batch, list | tuple) and len(batch) >= 2:
