@@ -419,15 +419,18 @@ def run(duration: float, seed: int) -> dict:
 
 
 def _spans_taken(base: str) -> float | None:
-    """llm_request spans the agent read (not those it could not), from a frame that holds the engine."""
-    end = time.monotonic() + 30
+    """llm_request spans the agent read (not those it could not), once a few frames in a row say the same: a
+    frame's count is from its tick, so the last batches show a tick or two after they were answered."""
+    end, seen = time.monotonic() + 60, []
     while time.monotonic() < end:
         with contextlib.suppress(OSError), urllib.request.urlopen(base + "/metrics", timeout=10) as answer:
             counts = intake(answer.read().decode())
-            if "llm_request_spans" in counts:
-                return counts["llm_request_spans"] - counts.get("malformed_spans", 0.0)
-        time.sleep(0.5)
-    return None
+            if "llm_request_spans" in counts:      # a frame that holds the engine (a hostile scrape's does not)
+                seen.append(counts["llm_request_spans"] - counts.get("malformed_spans", 0.0))
+                if len(seen) >= 4 and len(set(seen[-4:])) == 1:
+                    return seen[-1]
+        time.sleep(1.0)
+    return seen[-1] if seen else None
 
 
 def _rss_figures(rss: list[tuple[float, float]], peak: float | None) -> dict:
