@@ -25,3 +25,8 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(map(_shown, text))
+
+
+def printable_lines(text: str) -> str:
+    """`text` made printable line by line: its newlines kept, every other control swapped."""
+    return "\n".join(map(printable, text.split("\n")))

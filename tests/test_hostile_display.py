@@ -3,10 +3,15 @@ and the screens that show what engines and Prometheus said, driven by Textual's 
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from frame_builders import engine_snapshot, frame
+from frame_builders import engine_snapshot, frame, series
+from hostile_servers import ScriptedServer, answer
 from tui_support import text_of
 
+from agent.cli import main
+from agent.diagnosis.evaluate import diagnose
 from agent.fleet.model import FleetView
 from agent.fleet.query import build_rows
 from agent.printable import printable
@@ -66,3 +71,17 @@ async def test_labels_with_escapes_are_shown_printable_on_the_fleet_screen():
         screen = text_of(app)
     assert "\x1b]" not in screen and "\x07" not in screen
     assert "evil␛]52;c;cHduZWQ=␇" in screen
+
+
+def test_a_server_s_diagnosis_text_is_printed_printable_by_diagnose_connect(capsys):
+    document = diagnose(series([{}] * 5)).to_dict()
+    document["stages"][0]["explanation"] = f"all is well{ESCAPES}"
+
+    def server(srv, conn):
+        srv.read_head(conn)
+        answer(conn, json.dumps(document), headers={"Content-Type": "application/json"})
+
+    with ScriptedServer(server) as agent, pytest.raises(SystemExit):
+        main(["diagnose", "--connect", agent.url])
+    out = capsys.readouterr().out
+    assert "all is well␛]52;c;cHduZWQ=␇" in out and "\x1b" not in out and "\x07" not in out
