@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hostile_servers import ScriptedServer, answer, drip_body, drip_headers
 
+from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
 from agent.sources.prometheus_text import ExpositionError, parse_exposition
 from agent.sources.vllm import EngineScrapeError, VllmSource
 
@@ -45,6 +46,15 @@ def test_a_dripping_engine_metrics_is_given_up_at_the_scrape_deadline(script):
         with pytest.raises(EngineScrapeError, match="answer within 0.5 ?s"):
             source.snapshot(1.0)
         assert time.monotonic() - started < 8     # the drip lasts 40 s: only the deadline ends it sooner
+
+
+def test_a_dripping_engine_delays_a_frame_by_one_sampling_interval_at_most():
+    with ScriptedServer(drip_body) as engine:
+        source = open_engine_source("vllm", OutsideFlags(engine.url), interval=0.5)
+        assert source.timeout_s == 0.5
+        assert open_engine_source("vllm", OutsideFlags(engine.url), interval=5.0).timeout_s == 2.0
+        with pytest.raises(EngineScrapeError, match="answer within 0.5 s"):
+            source.snapshot(1.0)
 
 
 def test_diagnose_on_a_dripping_engine_exits_unknown():

@@ -54,10 +54,11 @@ def engine_url_option(func):
     return command
 
 
-def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
+def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags(), interval: float = 1.0):
     """The engine source for `--engine KIND --engine-url URL` (and its span receiver and KV-events
     subscriber, started with the source); None for an engine not read from outside. UserError for a flag
-    missing, given without what it needs, or malformed."""
+    missing, given without what it needs, or malformed. Its scrape has at most the sampling interval: an
+    engine slow to answer (or dripping its answer) delays each frame by one interval at most."""
     o = outside
     if kind not in OUTSIDE_ENGINES:
         for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
@@ -85,9 +86,10 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
         from agent.sources.kv_events import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
-    from agent.sources.vllm import VllmSource
+    from agent.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
 
-    return VllmSource(o.engine_url, kind=kind, spans=spans, kv_events=subscriber)
+    return VllmSource(o.engine_url, timeout_s=min(SCRAPE_TIMEOUT_S, interval), kind=kind, spans=spans,
+                      kv_events=subscriber)
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):

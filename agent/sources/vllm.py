@@ -66,6 +66,7 @@ from engine_hooks.snapshot import (
 log = logging.getLogger(__name__)
 
 KINDS = ("vllm", "sglang")
+SCRAPE_TIMEOUT_S = 2.0                # at most: the sampler gives it no more than its interval (Prometheus's rule too)
 MAX_BODY_BYTES = 8 * 1024 * 1024      # a /metrics body past this is not an engine's: prometheus_text.MAX_SERIES
                                       # lines of 400 bytes; reading 32 MB held the agent's /metrics 300 ms
 
@@ -156,7 +157,7 @@ class VllmSource:
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
     `start()` and `close()` start and stop both with the agent."""
 
-    def __init__(self, url: str, timeout_s: float = 2.0, kind: str = "vllm", window_s: float = WINDOW_S,
+    def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
                  spans=None, kv_events=None) -> None:
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, got {kind!r}")
