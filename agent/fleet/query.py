@@ -261,7 +261,12 @@ def build_rows(result: list) -> list[NodeRow]:
             node.failing.add(metric.get("collector", ""))
         elif name == "stagelens_tail_share" and stage and value is not None:
             node.tail.setdefault(metric.get("percentile", ""), {})[stage] = value
-    rows = [_row(node) for node in nodes.values()]
+    rows = []
+    for node in nodes.values():
+        try:
+            rows.append(_row(node))
+        except Exception:   # a value no rule here foresaw: that node reads unknown, the rest of the fleet is shown
+            rows.append(NodeRow(node.instance, node.labels or {}, node.up == 1, "unknown", None, stage_cells({})))
     rows.sort(key=by_severity)
     return rows
 
