@@ -90,8 +90,12 @@ def test_hostile_9_connections_past_the_cap_are_a_503_without_a_thread(start):
         server = listener._server if isinstance(listener, MetricsServer) else listener._http
         wait_for(lambda: server.open_connections == 4, what="four connections held")
         with socket.create_connection(("127.0.0.1", _port(listener)), timeout=DEADLINE_S) as extra:
-            answer = extra.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 503") and b"Retry-After" in answer
+            answer = b""                # answered at once, before any request, then closed
+            while chunk := extra.recv(4096):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and b"\r\nRetry-After: 1" in head
+        assert f"\r\nContent-Length: {len(body)}\r\n".encode() in head and body.endswith(b"\n")
         assert server.refused_busy == 1
     finally:
         for sock in held:

@@ -115,7 +115,7 @@ def test_hostile_1_bodies_in_flight_past_the_byte_budget_are_a_503_to_retry():
             # a sender holding the whole budget, its body still coming
             stalled.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
                             b"Content-Length: %d\r\n\r\nxx" % (1 << 20))
-            wait_for(lambda: r.counts["received_requests"] == 1, "the stalled request started")
+            wait_for(lambda: r.bytes_in_flight == 1 << 20, "the stalled request holds the budget")
             req = urllib.request.Request(r.http_url + "/v1/traces", data=one_request_body(),
                                          headers={"Content-Type": "application/x-protobuf"})
             with pytest.raises(urllib.error.HTTPError) as busy:
@@ -123,6 +123,7 @@ def test_hostile_1_bodies_in_flight_past_the_byte_budget_are_a_503_to_retry():
             assert busy.value.code == 503 and busy.value.headers["Retry-After"] == "1"
             assert r.counts["busy"] == 1
         # the stalled sender gone, its bytes are given back
+        wait_for(lambda: r.bytes_in_flight == 0, "the budget given back")
         wait_for(lambda: post(r.http_url + "/v1/traces", one_request_body())[0] == 200, "accepted again")
 
 
@@ -170,7 +171,10 @@ def test_hostile_3_a_grpc_export_whose_message_never_comes_is_cut_at_the_read_de
 # -- 6: a second agent on the same gRPC port
 
 
-def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start():
+def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start(capsys):
+    from test_engine_sources import DGX
+
+    from agent.cli import main
     from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
     from agent.errors import UserError
 
@@ -182,6 +186,11 @@ def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start():
                                                          otlp_receiver_grpc=f"127.0.0.1:{port}"))
         with pytest.raises(UserError, match="cannot listen for the engine's traces"):
             source.start()
+        with pytest.raises(SystemExit) as exit_:      # the command: a one-line usage error, exit 3
+            main(["--nvml-snapshot", DGX, "diagnose", "--engine", "vllm", "--engine-url",
+                  f"http://127.0.0.1:{closed_port()}", "--otlp-receiver-grpc", f"127.0.0.1:{port}"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 3 and "cannot listen for OTLP/gRPC" in err and "Traceback" not in err
         with grpc.insecure_channel(first.grpc_address) as channel:
             channel.unary_unary(EXPORT)(one_request_body(), timeout=DEADLINE_S)
         assert len(first.recent_timelines()) == 1
@@ -201,7 +210,7 @@ def test_hostile_7_a_hung_upstream_holds_at_most_the_forward_bytes_bound():
         body = one_request_body(**{"gen_ai.request.model": "m" * (3 * 1024 * 1024)})
         for _ in range(10):
             assert post(r.http_url + "/v1/traces", body)[0] == 200
-        assert r._forwarder.queued_bytes <= MAX_QUEUED_BYTES
+        assert 0 < r.forward_queued_bytes <= MAX_QUEUED_BYTES
         assert r.counts["forward_dropped"] >= 10 - 1 - MAX_QUEUED_BYTES // len(body)
         assert len(r.recent_timelines()) == 10
     finally:

@@ -97,7 +97,7 @@ class _Handler(BoundedHandler):
         receiver.count("received_requests")
         content_type = self.headers.get("Content-Type", "")
         kind: str | None = None
-        held = 0
+        held, body = 0, None
         try:
             kind = content_kind(content_type)
             length = self._length()
@@ -119,6 +119,7 @@ class _Handler(BoundedHandler):
             self._refuse(500, f"internal error: {one_line(e)}", kind)
             return
         finally:
+            body = None                 # the bytes are given back once they are no longer held
             self.server.bodies.give(held)
         self._send(200, answer, kind)
 

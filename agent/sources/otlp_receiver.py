@@ -173,6 +173,16 @@ class OtlpReceiver:
         counts["clients_gone"] += self._gone_before + (self._http.clients_gone if self._http is not None else 0)
         return counts
 
+    @property
+    def bytes_in_flight(self) -> int:
+        """HTTP body bytes being received now (at most `max_inflight_bytes`)."""
+        return self._http.bodies.held if self._http is not None else 0
+
+    @property
+    def forward_queued_bytes(self) -> int:
+        """Bytes waiting to be forwarded (at most `forward_queue_bytes`); 0 without forwarding."""
+        return self._forwarder.queued_bytes if self._forwarder is not None else 0
+
     def recent_timelines(self, since: float | None = None) -> list[RequestTimeline]:
         """The kept timelines that finished after `since` (this process's monotonic seconds), by finish."""
         with self._lock:
