@@ -303,14 +303,17 @@ def main() -> None:
     parser.add_argument("--model", choices=("tiny", "small"), default="small")
     parser.add_argument("--outside", action="store_true", help="soak `serve --engine vllm` fed by a misbehaving "
                         "engine, span sender and KV publisher (bench/soak_outside.py)")
+    parser.add_argument("--history", type=int, help="with --outside: the agent's --history (default its own, 900 "
+                        "frames: 15 minutes at 1 s to fill, longer than the soak)")
+    parser.add_argument("--seconds", type=float, help="soak this long instead (2 or 10 minutes)")
     args = parser.parse_args()
-    duration = 120.0 if args.quick else 600.0
+    duration = args.seconds or (120.0 if args.quick else 600.0)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
     if args.outside:
         from soak_outside import run as soak_outside
 
-        emit(soak_outside(duration, args.seed), args.json)
+        emit(soak_outside(duration, args.seed, args.history), args.json)
         return
     figures: dict = {"model": args.model, "seed": args.seed, "soak_s": duration}
     with tempfile.TemporaryDirectory(prefix="stagelens-soak-") as workdir:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import multiprocessing
 import os
 import random
@@ -345,7 +346,7 @@ def intake(text: str) -> dict[str, float]:
     return labelled(text, "stagelens_engine_intake_total", "what")
 
 
-def run(duration: float, seed: int) -> dict:
+def run(duration: float, seed: int, history: int | None = None) -> dict:
     stop = threading.Event()
     engine = HostileEngine(seed, stop)
     kv = KvPublisher(seed, stop)
@@ -357,10 +358,11 @@ def run(duration: float, seed: int) -> dict:
         [sys.executable, "-c", "from agent.cli import main; main()", "--nvml-snapshot", DGX, "serve",
          "--listen", f"127.0.0.1:{port}", "--engine", "vllm", "--engine-url", engine.url,
          "--otlp-receiver", f"127.0.0.1:{http_port}", "--otlp-receiver-grpc", f"127.0.0.1:{grpc_port}",
-         "--kv-events", f"tcp://127.0.0.1:{kv.port}", "--interval", f"{INTERVAL_S:g}"],
+         "--kv-events", f"tcp://127.0.0.1:{kv.port}", "--interval", f"{INTERVAL_S:g}",
+         *(["--history", str(history)] if history else [])],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)     # bench/probes.py is not the probes package
     spans = SpanSender(http_port, grpc_port, seed, stop)
-    figures: dict = {"soak_s": duration, "seed": seed}
+    figures: dict = {"soak_s": duration, "seed": seed, "history_frames": history or "agent's default"}
     try:
         _wait_up(base, agent)
         figures["rss_start_mib"] = round(_status(agent.pid, "VmRSS"), 1)
@@ -396,6 +398,7 @@ def run(duration: float, seed: int) -> dict:
         figures.update({f"spans.{k}": v for k, v in sorted(spans.hostile.items())})
         figures.update({f"answers.{k}": v for k, v in sorted(spans.answers.items())})
         figures.update({f"kv.{k}": v for k, v in sorted(kv.sent.items())})
+        figures.update(_history(base))
         figures["agent_alive"] = agent.poll() is None
         t = time.monotonic()
         agent.terminate()
@@ -431,6 +434,15 @@ def _spans_taken(base: str) -> float | None:
                     return seen[-1]
         time.sleep(1.0)
     return seen[-1] if seen else None
+
+
+def _history(base: str) -> dict:
+    """The frames the agent keeps now, and their size as JSON: the history fills for --history intervals (900 s
+    by default), so RSS grows by design until it is full."""
+    with urllib.request.urlopen(base + "/api/v1/frames", timeout=60) as answer:
+        body = answer.read()
+    kept = len(json.loads(body))
+    return {"frames_kept": kept, "frame_json_kib_mean": round(len(body) / max(1, kept) / 1024, 1)}
 
 
 def _rss_figures(rss: list[tuple[float, float]], peak: float | None) -> dict:
