@@ -39,7 +39,7 @@ def test_the_same_block_stored_over_and_over_is_held_to_the_live_cap_and_the_dro
 
 def _removal_seconds(copies: int) -> float:
     """The best of three times one message of 2,000 removals of a block stored `copies` times takes to read."""
-    feed = Feed()
+    feed = Feed(max_live_blocks=copies)
     for start in range(0, copies, 100_000):
         feed.send(BlockStored((7,) * min(100_000, copies - start), None, (), BS))
     best = float("inf")

@@ -17,9 +17,9 @@ lifetime of removed blocks (store to remove, on the publisher's clock), blocks s
 the live block count; with totals since `start()` of messages, malformed payloads,
 unknown event tags and batches lost to sequence gaps. Nothing in a message raises: what cannot be read is
 counted. Reads are thread-safe; the socket lives on the subscriber's own thread. A publisher controls every
-figure, so each removal costs O(1) under the lock (a store's copies are a deque), a message is at most
-MAX_MESSAGE_BYTES (ZMQ drops a larger one) and its arrays MAX_ARRAY_LEN long (a longer one is malformed), the
-lifetimes kept are bounded like the history, and a sequence that jumps implausibly far
+figure, so each removal costs O(1) under the lock (a hash stored again holds its copies in a deque), a
+message is at most MAX_MESSAGE_BYTES (ZMQ drops a larger one) and its arrays MAX_ARRAY_LEN long (a longer one
+is malformed), the lifetimes kept are bounded like the history, and a sequence that jumps implausibly far
 (agent.sources.plausible) is a new numbering, not batches lost.
 """
 
@@ -50,6 +50,10 @@ EVENT_FIELDS = {
     "AllBlocksCleared": (),
 }
 RECV_TIMEOUT_MS = 100
+# Live block copies kept (and removed blocks remembered for restores): ~135 bytes each, so a publisher filling
+# them holds ~35 MiB (a million held 135 MiB, past the pod's limit beside the frame history). vLLM's KV cache
+# is ~30,000 blocks of 16 for an 8B model on an 80 GB GPU; past the bound the oldest are dropped and counted.
+MAX_LIVE_BLOCKS = 2**18
 MAX_MESSAGE_BYTES = 16 * 2**20    # vLLM's batches are a step's events: kilobytes
 MAX_ARRAY_LEN = 2**18             # hashes (or events) in one array: a 1M-token prefill is 65,536 blocks of 16; 16 MiB
                                   # of one-byte hashes would unpack into a 16M-long list held under the lock
@@ -96,13 +100,14 @@ class _Malformed(Exception):
 
 class KvEventsSubscriber:
     def __init__(self, endpoint: str, topic: str = "", *, restore_window_s: float = 30.0,
-                 max_live_blocks: int = 1_000_000, max_history: int = 100_000) -> None:
+                 max_live_blocks: int = MAX_LIVE_BLOCKS, max_history: int = 100_000) -> None:
         self.endpoint = endpoint
         self.topic = topic
         self.restore_window_s = restore_window_s
         self.max_live_blocks = max_live_blocks
         self._lock = threading.Lock()
-        self._live: OrderedDict = OrderedDict()          # block key -> deque of publisher ts stored (copies)
+        # block key -> publisher ts stored; a deque of them for a key stored again before its removal (copies)
+        self._live: OrderedDict = OrderedDict()
         self._live_count = 0
         self._removed_at: OrderedDict = OrderedDict()    # block key -> publisher ts removed, oldest first
         self._history: deque[_BatchRecord] = deque(maxlen=max_history)
@@ -267,24 +272,17 @@ class KvEventsSubscriber:
                     removed_at = self._removed_at.pop(key, None)
                     if removed_at is not None and ts - removed_at <= self.restore_window_s:
                         restored += 1
-                    copies = self._live.get(key)
-                    if copies is None:
-                        copies = self._live[key] = deque()
-                    else:
-                        self._live.move_to_end(key)
-                    copies.append(ts)
+                    self._add_copy(key, ts)
                     self._live_count += 1
                     if self._live_count > self.max_live_blocks:
                         self._drop_oldest_copy()
             else:   # BlockRemoved
                 for key in keys:
                     removed += 1
-                    copies = self._live.get(key)
-                    if copies:
-                        self._lifetimes.append((now, max(ts - copies.popleft(), 0.0)))
+                    stored_at = self._take_oldest_copy(key)
+                    if stored_at is not None:
+                        self._lifetimes.append((now, max(ts - stored_at, 0.0)))
                         self._live_count -= 1
-                        if not copies:
-                            del self._live[key]
                     else:
                         self._totals["unmatched_removals"] += 1
                     self._removed_at[key] = ts
@@ -294,12 +292,35 @@ class KvEventsSubscriber:
 
     def _drop_oldest_copy(self) -> None:
         """Forget the oldest copy of the least recently stored block (O(1)): the cap holds for repeats too."""
-        key, copies = next(iter(self._live.items()))
-        copies.popleft()
-        if not copies:
-            del self._live[key]
+        self._take_oldest_copy(next(iter(self._live)))
         self._live_count -= 1
         self._totals["dropped_blocks"] += 1
+
+    def _add_copy(self, key, ts: float) -> None:
+        """One more copy of `key`: its time alone for the first (a deque costs ~600 bytes: a million blocks would
+        hold 600 MB), a deque from the second on; the key becomes the most recently stored."""
+        held = self._live.get(key)
+        if held is None:
+            self._live[key] = ts
+            return
+        self._live.move_to_end(key)
+        if isinstance(held, deque):
+            held.append(ts)
+        else:
+            self._live[key] = deque((held, ts))
+
+    def _take_oldest_copy(self, key) -> float | None:
+        """The time the oldest copy of `key` was stored, that copy forgotten (O(1)); None when none is live."""
+        held = self._live.get(key)
+        if held is None:
+            return None
+        if not isinstance(held, deque):
+            del self._live[key]
+            return held
+        oldest = held.popleft()
+        if len(held) == 1:
+            self._live[key] = held[0]      # in place: the key keeps its position
+        return oldest
 
     def _prune_removed(self, ts: float) -> None:
         horizon = ts - self.restore_window_s
