@@ -10,6 +10,7 @@ import traceback
 import click
 
 from agent.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, CollectError, UserError
+from agent.printable import printable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -75,13 +76,16 @@ def run(argv: list[str]) -> int:
         if debug:
             traceback.print_exc()
         hint = "" if debug else " (set STAGELENS_DEBUG=1 for the traceback)"
-        click.echo(f"stagelens: internal error: {type(exc).__name__}: {_one_line(str(exc))}{hint}", err=True)
+        click.echo(f"stagelens: internal error: {type(exc).__name__}: {printable(_one_line(str(exc)))}{hint}",
+                   err=True)
         return EXIT_UNKNOWN
     return code if isinstance(code, int) else EXIT_OK
 
 
 def _error(message: str) -> int:
-    click.echo(f"stagelens: error: {_one_line(message)}", err=True)
+    """The one line on stderr; what it quotes may have come from another process (a server's `error`, an engine's
+    reason phrase): made printable, so no terminal escape reaches the user's terminal."""
+    click.echo(f"stagelens: error: {printable(_one_line(message))}", err=True)
     return EXIT_UNKNOWN
 
 

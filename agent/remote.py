@@ -8,11 +8,13 @@ resolver's, often 5 s a server and attempt), so it runs in a daemon thread the c
 
 from __future__ import annotations
 
+import base64
 import functools
 import http.client
 import io
 import ipaddress
 import json
+import re
 import socket
 import threading
 import time
@@ -24,6 +26,15 @@ MAX_ANSWER_BYTES = 16 * 2**20
 _CHUNK = 64 * 2**10
 
 
+_USERINFO = re.compile(r"^((?:[a-zA-Z][a-zA-Z0-9+.-]*:)?//)[^/?#]*@")
+
+
+def redact_url(url: str) -> str:
+    """`url` as it may be shown: its userinfo (`user:password@`) replaced by `***@`. Credentials in a URL are
+    used (`request` sends them as Basic auth) but never written to stderr, a frame or a label."""
+    return _USERINFO.sub(r"\1***@", url)
+
+
 def check_url(base_url: str, message: str | None = None) -> urllib.parse.SplitResult:
     """`base_url` split, if it is an http(s) URL with a host; UserError naming it otherwise, or saying `message`
     (for a URL that is not a `stagelens serve`'s)."""
@@ -33,9 +44,10 @@ def check_url(base_url: str, message: str | None = None) -> urllib.parse.SplitRe
     except ValueError as exc:
         if message:
             raise UserError(message) from None
-        raise UserError(f"{base_url}: not a valid URL ({exc})") from None
+        raise UserError(f"{redact_url(base_url)}: not a valid URL ({exc})") from None
     if not usable:
-        raise UserError(message or f"{base_url}: expected the http:// or https:// URL of a `stagelens serve`")
+        raise UserError(message or f"{redact_url(base_url)}: expected the http:// or https:// URL of a "
+                        "`stagelens serve`")
     return parts
 
 
@@ -51,13 +63,14 @@ def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None =
     try:
         body = _get(parts, headers, time.monotonic() + timeout, max_bytes)
     except _Status as exc:
-        raise CollectError(f"{url}: HTTP {exc}") from None
+        raise CollectError(f"{redact_url(url)}: HTTP {exc}") from None
     except EXCHANGE_ERRORS as exc:
-        raise CollectError(f"{url}: could not collect: {exchange_reason(exc, timeout, max_bytes)}") from None
+        raise CollectError(f"{redact_url(url)}: could not collect: {exchange_reason(exc, timeout, max_bytes)}") \
+            from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError):   # UnicodeDecodeError is a ValueError; deep nesting recurses
-        raise CollectError(f"{url}: the answer is not JSON") from None
+        raise CollectError(f"{redact_url(url)}: the answer is not JSON") from None
 
 
 class AnswerTooLarge(Exception):
@@ -128,7 +141,11 @@ def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_by
 def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: dict, deadline: float,
             max_bytes: int, body: bytes | None = None) -> tuple[int, str, bytes]:
     """(status, reason, body) of one HTTP exchange, connect, headers and body all within `deadline`
-    (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or HTTPException otherwise."""
+    (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or HTTPException otherwise.
+    A redirect is an answer like any other (its status), never followed: the URL asked is the one blamed.
+    The URL's userinfo, if any, goes as Basic auth."""
+    if parts.username is not None and "Authorization" not in headers:
+        headers = {**headers, "Authorization": basic_auth(parts)}
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
     # http.client's own hook for opening the socket (socket.create_connection): the lookup waits no longer
@@ -151,6 +168,12 @@ def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: 
         if response is not None:
             response.close()
         conn.close()
+
+
+def basic_auth(parts: urllib.parse.SplitResult) -> str:
+    """The Authorization header's value for the URL's `user:password@`."""
+    pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
 
 
 def connect_within(address: tuple[str, int], deadline: float) -> socket.socket:

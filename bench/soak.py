@@ -4,6 +4,11 @@ requests ended by reason, step errors, RSS growth after warm-up, /metrics latenc
 kind, and the SIGTERM exit.
 
     python bench/soak.py [--quick] [--json] [--seed N] [--knee-rate R]
+    python bench/soak.py --outside [--quick] [--json] [--seed N]
+
+`--outside` soaks `serve --engine vllm` instead, fed by a misbehaving engine, span sender and KV publisher
+(bench/soak_outside.py says what each does): RSS against the DaemonSet's limit, /metrics p99, the oldest frame
+age, normal spans lost.
 
 The knee rate comes from `bench stress`'s machinery against the same server (rate raised 10% a step
 from half the closed-loop capacity) unless --knee-rate gives it. Prints figures; never pass/fail.
@@ -296,10 +301,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seeds arrivals, prompts, lengths and the client mix")
     parser.add_argument("--knee-rate", type=float, help="requests/s at the knee: skip the search")
     parser.add_argument("--model", choices=("tiny", "small"), default="small")
+    parser.add_argument("--outside", action="store_true", help="soak `serve --engine vllm` fed by a misbehaving "
+                        "engine, span sender and KV publisher (bench/soak_outside.py)")
+    parser.add_argument("--history", type=int, help="with --outside: the agent's --history (default its own, 900 "
+                        "frames: 15 minutes at 1 s to fill, longer than the soak)")
+    parser.add_argument("--seconds", type=float, help="soak this long instead (2 or 10 minutes)")
     args = parser.parse_args()
-    duration = 120.0 if args.quick else 600.0
+    duration = args.seconds or (120.0 if args.quick else 600.0)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _on_signal)
+    if args.outside:
+        from soak_outside import run as soak_outside
+
+        emit(soak_outside(duration, args.seed, args.history), args.json)
+        return
     figures: dict = {"model": args.model, "seed": args.seed, "soak_s": duration}
     with tempfile.TemporaryDirectory(prefix="stagelens-soak-") as workdir:
         server = Server(args.model, Path(workdir))

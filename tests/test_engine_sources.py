@@ -217,7 +217,7 @@ def test_a_slow_engine_raises_within_its_timeout():
         message = _raises_quickly(VllmSource(slow.url, timeout_s=0.5), EngineScrapeError, 1.5)
     finally:
         slow.close()
-    assert "no answer within 0.5s" in message
+    assert "no complete answer within 0.5 s" in message
 
 
 def test_a_malformed_body_raises_with_a_reason(engine):

@@ -89,15 +89,16 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
             document["fix"] = effect
         click.echo(json.dumps(document, indent=2))
     else:
+        from agent.printable import printable_lines
         from agent.render import render_diagnosis, render_run
 
-        click.echo(render_diagnosis(result))
+        click.echo(printable_lines(render_diagnosis(result)))     # fetched from a server: its text is another's
         if effect is not None:
             from agent.whatif.fix_effect import render_effect
 
             click.echo(render_effect(effect))
         if run is not None:
-            click.echo("\n" + render_run(run))
+            click.echo("\n" + printable_lines(render_run(run)))
     return result.exit_code
 
 

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import click
 
 from agent.errors import UserError
+from agent.remote import redact_url
 
 OUTSIDE_ENGINES = ("vllm", "sglang")
 
@@ -53,10 +54,11 @@ def engine_url_option(func):
     return command
 
 
-def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
+def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags(), interval: float = 1.0):
     """The engine source for `--engine KIND --engine-url URL` (and its span receiver and KV-events
     subscriber, started with the source); None for an engine not read from outside. UserError for a flag
-    missing, given without what it needs, or malformed."""
+    missing, given without what it needs, or malformed. Its scrape has at most the sampling interval: an
+    engine slow to answer (or dripping its answer) delays each frame by one interval at most."""
     o = outside
     if kind not in OUTSIDE_ENGINES:
         for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
@@ -84,9 +86,10 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
         from agent.sources.kv_events import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
-    from agent.sources.vllm import VllmSource
+    from agent.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
 
-    return VllmSource(o.engine_url, kind=kind, spans=spans, kv_events=subscriber)
+    return VllmSource(o.engine_url, timeout_s=min(SCRAPE_TIMEOUT_S, interval), kind=kind, spans=spans,
+                      kv_events=subscriber)
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):
@@ -101,14 +104,15 @@ def _receiver(http: str | None, grpc: str | None, forward: str | None):
 
 
 def check_http_url(flag: str, url: str) -> None:
-    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed)."""
+    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed; `user:password@` too, used
+    and never shown)."""
     parts = urlsplit(url)
     try:
         parts.port    # noqa: B018  (reading it checks it)
     except ValueError:
-        raise UserError(f"{flag}: bad port in {url!r}") from None
+        raise UserError(f"{flag}: bad port in {redact_url(url)!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{flag}: expected http(s)://HOST[:PORT], got {url!r}")
+        raise UserError(f"{flag}: expected http(s)://HOST[:PORT], got {redact_url(url)!r}")
 
 
 def check_zmq_endpoint(flag: str, endpoint: str) -> None:

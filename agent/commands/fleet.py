@@ -55,7 +55,7 @@ def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: i
     click.echo(json.dumps(fleet_document(view, limit), indent=2) if as_json else render_fleet(view, limit))
     if not view.rows:
         what = f"no target matches {selector}" + (f" with {', '.join(filters)}" if filters else "")
-        raise CollectError(f"{prometheus_url}: {what} (is Prometheus scraping the agents under that selector?)")
+        raise CollectError(f"{query.prometheus_url}: {what} (is Prometheus scraping the agents under that selector?)")
     return fleet_status(view.rows)
 
 

@@ -18,6 +18,7 @@ from agent.commands.engine_source_flags import (
 )
 from agent.commands.listen import parse_listen
 from agent.commands.sampling_flags import interval_option
+from agent.commands.token_flags import token_options
 from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.numbers import Number
@@ -42,7 +43,7 @@ EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 @engine_options
 @diagnosis_options
 @interval_option()
-@click.option("--token", envvar="STAGELENS_TOKEN", help="Bearer token for the endpoints that change state.")
+@token_options
 @click.option("--otel-exporter", type=click.Choice(EXPORTERS),
               help="Trace exporter [OTEL_TRACES_EXPORTER; otlp-http when an OTLP endpoint is set, else none].")
 @click.option("--otel-endpoint", help="OTLP endpoint [OTEL_EXPORTER_OTLP_ENDPOINT].")
@@ -74,7 +75,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
-    engine_source = open_engine_source(engine_kind, outside)
+    engine_source = open_engine_source(engine_kind, outside, interval)
     face = _face_settings(engine_kind, vllm_face, vllm_face_otlp, vllm_face_kv_events)
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario, face) \
         if engine_kind == "lab" else None

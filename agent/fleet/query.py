@@ -10,6 +10,11 @@ Set operations match series on their labels without the metric's name, so each `
 of label names (target labels; + stage; + stage, signal; + collector; + metric, percentile, stage): none hides
 another's series. `fetch()` never raises and never waits past its deadline: an unreachable, slow or failing
 server gives a FleetView whose `error` says why in one line, with the last answer's rows (shown STALE).
+
+Nothing in the answer is trusted: every label is made printable (agent.printable: no terminal escapes reach the
+screen), a time outside what a clock can say (±1e300) reads as not known, a state value that is none of the
+agent's reads unknown and never hides the states of the node's stages, and a bad series touches its node's row
+only. The Prometheus URL's credentials are used, never shown.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ import urllib.parse
 from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from agent.errors import UserError
 from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
-from agent.remote import EXCHANGE_ERRORS, check_url, exchange_reason, request
+from agent.printable import printable
+from agent.remote import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
 from agent.vocabulary import STAGES, STATES
 
 DEFAULT_SELECTOR = '{job="stagelens"}'
 MAX_ANSWER_BYTES = 64 * 2**20     # a thousand nodes answer a few MB; this is the cap, not the expectation
 TAIL_METRIC = "ttft"              # the tail the diagnosis blames a stage for (agent.diagnosis.run)
+LAST_TIMESTAMP = 253402300799.0   # 9999-12-31T23:59:59Z, the last second a date can be written for
 
 # The series read as they are (one selector, told apart by their names) ...
 PLAIN = ("up", "stagelens_diagnosis_verdict_state", "stagelens_root_stage_info", "stagelens_stage_state",
@@ -112,9 +119,9 @@ class FleetQuery:
 
     def __init__(self, prometheus_url: str, selector: str = DEFAULT_SELECTOR, timeout_s: float = 5.0,
                  filters: dict[str, str] | None = None) -> None:
-        self.prometheus_url = prometheus_url.rstrip("/")
-        self._parts = check_url(self.prometheus_url, f"--prometheus {prometheus_url!r}: expected the http:// or "
-                                "https:// URL of a Prometheus server, like http://prometheus:9090")
+        self._parts = check_url(prometheus_url.rstrip("/"), f"--prometheus {redact_url(prometheus_url)!r}: expected "
+                                "the http:// or https:// URL of a Prometheus server, like http://prometheus:9090")
+        self.prometheus_url = redact_url(prometheus_url.rstrip("/"))     # as shown; _parts holds the credentials
         if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
             raise UserError(f"timeout: must be a positive number of seconds, got {timeout_s!r}")
         self.selector = selector
@@ -138,7 +145,7 @@ class FleetQuery:
         return self.last
 
     def _failed(self, why: str) -> FleetView:
-        line = re.sub(r"\s+", " ", why).strip()[:300]
+        line = printable(re.sub(r"\s+", " ", why).strip()[:300])
         return FleetView(rows=self.last.rows, fetched_unix=self.last.fetched_unix,
                          error=f"prometheus {self.prometheus_url}: {line}", prometheus=self.prometheus_url)
 
@@ -183,6 +190,12 @@ def _number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _timestamp(value) -> float | None:
+    """A Unix time, if it is one a date can be written for; None otherwise (±1e300 is no time)."""
+    number = _number(value)
+    return number if number is not None and 0 <= number <= LAST_TIMESTAMP else None
+
+
 def _state(value: float | None) -> str:
     return STATE_OF_VALUE.get(int(value), "unknown") if value is not None and value == int(value) else "unknown"
 
@@ -211,14 +224,18 @@ def build_rows(result: list) -> list[NodeRow]:
     unknown), ties by instance. Samples without an instance or a name are left out."""
     nodes: dict[str, _Node] = {}
     for sample in result:
-        metric = sample.get("metric") or {}
+        if not isinstance(sample, dict) or not isinstance(sample.get("metric"), dict):
+            continue
+        metric = {printable(k): printable(v) for k, v in sample["metric"].items() if isinstance(k, str)
+                  and isinstance(v, str)}
         name, instance = metric.get("__name__"), metric.get("instance")
-        if not isinstance(name, str) or not isinstance(instance, str):
+        if name is None or instance is None:
             continue
         node = nodes.get(instance) or nodes.setdefault(instance, _Node(instance))
-        pair = sample.get("value") or [None, None]
-        value = _number(pair[1] if len(pair) > 1 else None)
-        node.evaluated = node.evaluated or _number(pair[0])
+        pair = sample.get("value")
+        pair = pair if isinstance(pair, list) and len(pair) == 2 else [None, None]
+        value = _number(pair[1])
+        node.evaluated = node.evaluated or _timestamp(pair[0])
         own = OWN_LABELS.get(name, set())
         labels = {k: v for k, v in metric.items() if k not in NOT_LABELS and k not in own}
         if name == "up":
@@ -235,16 +252,21 @@ def build_rows(result: list) -> list[NodeRow]:
         elif name == "stagelens_stage_state" and stage:
             node.states[stage] = value
         elif name == "stagelens_stage_state_since_timestamp_seconds" and stage:
-            node.since[stage] = value
+            node.since[stage] = _timestamp(value)
         elif name == "stagelens_frame_timestamp_seconds":
-            node.frame = value
+            node.frame = _timestamp(value)
         elif name in ("stagelens_signal_state", "stagelens_signal_value") and stage and signal:
             node.signals.setdefault((stage, signal), {})[name.rpartition("_")[2]] = value
         elif name == "stagelens_collector_success" and value == 0:
             node.failing.add(metric.get("collector", ""))
         elif name == "stagelens_tail_share" and stage and value is not None:
             node.tail.setdefault(metric.get("percentile", ""), {})[stage] = value
-    rows = [_row(node) for node in nodes.values()]
+    rows = []
+    for node in nodes.values():
+        try:
+            rows.append(_row(node))
+        except Exception:   # a value no rule here foresaw: that node reads unknown, the rest of the fleet is shown
+            rows.append(NodeRow(node.instance, node.labels or {}, node.up == 1, "unknown", None, stage_cells({})))
     rows.sort(key=by_severity)
     return rows
 
@@ -256,10 +278,10 @@ def _row(node: _Node) -> NodeRow:
     if not up:
         return NodeRow(node.instance, node.labels or {}, False, "unknown", None, stage_cells({}), url=url)
     states = {stage: (_state(value), node.since.get(stage)) for stage, value in node.states.items()}
-    if node.verdict is not None:
-        verdict = _state(node.verdict)
-    else:
-        verdict = max((state for state, _ in states.values()), key=STATES.index, default="unknown")
+    # the worse of the verdict exported and its stages' states: a verdict that is none of the agent's values (or
+    # claims less than a stage) cannot hide a firing stage
+    worst_stage = max((state for state, _ in states.values()), key=STATES.index, default="unknown")
+    verdict = max(_state(node.verdict), worst_stage, key=STATES.index)
     roots = [stage for stage in STAGES if stage in node.roots] or node.roots
     frame_age = None
     if node.frame is not None and node.evaluated is not None:

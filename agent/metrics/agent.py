@@ -39,8 +39,9 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
               source=config.source or "")
     for name, count in sorted((engine.intake or {}).items()):
         part, _, what = name.partition(".")
-        out.counter("stagelens_engine_intake_total", "What an engine read from outside sent beside its /metrics "
-                    "(part: traces, kv_events), counted since the agent started.", count, part=part, what=what)
+        out.counter("stagelens_engine_intake_total", "What an engine read from outside sent beside its /metrics, "
+                    "and its /metrics families refused as implausible (part: traces, kv_events, metrics), counted "
+                    "since the agent started.", count, part=part, what=what)
     out.gauge("stagelens_engine_window_seconds", "Span of the window the engine's derived figures cover.",
               engine.window.span_s)
     health = engine.health    # None: not observable, so neither up nor down is said

@@ -9,13 +9,18 @@ lora_id, medium, lora_name, ...]`, fields by position (vLLM up to 0.2x), or a ma
 `type` (later releases); both are read, event by event. Block hashes are ints or bytes, as vLLM's
 releases have written them.
 
-`KvEventsSubscriber` keeps the blocks alive now (hash -> when stored, bounded: the oldest are dropped and
-counted), and a history of what each batch did, so `figures(since)` says per window: blocks stored and
-removed, clears, the lifetime of removed blocks (store to remove, on the publisher's clock), blocks stored
-again within `restore_window_s` of their removal (recompute churn: the footprint of preemption or
-eviction thrash), and the live block count; with totals since `start()` of messages, malformed payloads,
+`KvEventsSubscriber` keeps the blocks alive now (hash -> when stored, each copy a store of the same hash not
+yet removed; bounded in copies, however they spread over hashes: the oldest are dropped and counted), and a
+history of what each batch did, so `figures(since)` says per window: blocks stored and removed, clears, the
+lifetime of removed blocks (store to remove, on the publisher's clock), blocks stored again within
+`restore_window_s` of their removal (recompute churn: the footprint of preemption or eviction thrash), and
+the live block count; with totals since `start()` of messages, malformed payloads,
 unknown event tags and batches lost to sequence gaps. Nothing in a message raises: what cannot be read is
-counted. Reads are thread-safe; the socket lives on the subscriber's own thread.
+counted. Reads are thread-safe; the socket lives on the subscriber's own thread. A publisher controls every
+figure, so each removal costs O(1) under the lock (a hash stored again holds its copies in a deque), a
+message is at most MAX_MESSAGE_BYTES (ZMQ drops a larger one) and its arrays MAX_ARRAY_LEN long (a longer one
+is malformed), the lifetimes kept are bounded like the history, and a sequence that jumps implausibly far
+(agent.sources.plausible) is a new numbering, not batches lost.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from dataclasses import dataclass
 import msgpack
 import zmq
 
+from agent.sources.plausible import sequence_gap_is_new_numbering
+
 log = logging.getLogger(__name__)
 
 TAG_FIELD = "type"
@@ -43,6 +50,13 @@ EVENT_FIELDS = {
     "AllBlocksCleared": (),
 }
 RECV_TIMEOUT_MS = 100
+# Live block copies kept (and removed blocks remembered for restores): ~135 bytes each, so a publisher filling
+# them holds ~35 MiB (a million held 135 MiB, past the pod's limit beside the frame history). vLLM's KV cache
+# is ~30,000 blocks of 16 for an 8B model on an 80 GB GPU; past the bound the oldest are dropped and counted.
+MAX_LIVE_BLOCKS = 2**18
+MAX_MESSAGE_BYTES = 16 * 2**20    # vLLM's batches are a step's events: kilobytes
+MAX_ARRAY_LEN = 2**18             # hashes (or events) in one array: a 1M-token prefill is 65,536 blocks of 16; 16 MiB
+                                  # of one-byte hashes would unpack into a 16M-long list held under the lock
 # the counters kept since start(): KvEventFigures' totals, and `totals`
 TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
           "unmatched_removals", "dropped_blocks")
@@ -66,9 +80,9 @@ class KvEventFigures:
     malformed_events: int           # events of a known tag whose fields could not be read
     unknown_events: int             # events with a tag this reader does not know
     lost_batches: int               # sequence numbers skipped
-    sequence_resets: int            # the sequence went back (the publisher restarted)
+    sequence_resets: int            # the sequence went back (the publisher restarted) or jumped implausibly far
     unmatched_removals: int         # removals of blocks whose store was not seen
-    dropped_blocks: int             # live blocks forgotten to keep memory bounded
+    dropped_blocks: int             # live block copies forgotten to keep memory bounded
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,6 @@ class _BatchRecord:
     removed: int
     clears: int
     restored: int
-    lifetimes: tuple
 
 
 class _Malformed(Exception):
@@ -87,16 +100,18 @@ class _Malformed(Exception):
 
 class KvEventsSubscriber:
     def __init__(self, endpoint: str, topic: str = "", *, restore_window_s: float = 30.0,
-                 max_live_blocks: int = 1_000_000, max_history: int = 100_000) -> None:
+                 max_live_blocks: int = MAX_LIVE_BLOCKS, max_history: int = 100_000) -> None:
         self.endpoint = endpoint
         self.topic = topic
         self.restore_window_s = restore_window_s
         self.max_live_blocks = max_live_blocks
         self._lock = threading.Lock()
-        self._live: OrderedDict = OrderedDict()          # block key -> [publisher ts stored, ...] (copies)
+        # block key -> publisher ts stored; a deque of them for a key stored again before its removal (copies)
+        self._live: OrderedDict = OrderedDict()
         self._live_count = 0
         self._removed_at: OrderedDict = OrderedDict()    # block key -> publisher ts removed, oldest first
         self._history: deque[_BatchRecord] = deque(maxlen=max_history)
+        self._lifetimes: deque[tuple[float, float]] = deque(maxlen=max_history)   # (monotonic, lifetime s)
         self._last_seq: int | None = None
         self._started_at: float | None = None
         self._totals = dict.fromkeys(TOTALS, 0)
@@ -159,8 +174,8 @@ class KvEventsSubscriber:
         now = time.monotonic()
         with self._lock:
             since = since_monotonic if since_monotonic is not None else (self._started_at or now)
-            records = [r for r in self._history if r.monotonic >= since]
-            lifetimes = [t for r in records for t in r.lifetimes]
+            records = _newest(self._history, since, lambda r: r.monotonic)
+            lifetimes = [t for _, t in _newest(self._lifetimes, since, lambda pair: pair[0])]
             return KvEventFigures(
                 window_s=max(now - since, 0.0),
                 batches=len(records),
@@ -182,6 +197,7 @@ class KvEventsSubscriber:
             sock = ctx.socket(zmq.SUB)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
             sock.setsockopt(zmq.SUBSCRIBE, self.topic.encode("utf-8"))
             sock.connect(self.endpoint)
         except BaseException as exc:
@@ -226,15 +242,14 @@ class KvEventsSubscriber:
     def _track_sequence(self, seq: int) -> None:
         last = self._last_seq
         if last is not None:
-            if seq > last + 1:
-                self._totals["lost_batches"] += seq - last - 1
-            elif seq <= last:
+            if seq <= last or sequence_gap_is_new_numbering(last, seq):
                 self._totals["sequence_resets"] += 1
+            elif seq > last + 1:
+                self._totals["lost_batches"] += seq - last - 1
         self._last_seq = seq
 
     def _apply(self, ts: float, events: list, now: float) -> None:
         stored = removed = clears = restored = 0
-        lifetimes: list[float] = []
         for raw in events:
             decoded = _read_event(raw)
             if decoded is None:
@@ -257,31 +272,55 @@ class KvEventsSubscriber:
                     removed_at = self._removed_at.pop(key, None)
                     if removed_at is not None and ts - removed_at <= self.restore_window_s:
                         restored += 1
-                    self._live.setdefault(key, []).append(ts)
-                    self._live.move_to_end(key)
+                    self._add_copy(key, ts)
                     self._live_count += 1
-                self._bound_live()
+                    if self._live_count > self.max_live_blocks:
+                        self._drop_oldest_copy()
             else:   # BlockRemoved
                 for key in keys:
                     removed += 1
-                    copies = self._live.get(key)
-                    if copies:
-                        lifetimes.append(max(ts - copies.pop(0), 0.0))
+                    stored_at = self._take_oldest_copy(key)
+                    if stored_at is not None:
+                        self._lifetimes.append((now, max(ts - stored_at, 0.0)))
                         self._live_count -= 1
-                        if not copies:
-                            del self._live[key]
                     else:
                         self._totals["unmatched_removals"] += 1
                     self._removed_at[key] = ts
                     self._removed_at.move_to_end(key)
                 self._prune_removed(ts)
-        self._history.append(_BatchRecord(now, stored, removed, clears, restored, tuple(lifetimes)))
+        self._history.append(_BatchRecord(now, stored, removed, clears, restored))
 
-    def _bound_live(self) -> None:
-        while len(self._live) > self.max_live_blocks:
-            _, copies = self._live.popitem(last=False)
-            self._live_count -= len(copies)
-            self._totals["dropped_blocks"] += len(copies)
+    def _drop_oldest_copy(self) -> None:
+        """Forget the oldest copy of the least recently stored block (O(1)): the cap holds for repeats too."""
+        self._take_oldest_copy(next(iter(self._live)))
+        self._live_count -= 1
+        self._totals["dropped_blocks"] += 1
+
+    def _add_copy(self, key, ts: float) -> None:
+        """One more copy of `key`: its time alone for the first (a deque costs ~600 bytes: a million blocks would
+        hold 600 MB), a deque from the second on; the key becomes the most recently stored."""
+        held = self._live.get(key)
+        if held is None:
+            self._live[key] = ts
+            return
+        self._live.move_to_end(key)
+        if isinstance(held, deque):
+            held.append(ts)
+        else:
+            self._live[key] = deque((held, ts))
+
+    def _take_oldest_copy(self, key) -> float | None:
+        """The time the oldest copy of `key` was stored, that copy forgotten (O(1)); None when none is live."""
+        held = self._live.get(key)
+        if held is None:
+            return None
+        if not isinstance(held, deque):
+            del self._live[key]
+            return held
+        oldest = held.popleft()
+        if len(held) == 1:
+            self._live[key] = held[0]      # in place: the key keeps its position
+        return oldest
 
     def _prune_removed(self, ts: float) -> None:
         horizon = ts - self.restore_window_s
@@ -290,9 +329,20 @@ class KvEventsSubscriber:
             removed.popitem(last=False)
 
 
+def _newest(records: deque, since: float, at) -> list:
+    """The records (kept oldest first) from `since` on, read from the newest end: a window costs its own size."""
+    out = []
+    for record in reversed(records):
+        if at(record) < since:
+            break
+        out.append(record)
+    out.reverse()
+    return out
+
+
 def _read_batch(payload: bytes) -> tuple[float, list]:
     try:
-        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False, max_array_len=MAX_ARRAY_LEN)
     except Exception as exc:
         raise _Malformed("not msgpack") from exc
     if isinstance(batch, list | tuple) and len(batch) >= 2:

@@ -12,14 +12,16 @@ failed `engine` collector). METRICS is the one table of which metric fills which
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 
 from agent.errors import CollectError, UserError
+from agent.printable import printable
+from agent.remote import EXCHANGE_ERRORS, exchange_reason, redact_url, request
 from agent.sources.engine_names import generation
 from agent.sources.families import (
     HistogramDelta,
@@ -52,6 +54,7 @@ from agent.sources.inference import (
     wait_seconds_by_reason,
     waiting_share,
 )
+from agent.sources.plausible import refuse_implausible, rule_for
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
 from agent.sources.wait_bounds import queue_wait_p99_bounds
 from engine_hooks.attribution import tail as attribution_tail
@@ -69,8 +72,12 @@ from engine_hooks.snapshot import (
     WindowTail,
 )
 
+log = logging.getLogger(__name__)
+
 KINDS = ("vllm", "sglang")
-MAX_BODY_BYTES = 32 * 1024 * 1024     # a /metrics body past this is not an engine's
+SCRAPE_TIMEOUT_S = 2.0                # at most: the sampler gives it no more than its interval (Prometheus's rule too)
+MAX_BODY_BYTES = 8 * 1024 * 1024      # a /metrics body past this is not an engine's: prometheus_text.MAX_SERIES
+                                      # lines of 400 bytes; reading 32 MB held the agent's /metrics 300 ms
 
 
 class EngineScrapeError(CollectError):
@@ -175,7 +182,7 @@ class VllmSource:
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
     `start()` and `close()` start and stop both with the agent."""
 
-    def __init__(self, url: str, timeout_s: float = 2.0, kind: str = "vllm", window_s: float = WINDOW_S,
+    def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
                  spans=None, kv_events=None) -> None:
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, got {kind!r}")
@@ -183,7 +190,8 @@ class VllmSource:
             raise ValueError(f"the scrape timeout must be positive, got {timeout_s}")
         if not window_s > 0:
             raise ValueError(f"the window must be positive, got {window_s}")
-        self.url = url.rstrip("/")
+        self._parts = urllib.parse.urlsplit(url.rstrip("/"))    # to fetch: with its credentials, if any
+        self.url = redact_url(url.rstrip("/"))                  # to show: without
         self.metrics_url = self.url + "/metrics"
         self.timeout_s = timeout_s
         self.kind = kind
@@ -194,6 +202,9 @@ class VllmSource:
         self.generation: str | None = None     # the metric names' generation the latest scrape showed
         self._scrapes: deque[_Scrape] = deque()
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
+        self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
+                       for name in (m.vllm if kind == "vllm" else m.sglang)}
+        self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -216,8 +227,10 @@ class VllmSource:
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
         exposition = parse_exposition(self._fetch())
         if self.kind == "sglang":   # every tensor-parallel rank publishes its scheduler's figures: count them once
-            exposition = Exposition({n: without_rank_copies(f) for n, f in exposition.families.items()})
+            exposition = Exposition({n: without_rank_copies(f) for n, f in exposition.families.items()},
+                                    exposition.duplicates)
         self.generation = generation(exposition, self.kind, self.metrics_url)   # EngineMismatchError: not this engine
+        self._refuse_implausible(exposition)
         scrape = _Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
         if self._scrapes and self._scrapes[-1].at >= scrape.at:
             self._scrapes.clear()          # a clock that did not advance gives no window
@@ -246,28 +259,30 @@ class VllmSource:
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
-        """The body of /metrics, read within `timeout_s` in all (connect, headers and body together)."""
-        deadline = time.monotonic() + self.timeout_s
+        """The body of /metrics, read within `timeout_s` in all (name lookup, connect, headers and body under one
+        deadline, agent.remote.request: a server dripping its answer cannot hold the sampler past it)."""
+        target = self._parts.path.rstrip("/") + "/metrics"
         try:
-            with urllib.request.urlopen(self.metrics_url, timeout=self.timeout_s) as response:
-                chunks, size = [], 0
-                while chunk := response.read(65536):
-                    size += len(chunk)
-                    if size > MAX_BODY_BYTES:
-                        raise EngineScrapeError(f"{self.metrics_url}: body larger than {MAX_BODY_BYTES} bytes")
-                    if time.monotonic() > deadline:
-                        raise EngineScrapeError(f"{self.metrics_url}: no full answer within {self.timeout_s:g}s")
-                    chunks.append(chunk)
-        except EngineScrapeError:
-            raise
-        except urllib.error.HTTPError as exc:
-            raise EngineScrapeError(f"{self.metrics_url}: HTTP {exc.code} {exc.reason}") from None
-        except (TimeoutError, urllib.error.URLError, OSError) as exc:
+            status, reason, body = request("GET", self._parts, target, {"Accept": "text/plain"},
+                                           time.monotonic() + self.timeout_s, MAX_BODY_BYTES)
+        except EXCHANGE_ERRORS as exc:
             raise EngineScrapeError(f"{self.metrics_url}: {_reason(exc, self.timeout_s)}") from None
+        if not 200 <= status < 300:
+            moved = " (redirects are not followed: give --engine-url the engine's own address)" \
+                if 300 <= status < 400 else ""
+            raise EngineScrapeError(f"{self.metrics_url}: HTTP {status} {printable(reason)[:100]}{moved}")
         try:
-            return b"".join(chunks).decode("utf-8")
+            return body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ExpositionError(f"not Prometheus exposition text: not UTF-8 at byte {exc.start}") from None
+
+    def _refuse_implausible(self, exposition: Exposition) -> None:
+        """Leave out the families agent.sources.plausible refuses; count each, and log its first refusal."""
+        for refusal in refuse_implausible(exposition, self._rules):
+            if refusal.figure not in self.refused:
+                log.warning("engine at %s: refused %s (counted in stagelens_engine_intake_total{part=\"metrics\"})",
+                            self.url, printable(refusal.why))
+            self.refused[refusal.figure] = self.refused.get(refusal.figure, 0) + 1
 
     # --- filling the snapshot ----------------------------------------------------------------------
     def _names(self, figure: str) -> tuple[str, ...]:
@@ -446,8 +461,9 @@ class VllmSource:
         return min(1.0, executed / span / len(ranks))
 
     def _intake(self) -> dict[str, float] | None:
-        """What the span receiver and the KV-events subscriber took in and dropped, so far."""
-        out: dict[str, float] = {}
+        """What the span receiver and the KV-events subscriber took in and dropped, and the scrapes' families
+        refused as implausible, so far."""
+        out: dict[str, float] = {f"metrics.refused_{k}": v for k, v in self.refused.items()}
         if self.spans is not None:
             out.update({f"traces.{k}": v for k, v in self.spans.counts.items()})
         if self.kv_events is not None:
@@ -511,12 +527,8 @@ def _whole(value: float | None) -> int | None:
     return None if value is None else round(value)
 
 
-def _reason(exc: BaseException, timeout_s: float) -> str:
+def _reason(exc: Exception, timeout_s: float) -> str:
     """One line saying why the engine could not be read."""
-    inner = exc.reason if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException) else exc
-    if isinstance(inner, TimeoutError) or "timed out" in str(inner):
-        return f"no answer within {timeout_s:g}s"
-    if isinstance(inner, ConnectionRefusedError):
+    if isinstance(exc, ConnectionRefusedError):
         return "connection refused (is the engine running there?)"
-    text = " ".join(str(inner).split()) or type(inner).__name__
-    return text[:200]
+    return printable(exchange_reason(exc, timeout_s, MAX_BODY_BYTES))[:200]

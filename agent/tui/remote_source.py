@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.errors import CollectError
 from agent.frame import Frame, FrameError
-from agent.remote import get_json
+from agent.remote import get_json, redact_url
 from agent.tui.source import Poll, Source
 
 # The first poll asks for the server's whole history (the sampler keeps 900 frames; one of a busy
@@ -25,7 +25,7 @@ class RemoteSource(Source):
 
     @property
     def label(self) -> str:
-        return self.url
+        return redact_url(self.url)
 
     def poll(self) -> Poll:
         if self.paused:
@@ -34,7 +34,7 @@ class RemoteSource(Source):
         try:
             data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout, max_bytes=FRAMES_MAX_BYTES)
             if not isinstance(data, list):
-                raise CollectError(f"{self.url}/api/v1/frames: the answer is not a list of frames")
+                raise CollectError(f"{self.label}/api/v1/frames: the answer is not a list of frames")
             frames = [Frame.from_dict(d) for d in data]
         except (CollectError, FrameError) as exc:
             return Poll(error=str(exc))

@@ -1,0 +1,90 @@
+"""What an engine may plausibly say: the rules its figures pass before any of them is read.
+
+An engine read from outside is trusted for nothing. A family whose samples break a rule is refused whole for
+that scrape (a histogram missing one bucket would mislead more than no histogram): its figures read as not
+observed, never exported, and the refusal is counted and said once. The rules:
+- every gauge, counter and histogram sample is a finite number, not below zero (-2e9 running requests);
+- a count of requests stays under MAX_REQUESTS, a ratio under 1;
+- the KV cache's configuration labels are whole numbers in range (num_gpu_blocks 2e29 is no GPU's);
+- a KV-event sequence that jumps by more than MAX_SEQUENCE_GAP is a new numbering, not that many lost batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from agent.sources.prometheus_text import Exposition, Family
+
+MAX_REQUESTS = 1_000_000          # running or waiting on one server: far past any engine's max_num_seqs or queue
+MAX_RATIO = 1.0
+MAX_LABEL = {"block_size": 1 << 16, "num_gpu_blocks": 1 << 32}   # an H200's KV cache is ~1e6 blocks of 16
+MAX_SEQUENCE_GAP = 1_000_000      # KV-event batches: a day of a batch every 100 ms
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What one figure's family must hold: its kind (gauge | counter | histogram | info) and a bound."""
+    kind: str
+    most: float | None = None      # the largest plausible sample value; None: any finite non-negative value
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    figure: str
+    why: str                       # one line: the family, the sample's value and the rule it broke
+
+
+def rule_for(figure: str, kind: str) -> Rule:
+    """The rule a figure's family is held to, by its name in agent.sources.vllm.METRICS."""
+    if figure in ("running", "waiting", "waiting_by_reason"):
+        return Rule(kind, MAX_REQUESTS)
+    if figure == "kv_usage":
+        return Rule(kind, MAX_RATIO)
+    return Rule(kind)
+
+
+def refuse_implausible(exposition: Exposition, rules: dict[str, tuple[str, Rule]]) -> list[Refusal]:
+    """Remove from `exposition` every family that breaks its rule (`rules`: family name -> (figure, rule)), and
+    say why, one Refusal a family; a series given twice, already read once by the parser, is one too."""
+    refused = []
+    for name, (figure, rule) in rules.items():
+        family = exposition.family(name)
+        if family is None:
+            continue
+        why = _broken(family, rule)
+        if why is not None:
+            exposition.families.pop(family.name, None)
+            refused.append(Refusal(figure, f"{name} {why}"))
+    if exposition.duplicates:
+        refused.append(Refusal("duplicate_series", f"{exposition.duplicates} series given twice (read once)"))
+    return refused
+
+
+def _broken(family: Family, rule: Rule) -> str | None:
+    for sample in family.samples:
+        if rule.kind == "info":
+            for label, most in MAX_LABEL.items():
+                text = sample.labels.get(label)
+                if text is not None and text != "None" and not _whole_in_range(text, most):
+                    return f"label {label}={text[:40]!r} is not a whole number from 1 to {most}"
+            continue
+        value = sample.value
+        if not math.isfinite(value) or value < 0:
+            return f"sample {sample.name} = {value:g}: not a finite number of zero or more"
+        if rule.most is not None and not sample.name.endswith(("_bucket", "_count", "_sum")) and value > rule.most:
+            return f"sample {sample.name} = {value:g}: more than {rule.most:g}"
+    return None
+
+
+def _whole_in_range(text: str, most: int) -> bool:
+    try:
+        value = int(text)
+    except ValueError:
+        return False
+    return 1 <= value <= most
+
+
+def sequence_gap_is_new_numbering(last: int, seq: int) -> bool:
+    """A KV-event sequence number that jumps ahead past MAX_SEQUENCE_GAP: the publisher numbered anew."""
+    return seq - last - 1 > MAX_SEQUENCE_GAP
