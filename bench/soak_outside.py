@@ -54,6 +54,8 @@ from otlp_intake import (  # noqa: E402
     normal_batch,
 )
 
+from agent.server.api import MAX_FRAMES_LIMIT  # noqa: E402
+
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"
 DAEMONSET = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
@@ -439,7 +441,7 @@ def _spans_taken(base: str) -> float | None:
 def _history(base: str) -> dict:
     """The frames the agent keeps now, and their size as JSON: the history fills for --history intervals (900 s
     by default), so RSS grows by design until it is full."""
-    with urllib.request.urlopen(base + "/api/v1/frames", timeout=60) as answer:
+    with urllib.request.urlopen(base + f"/api/v1/frames?limit={MAX_FRAMES_LIMIT}", timeout=60) as answer:
         body = answer.read()
     kept = len(json.loads(body))
     return {"frames_kept": kept, "frame_json_kib_mean": round(len(body) / max(1, kept) / 1024, 1)}
