@@ -84,9 +84,10 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
         from agent.sources.kv_events import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
+    from agent.sources.gauge_poll import POLL_S
     from agent.sources.vllm import VllmSource
 
-    return VllmSource(o.engine_url, kind=kind, spans=spans, kv_events=subscriber)
+    return VllmSource(o.engine_url, kind=kind, spans=spans, kv_events=subscriber, poll_s=POLL_S)
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):

@@ -31,6 +31,7 @@ from agent.sources.families import (
     total,
     values,
 )
+from agent.sources.gauge_poll import GaugePoller
 from agent.sources.inference import (
     Counted,
     Gauges,
@@ -115,6 +116,7 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
+POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora")   # what the gauge poll reads
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
@@ -148,10 +150,11 @@ class VllmSource:
     `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
     exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
-    `start()` and `close()` start and stop both with the agent."""
+    `poll_s`, when given, reads the queue gauges that often between scrapes (agent.sources.gauge_poll).
+    `start()` and `close()` start and stop them with the agent."""
 
     def __init__(self, url: str, timeout_s: float = 2.0, kind: str = "vllm", window_s: float = WINDOW_S,
-                 spans=None, kv_events=None) -> None:
+                 spans=None, kv_events=None, poll_s: float | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not timeout_s > 0:
@@ -168,11 +171,13 @@ class VllmSource:
         self.reading = Reading()
         self._scrapes: deque[_Scrape] = deque()
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
+        polled = [n for f in POLLED for n in self._names(f)]
+        self.poller = GaugePoller(self._fetch, self._gauges, polled, poll_s) if poll_s else None
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the span receiver and the KV-events subscriber; UserError when one cannot (a port taken)."""
-        for name, part in (("traces", self.spans), ("KV events", self.kv_events)):
+        for name, part in (("traces", self.spans), ("KV events", self.kv_events), ("gauge poll", self.poller)):
             if part is None:
                 continue
             try:
@@ -182,7 +187,7 @@ class VllmSource:
                 raise UserError(f"cannot listen for the engine's {name}: {exc}") from None
 
     def close(self) -> None:
-        for part in (self.spans, self.kv_events):
+        for part in (self.spans, self.kv_events, self.poller):
             if part is not None:
                 part.stop()
 
@@ -269,6 +274,8 @@ class VllmSource:
         ex, was = now.exposition, before.exposition if before else None
         span = now.at - before.at if before else 0.0
         gauges = [w.gauges for w in window]
+        if self.poller is not None and before is not None:   # the polls between the scrapes, in time order
+            gauges = sorted(gauges + self.poller.samples(before.at, now.at), key=lambda g: g.at)
 
         def family(figure):
             return ex.first(self._names(figure))
@@ -363,6 +370,8 @@ class VllmSource:
             out.update({f"traces.{k}": v for k, v in self.spans.counts.items()})
         if self.kv_events is not None:
             out.update({f"kv_events.{k}": v for k, v in self.kv_events.totals.items()})
+        if self.poller is not None:
+            out.update({f"gauge_poll.{k}": v for k, v in self.poller.counts.items()})
         return out or None
 
 
