@@ -21,7 +21,7 @@ from agent.sources.inference import Gauges
 from agent.sources.prometheus_text import Exposition, parse_exposition
 
 POLL_S = 0.25          # four reads a second: a load of 0.3 s is seen at least once
-KEEP_S = 60.0          # samples kept: more than any window
+KEEP_S = 600.0         # samples kept: what a request's wait is charged by, as long as its span may come later
 
 
 class GaugePoller:
@@ -58,6 +58,11 @@ class GaugePoller:
         """The samples taken in (after, until], monotonic seconds, oldest first."""
         with self._lock:
             return [g for g in self._samples if after < g.at <= until]
+
+    def kept(self) -> list[Gauges]:
+        """Every sample kept, oldest first."""
+        with self._lock:
+            return list(self._samples)
 
     def poll(self) -> Gauges | None:
         """One read now; None (counted) when it failed."""

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from agent.sources.families import HistogramDelta, quantile_bounds
+from agent.sources.families import HistogramDelta, quantile, quantile_bounds
 from engine_hooks.attribution import components
 from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
 from engine_hooks.stats import percentile
@@ -156,12 +156,11 @@ def step_period(span: float, steps: int | None) -> float | None:
 
 def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
     """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
-    when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the inter-token latency's P99
-    (a decoding request waits one step between tokens, so the longest steps show there; a prefill chunked over
-    several steps shows as its chunks), or one mean step period where that is not published; the prefill of
-    a short prompt in progress at its arrival, as the spans show it, up to that bound, where its step is not
-    in the window's spans yet. A long prompt's prefill is not such a step: waiting behind it is what chunked
-    prefill avoids, as the hooks judge head-of-line blocking."""
+    when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the longest ordinary step (the
+    inter-token P99 less the stalls of whole long prefills: ordinary_step_p99), or one mean step period where
+    that is not published; the prefill of a short prompt in progress at its arrival, as the spans show it, up
+    to that bound, where its step is not in the window's spans yet. A long prompt's prefill is not such a step:
+    waiting behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
     steps = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS for c in tl.chunks)
     starts = [start for start, _ in steps]
     reach = list(itertools.accumulate((end for _, end in steps), max))   # the latest end of a step begun by each
@@ -177,16 +176,73 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
     return out
 
 
+def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline]) -> float | None:
+    """The inter-token latency's P99 without the stalls of long prompts prefilled in one step: every request
+    decoding through such a prefill (its decode, first token to end, covers the prefill) waited the whole prefill
+    for its next token, one observation each near the prefill's length, which the spans count and this removes.
+    What is left bounds an ordinary step, whatever a busy host stretched it to, and a wait behind a long
+    prefill stays the scheduler's (head-of-line blocking) however often the long prefills stall decoding."""
+    if inter_token is None or inter_token.count <= 0:
+        return None
+    bounds = [b for b, _ in inter_token.buckets]
+    cumulative = [c for _, c in inter_token.buckets]
+    per_bucket = [c - below for c, below in zip(cumulative, [0.0, *cumulative[:-1]], strict=True)]
+    prefills = _long_prefills(timelines)
+    for (start, end), stalled in zip(prefills, _decoding_through(timelines, prefills), strict=True):
+        i = bisect.bisect_left(bounds, end - start)
+        while stalled > 0 and i < len(per_bucket):   # near its length: its bucket, else the next ones up
+            taken = min(stalled, per_bucket[i])
+            per_bucket[i] -= taken
+            stalled -= taken
+            i += 1
+    left = list(itertools.accumulate(per_bucket))
+    return quantile(HistogramDelta(buckets=list(zip(bounds, left, strict=True)), count=left[-1], sum=inter_token.sum),
+                    0.99)
+
+
+def _long_prefills(timelines: list[RequestTimeline]) -> list[tuple[float, float]]:
+    """(start, end) of every prefill of a prompt over LONG_PREFILL_TOKENS, by start."""
+    return sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS for c in tl.chunks)
+
+
+def _decoding_through(timelines: list[RequestTimeline], intervals: list[tuple[float, float]]) -> list[int]:
+    """For each (start, end), by start: how many requests decoded through it (first token by its start, finished
+    at or after its end). One sweep: the ends of the requests past their first token, kept sorted."""
+    decoding = sorted((tl.first_token, tl.finished) for tl in timelines
+                      if tl.first_token is not None and tl.finished is not None)
+    ends: list[float] = []
+    taken = 0
+    out = []
+    for start, end in intervals:
+        while taken < len(decoding) and decoding[taken][0] <= start:
+            bisect.insort(ends, decoding[taken][1])
+            taken += 1
+        out.append(len(ends) - bisect.bisect_left(ends, end))
+    return out
+
+
+def sustained_p99(values: list[float]) -> float:
+    """The P99 of `values`, reached by at least two of them: one request kept waiting while every other went
+    through (a host that stalled the engine once, a span whose step in progress is not in the window yet) is
+    not a scheduler's pattern; a scheduler that holds requests back holds back several."""
+    if len(values) < 2:
+        return 0.0
+    return min(percentile(values, 99), sorted(values)[-2])
+
+
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
-                     longest_step: float | None = None) -> Inferred | None:
-    """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them,
-    else only when the queue-time histogram settles it (its P99's bucket starts above zero: the P99 is at
-    least that lower bound); a P99 in the first bucket could be anything under it."""
+                     inter_token: HistogramDelta | None = None) -> Inferred | None:
+    """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them (the
+    P99 that at least two requests reach: sustained_p99), else only when the queue-time histogram settles it
+    (its P99's bucket starts above zero: the P99 is at least that lower bound); a P99 in the first bucket could
+    be anything under it."""
     if timelines and period is not None:
-        value = percentile(decided_waits(timelines, period, longest_step), 99)
-        return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
-                               f"the step running at each one's arrival (the inter-token P99, {_ms(longest_step)}, "
-                               f"or a short prefill in progress; one step period is {period * 1000:.0f} ms)")
+        longest = ordinary_step_p99(inter_token, timelines)
+        value = sustained_p99(decided_waits(timelines, period, longest))
+        return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
+                               f"(their llm_request spans) less the step running at each one's arrival (the "
+                               f"inter-token P99 without long prefills' stalls, {_ms(longest)}, or a short prefill "
+                               f"in progress; one step period is {period * 1000:.0f} ms)")
     bounds = quantile_bounds(queue, 0.99)
     if bounds is None or bounds[0] <= 0:
         return None
@@ -205,8 +261,7 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
     prefill was spent behind it."""
     if not timelines or period is None:
         return None
-    long_prefills = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS
-                           for c in tl.chunks)
+    long_prefills = _long_prefills(timelines)
     starts = [start for start, _ in long_prefills]
     longest = max((end - start for start, end in long_prefills), default=0.0)
     short = [tl for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS]
@@ -226,26 +281,42 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
                            f"from their llm_request spans")
 
 
-def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None) -> list[RequestTimeline]:
-    """The timelines with each one's `queued` time split by the window's mix of waiting reasons, so the tail
-    attribution charges it to the stage that held the queue (the spans do not say why a request waited)."""
-    mix = {k: v for k, v in (by_reason or {}).items() if v > 0}
-    total = sum(mix.values())
+def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None,
+                  seen: list[Gauges] | tuple = ()) -> list[RequestTimeline]:
+    """The timelines with each one's `queued` time split by the mix of waiting reasons, so the tail attribution
+    charges it to the stage that held the queue (the spans do not say why a request waited): the mix the gauges
+    `seen` (time order; the gauge poll's) found while it waited, else the window's `by_reason`. A request that
+    waited through a model load early in a run is charged to the load, whatever the latest window holds."""
+    window_mix = _mix(by_reason)
+    at = [g.at for g in seen]
     out = []
     for tl in timelines:
         tl = dataclasses.replace(tl)
         if tl.finished is not None:
-            tl.ttft_components = _split(components(tl, tl.first_token or tl.finished), mix, total)
-            tl.latency_components = _split(components(tl, tl.finished), mix, total)
+            mix = window_mix
+            if tl.waits and seen:
+                start, end = min(w.start for w in tl.waits), max(w.end for w in tl.waits)
+                during = seen[bisect.bisect_left(at, start):bisect.bisect_right(at, end)]
+                found = wait_seconds_by_reason(list(during), end - start) if during else None
+                mix = _mix(found.value) if found is not None else window_mix
+            tl.ttft_components = _split(components(tl, tl.first_token or tl.finished), mix)
+            tl.latency_components = _split(components(tl, tl.finished), mix)
         out.append(tl)
     return out
 
 
-def _split(parts: dict[str, float], mix: dict[str, float], total: float) -> dict[str, float]:
+def _mix(by_reason: dict[str, float] | None) -> dict[str, float]:
+    """The reasons that held requests, each as its share."""
+    held = {k: v for k, v in (by_reason or {}).items() if v > 0}
+    total = sum(held.values())
+    return {k: v / total for k, v in held.items()}
+
+
+def _split(parts: dict[str, float], mix: dict[str, float]) -> dict[str, float]:
     queued = parts.pop(QUEUED, 0.0)
-    if queued and total:
-        for reason, seconds in mix.items():
-            parts[reason] = parts.get(reason, 0.0) + queued * seconds / total
+    if queued and mix:
+        for reason, share in mix.items():
+            parts[reason] = parts.get(reason, 0.0) + queued * share
     elif queued:
         parts[QUEUED] = queued
     return parts

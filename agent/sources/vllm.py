@@ -207,9 +207,11 @@ class VllmSource:
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
-        """Requests the engine's spans told of (none without `spans`), their queue time charged by the latest
-        window's mix of waiting reasons (a span does not say why its request waited)."""
-        return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason)
+        """Requests the engine's spans told of (none without `spans`), their queue time charged by the mix of
+        waiting reasons the gauge poll saw while each waited, else the latest window's (a span does not say why
+        its request waited)."""
+        return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason,
+                                                           self.poller.kept() if self.poller else ())
 
     def _window_timelines(self, start: float) -> tuple[list, list[int] | None]:
         """From one read of the spans kept (by finish): the requests that finished after `start`, the window, and
@@ -317,7 +319,7 @@ class VllmSource:
             requests_finished=None if e2e is None else round(e2e.count),
             wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
             decided_wait_p99_s=infer("window.scheduler.decided_wait_p99_s",
-                                     decided_wait_p99(timelines, period, queue, quantile(itl, 0.99))) if span else None,
+                                     decided_wait_p99(timelines, period, queue, itl)) if span else None,
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
             waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
             wait_seconds_by_reason=by_reason,
@@ -332,7 +334,7 @@ class VllmSource:
         cold = ColdPathFigures(waiting_on_model=_whole(now.gauges.deferred) if now.gauges.adapters else None)
         tail = None
         if timelines:
-            charged = charge_queued(timelines, by_reason)
+            charged = charge_queued(timelines, by_reason, self.poller.kept() if self.poller else ())
             tail = WindowTail(ttft=attribution_tail(charged, "ttft"), latency=attribution_tail(charged, "latency"))
             inferred["window.tail"] = (f"{len(charged)} requests' llm_request spans: queue, prefill and decode; "
                                        f"their queue time charged by the window's mix of waiting reasons")
