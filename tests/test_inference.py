@@ -107,8 +107,18 @@ def test_the_stalls_of_long_prefills_are_no_ordinary_step_and_a_wait_behind_them
     assert decided_waits(timelines, period=0.04, longest_step=ordinary)[-1] == pytest.approx(0.5 - ordinary)
     # with the raw inter-token P99 (0.5-0.75 s) it would have been explained away as the step in progress
     assert decided_waits(timelines, period=0.04, longest_step=0.7)[-1] == 0.0
-    # no long prefill in the spans: the histogram's own P99, stalls and all
-    assert ordinary_step_p99(histogram, [behind]) == pytest.approx(0.5 + 0.25 * (99 - 97) / 3)
+    # no long prefill in the spans: the stalls stay, and weigh by their time: 97 x 37.5 ms against 3 x 625 ms
+    ordinary_time, stall_time = 97 * 0.0375, 3 * 0.625
+    assert ordinary_step_p99(histogram, [behind]) == pytest.approx(
+        0.5 + 0.25 * (0.99 * (ordinary_time + stall_time) - ordinary_time) / stall_time)
+
+
+def test_the_step_in_progress_is_bounded_by_time_not_by_count():
+    # 5 stretched steps among 1,000 are under 1% of the count, but 8% of the time: an arrival lands in one
+    # that often, so the bound is theirs (a count's P99 would be 49.7 ms and call their waits decided)
+    stretched = ordinary_step_p99(itl({0.05: 995, 0.75: 5}), [])
+    assert 0.5 < stretched <= 0.75
+    assert ordinary_step_p99(itl({}), []) is None
 
 
 def test_one_request_held_alone_is_no_scheduler_pattern():
