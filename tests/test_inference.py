@@ -97,10 +97,11 @@ def test_the_stalls_of_long_prefills_are_no_ordinary_step_and_a_wait_behind_them
     # 97 ordinary steps of 25-50 ms and 3 observations of 0.5-0.75 s: the P99 lands among the latter
     histogram = itl({0.05: 97, 0.75: 3})
     long_prefill = span("L", 0.0, 0.0, 0.60, 1800, 2.0)         # a 1800-token prompt prefilled 0.0-0.6 in one step
-    decoders = [span(f"d{i}", -1.0, 0.0, 0.05, 100, 3.0) for i in range(3)]   # decoding through it: the 3 stalls
+    decoders = [span(f"d{i}", -1.0, 0.0, 0.05, 100, 3.0) for i in range(3)]   # decoding through it: 3 stalls
     behind = span("x", 0.1, 0.5, 0.05, 50, 1.0)                # arrived during it, waited 0.5 s for it to end
     timelines = [long_prefill, *decoders, behind]
-    # without the 3 stalls, the P99 of 97 observations in (0.025, 0.05] interpolates to 0.025 + 0.025 x 0.99
+    # the observations from the long prefill's bucket (0.5, 0.75] up are its stalls: without them, the P99 of the
+    # 97 left in (0.025, 0.05] (by time as by count: one bucket) interpolates to 0.025 + 0.025 x 0.99
     assert ordinary_step_p99(histogram, timelines) == pytest.approx(0.025 + 0.025 * 0.99)
     # so the wait behind the long prefill is the scheduler's (less one ordinary step), as the hooks charge it
     ordinary = ordinary_step_p99(histogram, timelines)

@@ -181,23 +181,20 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
     request waits one step between tokens, so every step with one running shows there): their P99 weighted by
     time, as an arrival lands in a step in proportion to its length, so the few steps a busy host stretched
     count for the time they took. Without the stalls of long prompts prefilled in one step: every request
-    decoding through such a prefill (its decode, first token to end, covers the prefill) waited the whole
-    prefill for its next token, one observation each near the prefill's length, which the spans count and this
-    removes, so that a wait behind a long prefill stays the scheduler's (head-of-line blocking) however often
-    the long prefills stall decoding."""
+    decoding through one waited the whole prefill for its next token, so the observations from the bucket of
+    the shortest long prefill in the spans up are taken as such stalls and left out (the spans cannot count the
+    decoders still running), and a wait behind a long prefill stays the scheduler's (head-of-line blocking)
+    however often the long prefills stall decoding. A prefill chunked over several steps is longer than any of
+    its steps: leaving out what is longer than it leaves every ordinary step in."""
     if inter_token is None or inter_token.count <= 0:
         return None
     bounds = [b for b, _ in inter_token.buckets]
     cumulative = [c for _, c in inter_token.buckets]
     per_bucket = [c - below for c, below in zip(cumulative, [0.0, *cumulative[:-1]], strict=True)]
-    prefills = _long_prefills(timelines)
-    for (start, end), stalled in zip(prefills, _decoding_through(timelines, prefills), strict=True):
-        i = bisect.bisect_left(bounds, end - start)
-        while stalled > 0 and i < len(per_bucket):   # near its length: its bucket, else the next ones up
-            taken = min(stalled, per_bucket[i])
-            per_bucket[i] -= taken
-            stalled -= taken
-            i += 1
+    shortest = min((end - start for start, end in _long_prefills(timelines)), default=None)
+    if shortest is not None:
+        stalls = bisect.bisect_left(bounds, shortest)
+        per_bucket = per_bucket[:stalls] + [0.0] * (len(per_bucket) - stalls)
     # each bucket's time: its observations at its middle (past the last finite bound, at that bound)
     lowers = [0.0, *bounds[:-1]]
     time_in = [n * (lo + hi) / 2 if hi != float("inf") else n * lo for n, lo, hi in zip(per_bucket, lowers, bounds,
@@ -213,22 +210,6 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
 def _long_prefills(timelines: list[RequestTimeline]) -> list[tuple[float, float]]:
     """(start, end) of every prefill of a prompt over LONG_PREFILL_TOKENS, by start."""
     return sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS for c in tl.chunks)
-
-
-def _decoding_through(timelines: list[RequestTimeline], intervals: list[tuple[float, float]]) -> list[int]:
-    """For each (start, end), by start: how many requests decoded through it (first token by its start, finished
-    at or after its end). One sweep: the ends of the requests past their first token, kept sorted."""
-    decoding = sorted((tl.first_token, tl.finished) for tl in timelines
-                      if tl.first_token is not None and tl.finished is not None)
-    ends: list[float] = []
-    taken = 0
-    out = []
-    for start, end in intervals:
-        while taken < len(decoding) and decoding[taken][0] <= start:
-            bisect.insort(ends, decoding[taken][1])
-            taken += 1
-        out.append(len(ends) - bisect.bisect_left(ends, end))
-    return out
 
 
 def sustained_p99(values: list[float]) -> float:
