@@ -14,7 +14,7 @@ from agent.sources.inference import (
     head_of_line_share,
     held_tokens,
     ordinary_step_p99,
-    stuck_in_queue,
+    queued_mean_wait,
     sustained_p99,
     wait_seconds_by_reason,
 )
@@ -145,18 +145,17 @@ def test_a_wait_is_charged_by_the_reasons_seen_while_it_waited_else_by_the_windo
     assert QUEUED in charge_queued([loading], window)[0].ttft_components
 
 
-def test_requests_queued_through_the_whole_window_bound_the_wait_before_any_of_them_ends():
-    base = Gauges(at=0.0, running=2, waiting=12, kv_ratio=0.4)
-    # 12 queued at the start; 3 first tokens, 1 preemption and 2 ends in the window: at least 6 still queued
-    assert stuck_in_queue(base, 10.0, admitted=3, otherwise=1 + 2) == 6
-    assert stuck_in_queue(base, 10.0, admitted=12, otherwise=0) == 0      # the queue moved
-    full = Gauges(at=0.0, running=2, waiting=12, kv_ratio=0.95)           # they wait for KV blocks: not the scheduler's
-    assert stuck_in_queue(full, 10.0, admitted=0, otherwise=0) == 0
-    loading = Gauges(at=0.0, running=1, waiting=12, deferred=10, kv_ratio=0.1, adapters=True)
-    assert stuck_in_queue(loading, 10.0, admitted=0, otherwise=0) == 2     # 10 wait on a model load
-    # no request ended in the window: the bound alone (10 s less one 0.05 s step); one stuck request is not enough
-    assert decided_wait_p99([], 0.05, None, stuck=6, span=10.0).value == pytest.approx(9.95)
-    assert decided_wait_p99([], 0.05, None, stuck=1, span=10.0) is None
-    # finished requests that waited longer than the window keep their own figure
+def test_a_queue_that_hardly_moves_bounds_the_wait_before_any_of_it_ends():
+    # 60 s queued for the scheduler in the window (6 waiting on average over 10 s), 2 first tokens, 4 waiting now
+    assert queued_mean_wait({QUEUED: 60.0, NO_FREE_BLOCKS: 30.0}, admitted=2, waiting_now=4) == (10.0, 6)
+    assert queued_mean_wait({NO_FREE_BLOCKS: 30.0}, admitted=2, waiting_now=4) is None      # no queue of its own
+    assert queued_mean_wait({QUEUED: 0.0}, admitted=0, waiting_now=0) is None
+    # no request ended in the window: the mean less the step in progress (one 0.05 s period) is the bound
+    assert decided_wait_p99([], 0.05, None, queued=(10.0, 6)).value == pytest.approx(9.95)
+    assert decided_wait_p99([], 0.05, None, queued=(10.0, 1)) is None       # one request is no pattern
+    # a healthy window: queued about one step each, which the step in progress explains
+    steps = itl({0.05: 100})
+    assert decided_wait_p99([], 0.05, None, steps, queued=(0.04, 20)) is None
+    # finished requests that waited longer keep their own figure
     waited = [span(f"w{i}", 0.0, 12.0, 0.05, 50, 13.0) for i in range(3)]
-    assert decided_wait_p99(waited, 0.05, None, stuck=6, span=10.0).value == pytest.approx(12.0 - 0.05)
+    assert decided_wait_p99(waited, 0.05, None, queued=(10.0, 6)).value == pytest.approx(12.0 - 0.05)

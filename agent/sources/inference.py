@@ -221,32 +221,38 @@ def sustained_p99(values: list[float]) -> float:
     return min(percentile(values, 99), sorted(values)[-2])
 
 
-def stuck_in_queue(base: Gauges | None, span: float, admitted: float | None, otherwise: float | None) -> int:
-    """How many of the requests queued for the scheduler at the window's start (`base`: not for KV blocks, not
-    deferred for a model) are queued still: at least those that the window's admissions (first tokens,
-    `admitted`) and its other ways out of the queue (`otherwise`: at most one readmission per preemption, one
-    abort per request ended) cannot account for, whatever the order they were taken in. Each has waited the
-    whole window: evidence that needs no request to finish, when none of the queue does."""
-    if base is None or base.waiting is None or admitted is None or span <= 0 or _kv_full(base):
-        return 0
-    queued = base.waiting - (min(base.deferred or 0.0, base.waiting) if base.adapters else 0.0)
-    return max(0, int(queued - admitted - (otherwise or 0.0)))
+def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
+                     waiting_now: float | None) -> tuple[float, int] | None:
+    """(mean seconds, requests) that the requests queued for the scheduler in the window spent queued in it, by
+    Little's law: the window's `queued` seconds (wait_seconds_by_reason: not for KV blocks, not deferred for a
+    model) over every request that was in the queue in it, those that left it (first tokens, `admitted`) and
+    those still in it (`waiting_now`). It needs no request to finish, when a queue that hardly moves holds every
+    span back; a mean, so at most the P99 it stands in for. None when not published or no request queued."""
+    if not by_reason or QUEUED not in by_reason or admitted is None or waiting_now is None:
+        return None
+    requests = round(admitted + waiting_now)
+    return (by_reason[QUEUED] / requests, requests) if requests > 0 else None
 
 
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
-                     inter_token: HistogramDelta | None = None, stuck: int = 0, span: float = 0.0) -> Inferred | None:
+                     inter_token: HistogramDelta | None = None, queued: tuple[float, int] | None = None,
+                     ) -> Inferred | None:
     """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99), else only when the queue-time histogram settles it
     (its P99's bucket starts above zero: the P99 is at least that lower bound); a P99 in the first bucket could
-    be anything under it. Both hear of a request only when it ends: `stuck` requests (two at least: as
-    sustained_p99) that waited through the whole `span` (stuck_in_queue) bound it from below meanwhile."""
+    be anything under it. Both hear of a request only when it ends: the mean time queued in the window
+    (`queued`, queued_mean_wait, over two requests at least) less the step in progress bounds it from below."""
     found = _finished_wait_p99(timelines, period, queue, inter_token)
-    if stuck < 2 or (found is not None and found.value >= span - (period or 0.0)):
+    if queued is None or queued[1] < 2 or period is None:
         return found
-    return Inferred(span - (period or 0.0),
-                    f"{stuck} requests queued at the window's start were still queued {span:.0f} s later (fewer "
-                    f"first tokens, preemptions and ends in it than num_requests_waiting then): at least that, less "
-                    f"one step" + (f"; {found.how}" if found is not None else ""))
+    step = ordinary_step_p99(inter_token, timelines)
+    bound = queued[0] - max(period, step or 0.0)
+    if bound <= 0 or (found is not None and found.value >= bound):
+        return found
+    return Inferred(bound, f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average "
+                           f"(num_requests_waiting by Little's law, less KV and model waits) less the step in "
+                           f"progress ({_ms(max(period, step or 0.0))}): at least that"
+                    + (f"; {found.how}" if found is not None else ""))
 
 
 def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
