@@ -86,7 +86,7 @@ def test_a_prefill_longer_than_the_longest_step_holds_an_arrival_for_one_step_on
 
 def itl(counts: dict[float, int]) -> HistogramDelta:
     """An inter-token histogram delta with vLLM's first buckets: bucket upper bound -> observations in it."""
-    bounds, total, buckets = (0.025, 0.05, 0.1, 0.2, 0.5, 0.75, 1.0, float("inf")), 0, []
+    bounds, total, buckets = (0.025, 0.05, 0.1, 0.2, 0.5, 0.75, 1.0, 2.5, float("inf")), 0, []
     for b in bounds:
         total += counts.get(b, 0)
         buckets.append((b, total))
@@ -112,6 +112,15 @@ def test_the_stalls_of_long_prefills_are_no_ordinary_step_and_a_wait_behind_them
     ordinary_time, stall_time = 97 * 0.0375, 3 * 0.625
     assert ordinary_step_p99(histogram, [behind]) == pytest.approx(
         0.5 + 0.25 * (0.99 * (ordinary_time + stall_time) - ordinary_time) / stall_time)
+
+
+def test_long_prefills_whose_spans_are_not_in_yet_are_counted_by_the_steps_that_held_them():
+    # 2 of 100 steps scheduled over 1,024 tokens: long prompts prefilled whole, their requests still decoding;
+    # 2% of the inter-token observations, the longest, are their stalls
+    steps = HistogramDelta(buckets=[(512.0, 98), (1024.0, 98), (2048.0, 100), (float("inf"), 100)], count=100, sum=0)
+    histogram = itl({0.05: 490, 2.5: 10})                 # 2% of 500: all 10 long gaps
+    assert ordinary_step_p99(histogram, [], steps) == pytest.approx(0.025 + 0.025 * 0.99)
+    assert ordinary_step_p99(histogram, []) > 1.0           # without the steps' count: the stalls bound every wait
 
 
 def test_the_step_in_progress_is_bounded_by_time_not_by_count():

@@ -20,6 +20,8 @@ from engine_hooks.stats import percentile
 from engine_hooks.timeline import QUEUED, RequestTimeline
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
+LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked
+                                             # prefill's default budget is 512 tokens a step)
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
                               # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
 
@@ -176,7 +178,8 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
     return out
 
 
-def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline]) -> float | None:
+def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
+                      iterations: HistogramDelta | None = None) -> float | None:
     """How long the step in progress at a request's arrival may be, from the inter-token latencies (a decoding
     request waits one step between tokens, so every step with one running shows there): their P99 weighted by
     time, as an arrival lands in a step in proportion to its length, so the few steps a busy host stretched
@@ -185,7 +188,9 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
     the shortest long prefill in the spans up are taken as such stalls and left out (the spans cannot count the
     decoders still running), and a wait behind a long prefill stays the scheduler's (head-of-line blocking)
     however often the long prefills stall decoding. A prefill chunked over several steps is longer than any of
-    its steps: leaving out what is longer than it leaves every ordinary step in."""
+    its steps: leaving out what is longer than it leaves every ordinary step in. The spans of long prompts still
+    decoding are not in yet: the steps of over LONG_STEP_TOKENS (`iterations`, the tokens-per-step histogram)
+    say what share of the steps were such prefills, and that share of the longest observations is left out too."""
     if inter_token is None or inter_token.count <= 0:
         return None
     bounds = [b for b, _ in inter_token.buckets]
@@ -195,6 +200,11 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
     if shortest is not None:
         stalls = bisect.bisect_left(bounds, shortest)
         per_bucket = per_bucket[:stalls] + [0.0] * (len(per_bucket) - stalls)
+    stalled = _long_step_share(iterations) * inter_token.count
+    for i in reversed(range(len(per_bucket))):        # the longest first
+        taken = min(stalled, per_bucket[i])
+        per_bucket[i] -= taken
+        stalled -= taken
     # each bucket's time: its observations at its middle (past the last finite bound, at that bound)
     lowers = [0.0, *bounds[:-1]]
     time_in = [n * (lo + hi) / 2 if hi != float("inf") else n * lo for n, lo, hi in zip(per_bucket, lowers, bounds,
@@ -205,6 +215,14 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
         return bounds[0]
     left = list(itertools.accumulate(time_in))
     return quantile(HistogramDelta(buckets=list(zip(bounds, left, strict=True)), count=left[-1], sum=0.0), 0.99)
+
+
+def _long_step_share(iterations: HistogramDelta | None) -> float:
+    """The share of the window's steps that scheduled over LONG_STEP_TOKENS tokens."""
+    if iterations is None or iterations.count <= 0:
+        return 0.0
+    upto = [c for bound, c in iterations.buckets if bound <= LONG_STEP_TOKENS]
+    return max(0.0, iterations.count - (upto[-1] if upto else 0.0)) / iterations.count
 
 
 def _long_prefills(timelines: list[RequestTimeline]) -> list[tuple[float, float]]:
@@ -236,16 +254,16 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
 
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
                      inter_token: HistogramDelta | None = None, queued: tuple[float, int] | None = None,
-                     ) -> Inferred | None:
+                     iterations: HistogramDelta | None = None) -> Inferred | None:
     """The P99 of the wait the scheduler decided: from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99), else only when the queue-time histogram settles it
     (its P99's bucket starts above zero: the P99 is at least that lower bound); a P99 in the first bucket could
     be anything under it. Both hear of a request only when it ends: the mean time queued in the window
     (`queued`, queued_mean_wait, over two requests at least) less the step in progress bounds it from below."""
-    found = _finished_wait_p99(timelines, period, queue, inter_token)
+    step = ordinary_step_p99(inter_token, timelines, iterations)
+    found = _finished_wait_p99(timelines, period, queue, step)
     if queued is None or queued[1] < 2 or period is None:
         return found
-    step = ordinary_step_p99(inter_token, timelines)
     bound = queued[0] - max(period, step or 0.0)
     if bound <= 0 or (found is not None and found.value >= bound):
         return found
@@ -256,9 +274,8 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, que
 
 
 def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None, queue: HistogramDelta | None,
-                       inter_token: HistogramDelta | None) -> Inferred | None:
+                       longest: float | None) -> Inferred | None:
     if timelines and period is not None:
-        longest = ordinary_step_p99(inter_token, timelines)
         value = sustained_p99(decided_waits(timelines, period, longest))
         return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
                                f"(their llm_request spans) less the step running at each one's arrival (the "
