@@ -159,7 +159,7 @@ def step_period(span: float, steps: int | None) -> float | None:
 def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
     """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
     when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the longest ordinary step (the
-    inter-token P99 by time, less the stalls of whole long prefills: ordinary_step_p99), or one mean step period where
+    inter-token P99 less the stalls of whole long prefills: ordinary_step_p99), or one mean step period where
     that is not published; the prefill of a short prompt in progress at its arrival, as the spans show it, up
     to that bound, where its step is not in the window's spans yet. A long prompt's prefill is not such a step:
     waiting behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
@@ -181,9 +181,9 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
 def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
                       iterations: HistogramDelta | None = None) -> float | None:
     """How long the step in progress at a request's arrival may be, from the inter-token latencies (a decoding
-    request waits one step between tokens, so every step with one running shows there): their P99 weighted by
-    time, as an arrival lands in a step in proportion to its length, so the few steps a busy host stretched
-    count for the time they took. Without the stalls of long prompts prefilled in one step: every request
+    request waits one step between tokens, so every step with one running shows there): their P99 (by count:
+    weighted by time, the few stalls left in would bound every wait). Without the stalls of long prompts
+    prefilled in one step: every request
     decoding through one waited the whole prefill for its next token, so the observations from the bucket of
     the shortest long prefill in the spans up are taken as such stalls and left out (the spans cannot count the
     decoders still running), and a wait behind a long prefill stays the scheduler's (head-of-line blocking)
@@ -205,15 +205,9 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
         taken = min(stalled, per_bucket[i])
         per_bucket[i] -= taken
         stalled -= taken
-    # each bucket's time: its observations at its middle (past the last finite bound, at that bound)
-    lowers = [0.0, *bounds[:-1]]
-    time_in = [n * (lo + hi) / 2 if hi != float("inf") else n * lo for n, lo, hi in zip(per_bucket, lowers, bounds,
-                                                                                          strict=True)]
-    if not sum(per_bucket):
+    left = list(itertools.accumulate(per_bucket))
+    if left[-1] <= 0:
         return None
-    if not sum(time_in):
-        return bounds[0]
-    left = list(itertools.accumulate(time_in))
     return quantile(HistogramDelta(buckets=list(zip(bounds, left, strict=True)), count=left[-1], sum=0.0), 0.99)
 
 
@@ -279,7 +273,7 @@ def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None, q
         value = sustained_p99(decided_waits(timelines, period, longest))
         return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
                                f"(their llm_request spans) less the step running at each one's arrival (the "
-                               f"inter-token P99 by time without long prefills' stalls, {_ms(longest)}, or a short "
+                               f"inter-token P99 without long prefills' stalls, {_ms(longest)}, or a short "
                                f"prefill in progress; one step period is {period * 1000:.0f} ms)")
     bounds = quantile_bounds(queue, 0.99)
     if bounds is None or bounds[0] <= 0:
