@@ -237,9 +237,10 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
                      waiting_now: float | None) -> tuple[float, int] | None:
     """(mean seconds, requests) that the requests queued for the scheduler in the window spent queued in it, by
     Little's law: the window's `queued` seconds (wait_seconds_by_reason: not for KV blocks, not deferred for a
-    model) over every request that was in the queue in it, those that left it (first tokens, `admitted`) and
-    those still in it (`waiting_now`). It needs no request to finish, when a queue that hardly moves holds every
-    span back; a mean, so at most the P99 it stands in for. None when not published or no request queued."""
+    model) over every request that was in the queue in it, those that left it (`admitted`: the most of the
+    first tokens and the queue times observed) and those still in it (`waiting_now`). It needs no request to
+    finish, when a queue that hardly moves holds every span back; a mean, so at most the P99 it stands in for.
+    None when not published or no request queued."""
     if not by_reason or QUEUED not in by_reason or admitted is None or waiting_now is None:
         return None
     requests = round(admitted + waiting_now)

@@ -320,8 +320,9 @@ class VllmSource:
             requests_finished=None if e2e is None else round(e2e.count),
             wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
             decided_wait_p99_s=infer("window.scheduler.decided_wait_p99_s", decided_wait_p99(
-                timelines, period, queue, itl, queued_mean_wait(by_reason, ttft.count if ttft else None,
-                                                                now.gauges.waiting), steps)) if span else None,
+                timelines, period, queue, itl, queued_mean_wait(
+                    by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None),
+                    now.gauges.waiting), steps)) if span else None,
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
             waiting_share=infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None,
             wait_seconds_by_reason=by_reason,
