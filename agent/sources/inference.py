@@ -181,16 +181,17 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
 def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
                       iterations: HistogramDelta | None = None) -> float | None:
     """How long the step in progress at a request's arrival may be, from the inter-token latencies (a decoding
-    request waits one step between tokens, so every step with one running shows there): their P99 (by count:
-    weighted by time, the few stalls left in would bound every wait). Without the stalls of long prompts
-    prefilled in one step: every request
-    decoding through one waited the whole prefill for its next token, so the observations from the bucket of
-    the shortest long prefill in the spans up are taken as such stalls and left out (the spans cannot count the
-    decoders still running), and a wait behind a long prefill stays the scheduler's (head-of-line blocking)
-    however often the long prefills stall decoding. A prefill chunked over several steps is longer than any of
-    its steps: leaving out what is longer than it leaves every ordinary step in. The spans of long prompts still
-    decoding are not in yet: the steps of over LONG_STEP_TOKENS (`iterations`, the tokens-per-step histogram)
-    say what share of the steps were such prefills, and that share of the longest observations is left out too."""
+    request waits one step between tokens, so every step with one running shows there): their P99 by count
+    (weighted by time, the one or two stalls left in would bound every wait).
+
+    Without the stalls of long prompts prefilled in one step: every request decoding through one waited the
+    whole prefill for its next token, so the observations from the bucket of the shortest long prefill in the
+    spans up are taken as such stalls and left out (the spans cannot count the decoders still running), and a
+    wait behind a long prefill stays the scheduler's (head-of-line blocking) however often the long prefills
+    stall decoding. A prefill chunked over several steps is longer than any of its steps: leaving out what is
+    longer than it leaves every ordinary step in. The spans of long prompts still decoding are not in yet: the
+    steps of over LONG_STEP_TOKENS (`iterations`, the tokens-per-step histogram) say what share of the steps
+    were such prefills, and that share of the longest observations is left out too."""
     if inter_token is None or inter_token.count <= 0:
         return None
     bounds = [b for b, _ in inter_token.buckets]
