@@ -3,15 +3,21 @@ request timelines whose answers are worked out in the comments."""
 
 import pytest
 
+from agent.sources.families import HistogramDelta
 from agent.sources.inference import (
     Counted,
     Gauges,
     KvCapacity,
+    charge_queued,
+    decided_wait_p99,
     decided_waits,
     fragmentation,
     full_while_waiting,
     head_of_line_share,
     held_tokens,
+    ordinary_step_p99,
+    queued_mean_wait,
+    sustained_p99,
     wait_seconds_by_reason,
 )
 from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
@@ -117,3 +123,83 @@ def test_a_prefill_longer_than_the_longest_step_holds_an_arrival_for_one_step_on
     # an arrival no span's prefill covers (its step's request still runs) waited at most the longest step
     alone = span("c", 5.0, 0.25, 0.05, 50, 6.0)
     assert decided_waits([alone], period=0.02, longest_step=0.1) == pytest.approx([0.25 - 0.10])
+
+
+def itl(counts: dict[float, int]) -> HistogramDelta:
+    """An inter-token histogram delta with vLLM's first buckets: bucket upper bound -> observations in it."""
+    bounds, total, buckets = (0.025, 0.05, 0.1, 0.2, 0.5, 0.75, 1.0, 2.5, float("inf")), 0, []
+    for b in bounds:
+        total += counts.get(b, 0)
+        buckets.append((b, total))
+    return HistogramDelta(buckets=buckets, count=total, sum=0.0)
+
+
+def test_the_stalls_of_long_prefills_are_no_ordinary_step_and_a_wait_behind_them_is_decided():
+    # 97 ordinary steps of 25-50 ms and 3 observations of 0.5-0.75 s: the P99 lands among the latter
+    histogram = itl({0.05: 97, 0.75: 3})
+    long_prefill = span("L", 0.0, 0.0, 0.60, 1800, 2.0)         # a 1800-token prompt prefilled 0.0-0.6 in one step
+    decoders = [span(f"d{i}", -1.0, 0.0, 0.05, 100, 3.0) for i in range(3)]   # decoding through it: 3 stalls
+    behind = span("x", 0.1, 0.5, 0.05, 50, 1.0)                # arrived during it, waited 0.5 s for it to end
+    timelines = [long_prefill, *decoders, behind]
+    # the observations from the long prefill's bucket (0.5, 0.75] up are its stalls: without them, the P99 of the
+    # 97 left in (0.025, 0.05] interpolates to 0.025 + 0.025 x 0.99
+    assert ordinary_step_p99(histogram, timelines) == pytest.approx(0.025 + 0.025 * 0.99)
+    # so the wait behind the long prefill is the scheduler's (less one ordinary step), as the hooks charge it
+    ordinary = ordinary_step_p99(histogram, timelines)
+    assert decided_waits(timelines, period=0.04, longest_step=ordinary)[-1] == pytest.approx(0.5 - ordinary)
+    # with the raw inter-token P99 (0.5-0.75 s) it would have been explained away as the step in progress
+    assert decided_waits(timelines, period=0.04, longest_step=0.7)[-1] == 0.0
+    # no long prefill in the spans (nor a step count): the stalls stay, the P99 among them
+    assert ordinary_step_p99(histogram, [behind]) == pytest.approx(0.5 + 0.25 * (99 - 97) / 3)
+
+
+def test_long_prefills_whose_spans_are_not_in_yet_are_counted_by_the_steps_that_held_them():
+    # 2 of 100 steps scheduled over 1,024 tokens: long prompts prefilled whole, their requests still decoding;
+    # 2% of the inter-token observations, the longest, are their stalls
+    steps = HistogramDelta(buckets=[(512.0, 98), (1024.0, 98), (2048.0, 100), (float("inf"), 100)], count=100, sum=0)
+    histogram = itl({0.05: 490, 2.5: 10})                 # 2% of 500: all 10 long gaps
+    assert ordinary_step_p99(histogram, [], steps) == pytest.approx(0.025 + 0.025 * 0.99)
+    assert ordinary_step_p99(histogram, []) > 1.0           # without the steps' count: the stalls bound every wait
+
+
+def test_no_inter_token_latency_no_bound():
+    assert ordinary_step_p99(itl({}), []) is None
+
+
+def test_one_request_held_alone_is_no_scheduler_pattern():
+    assert sustained_p99([0.0] * 30 + [0.4]) == 0.0                  # one stalled request among 31
+    assert sustained_p99([0.0] * 30 + [0.4, 0.3]) == pytest.approx(0.3)   # two: the second longest bounds it
+    assert sustained_p99([0.4]) == 0.0
+    many = [i / 1000 for i in range(1000)]                           # a thousand: the P99 itself
+    assert sustained_p99(many) == pytest.approx(0.98901)
+    # through the spans: one request that waited 0.3 s past any step while 9 went straight in reads 0
+    alone = [span("a", 5.0, 0.3, 0.05, 50, 6.0)] + [span(f"s{i}", float(i), 0.0, 0.05, 50, i + 0.5) for i in range(9)]
+    assert decided_wait_p99(alone, period=0.02, inter_token=itl({0.05: 100})).value == 0.0
+
+
+def test_a_wait_is_charged_by_the_reasons_seen_while_it_waited_else_by_the_window():
+    loading = span("early", 1.0, 2.0, 0.05, 50, 4.0)            # waited 1.0-3.0 while a model loaded
+    later = span("late", 20.0, 0.5, 0.05, 50, 21.0)             # waited 20.0-20.5, no poll in between
+    polls = [Gauges(at=1.5 + 0.25 * i, running=0, waiting=2, deferred=2, kv_ratio=0.1, adapters=True) for i in range(6)]
+    window = {QUEUED: 5.0}                                        # the latest window: a plain queue
+    early, late = charge_queued([loading, later], window, polls)
+    assert early.ttft_components[MODEL_LOADING] == pytest.approx(2.0) and QUEUED not in early.ttft_components
+    assert late.ttft_components[QUEUED] == pytest.approx(0.5)
+    # without the polls, both are charged by the window's mix
+    assert QUEUED in charge_queued([loading], window)[0].ttft_components
+
+
+def test_a_queue_that_hardly_moves_bounds_the_wait_before_any_of_it_ends():
+    # 60 s queued for the scheduler in the window (6 waiting on average over 10 s), 2 first tokens, 4 waiting now
+    assert queued_mean_wait({QUEUED: 60.0, NO_FREE_BLOCKS: 30.0}, admitted=2, waiting_now=4) == (10.0, 6)
+    assert queued_mean_wait({NO_FREE_BLOCKS: 30.0}, admitted=2, waiting_now=4) is None      # no queue of its own
+    assert queued_mean_wait({QUEUED: 0.0}, admitted=0, waiting_now=0) is None
+    # no request ended in the window: the mean less the step in progress (one 0.05 s period) is the bound
+    assert decided_wait_p99([], 0.05, queued=(10.0, 6)).value == pytest.approx(9.95)
+    assert decided_wait_p99([], 0.05, queued=(10.0, 1)) is None       # one request is no pattern
+    # a healthy window: queued about one step each, which the step in progress explains
+    steps = itl({0.05: 100})
+    assert decided_wait_p99([], 0.05, steps, queued=(0.04, 20)) is None
+    # finished requests that waited longer keep their own figure
+    waited = [span(f"w{i}", 0.0, 12.0, 0.05, 50, 13.0) for i in range(3)]
+    assert decided_wait_p99(waited, 0.05, queued=(10.0, 6)).value == pytest.approx(12.0 - 0.05)

@@ -86,10 +86,11 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags(), interv
         from agent.sources.kv_events import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
+    from agent.sources.gauge_poll import POLL_S
     from agent.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
 
     return VllmSource(o.engine_url, timeout_s=min(SCRAPE_TIMEOUT_S, interval), kind=kind, spans=spans,
-                      kv_events=subscriber)
+                      kv_events=subscriber, poll_s=POLL_S)
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):

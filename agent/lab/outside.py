@@ -1,6 +1,7 @@
 """The hosted engine seen from outside, as stagelens sees a vLLM server: the engine speaks vLLM's interfaces
 (engine_hooks/vllm_face: its /metrics on a port of its own, its llm_request spans), and the same source
-`--engine vllm --engine-url` uses reads them, the spans arriving at an OtlpReceiver as vLLM would send them.
+`--engine vllm --engine-url` uses reads them (with its gauge poll between scrapes), the spans arriving at an
+OtlpReceiver as vLLM would send them.
 Nothing of the hooks reaches it. `run_lab(..., outside=True)` samples both in one run so that the two
 diagnoses of the same requests can be compared (tests/test_scenarios.py, bench/accuracy.py).
 """
@@ -13,6 +14,7 @@ from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.run import RunDiagnosis, judge_run
 from agent.frame import Frame
 from agent.sampler import Sampler
+from agent.sources.gauge_poll import POLL_S
 from agent.sources.otlp_receiver import OtlpReceiver
 from agent.sources.vllm import VllmSource
 from engine_hooks.engine import LLMEngine
@@ -28,16 +30,18 @@ class OutsideView:
         self.face = VllmFace(engine, otlp_traces_endpoint=f"{self.receiver.http_url}/v1/traces",
                              otlp_schedule_delay_s=1.0)
         self.face.start()
-        self.source = VllmSource(self.face.url, spans=self.receiver)
+        self.source = VllmSource(self.face.url, spans=self.receiver, poll_s=POLL_S)
         self.probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())   # the process the hooks' run sees
         self.sampler = Sampler(node_probe=self.probe, engine_source=self.source, interval=interval)
 
     def start(self) -> None:
+        self.source.poller.start()
         self.sampler.start()
 
     def stop(self) -> None:
         """Stop sampling; the engine's last spans are flushed and received before the last frame."""
         self.sampler.stop()
+        self.source.poller.stop()
         self.face.spans.flush()
         self.sampler.tick()
         self.face.stop()

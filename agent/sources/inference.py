@@ -13,12 +13,15 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+from agent.sources.families import HistogramDelta, quantile_interpolated
 from engine_hooks.attribution import components
 from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
 from engine_hooks.stats import percentile
 from engine_hooks.timeline import QUEUED, RequestTimeline
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
+LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked
+                                             # prefill's default budget is 512 tokens a step)
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
                               # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
 
@@ -213,12 +216,11 @@ def step_period(span: float, steps: int | None) -> float | None:
 
 def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
     """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
-    when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the inter-token latency's P99
-    (a decoding request waits one step between tokens, so the longest steps show there; a prefill chunked over
-    several steps shows as its chunks), or one mean step period where that is not published; the prefill of
-    a short prompt in progress at its arrival, as the spans show it, up to that bound, where its step is not
-    in the window's spans yet. A long prompt's prefill is not such a step: waiting behind it is what chunked
-    prefill avoids, as the hooks judge head-of-line blocking."""
+    when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the longest ordinary step (the
+    inter-token P99 less the stalls of whole long prefills: ordinary_step_p99), or one mean step period where
+    that is not published; the prefill of a short prompt in progress at its arrival, as the spans show it, up
+    to that bound, where its step is not in the window's spans yet. A long prompt's prefill is not such a step:
+    waiting behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
     steps = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS for c in tl.chunks)
     starts = [start for start, _ in steps]
     reach = list(itertools.accumulate((end for _, end in steps), max))   # the latest end of a step begun by each
@@ -234,16 +236,106 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
     return out
 
 
+def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
+                      iterations: HistogramDelta | None = None) -> float | None:
+    """How long the step in progress at a request's arrival may be, from the inter-token latencies (a decoding
+    request waits one step between tokens, so every step with one running shows there): their P99 by count
+    (weighted by time, the one or two stalls left in would bound every wait).
+
+    Without the stalls of long prompts prefilled in one step: every request decoding through one waited the
+    whole prefill for its next token, so the observations from the bucket of the shortest long prefill in the
+    spans up are taken as such stalls and left out (the spans cannot count the decoders still running), and a
+    wait behind a long prefill stays the scheduler's (head-of-line blocking) however often the long prefills
+    stall decoding. A prefill chunked over several steps is longer than any of its steps: leaving out what is
+    longer than it leaves every ordinary step in. The spans of long prompts still decoding are not in yet: the
+    steps of over LONG_STEP_TOKENS (`iterations`, the tokens-per-step histogram) say what share of the steps
+    were such prefills, and that share of the longest observations is left out too."""
+    if inter_token is None or inter_token.count <= 0:
+        return None
+    bounds = [b for b, _ in inter_token.buckets]
+    cumulative = [c for _, c in inter_token.buckets]
+    per_bucket = [c - below for c, below in zip(cumulative, [0.0, *cumulative[:-1]], strict=True)]
+    shortest = min((end - start for start, end in _long_prefills(timelines)), default=None)
+    if shortest is not None:
+        stalls = bisect.bisect_left(bounds, shortest)
+        per_bucket = per_bucket[:stalls] + [0.0] * (len(per_bucket) - stalls)
+    stalled = _long_step_share(iterations) * inter_token.count
+    for i in reversed(range(len(per_bucket))):        # the longest first
+        taken = min(stalled, per_bucket[i])
+        per_bucket[i] -= taken
+        stalled -= taken
+    left = list(itertools.accumulate(per_bucket))
+    if left[-1] <= 0:
+        return None
+    ordinary = HistogramDelta(buckets=list(zip(bounds, left, strict=True)), count=left[-1], sum=0.0)
+    return quantile_interpolated(ordinary, 0.99)     # a working bound, in whatever bucket: never reported
+
+
+def _long_step_share(iterations: HistogramDelta | None) -> float:
+    """The share of the window's steps that scheduled over LONG_STEP_TOKENS tokens."""
+    if iterations is None or iterations.count <= 0:
+        return 0.0
+    upto = [c for bound, c in iterations.buckets if bound <= LONG_STEP_TOKENS]
+    return max(0.0, iterations.count - (upto[-1] if upto else 0.0)) / iterations.count
+
+
+def _long_prefills(timelines: list[RequestTimeline]) -> list[tuple[float, float]]:
+    """(start, end) of every prefill of a prompt over LONG_PREFILL_TOKENS, by start."""
+    return sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS for c in tl.chunks)
+
+
+def sustained_p99(values: list[float]) -> float:
+    """The P99 of `values`, reached by at least two of them: one request kept waiting while every other went
+    through (a host that stalled the engine once, a span whose step in progress is not in the window yet) is
+    not a scheduler's pattern; a scheduler that holds requests back holds back several."""
+    if len(values) < 2:
+        return 0.0
+    return min(percentile(values, 99), sorted(values)[-2])
+
+
+def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
+                     waiting_now: float | None) -> tuple[float, int] | None:
+    """(mean seconds, requests) that the requests queued for the scheduler in the window spent queued in it, by
+    Little's law: the window's `queued` seconds (wait_seconds_by_reason: not for KV blocks, not deferred for a
+    model) over every request that was in the queue in it, those that left it (`admitted`: the most of the
+    first tokens and the queue times observed) and those still in it (`waiting_now`). It needs no request to
+    finish, when a queue that hardly moves holds every span back; a mean, so at most the P99 it stands in for.
+    None when not published or no request queued."""
+    if not by_reason or QUEUED not in by_reason or admitted is None or waiting_now is None:
+        return None
+    requests = round(admitted + waiting_now)
+    return (by_reason[QUEUED] / requests, requests) if requests > 0 else None
+
+
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
-                     longest_step: float | None = None) -> Inferred | None:
-    """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them;
-    without them only bounds are known (agent.sources.wait_bounds)."""
-    if timelines and period is not None:
-        value = percentile(decided_waits(timelines, period, longest_step), 99)
-        return Inferred(value, f"P99 over {len(timelines)} requests' time_in_queue (their llm_request spans) less "
-                               f"the step running at each one's arrival (the inter-token P99, {_ms(longest_step)}, "
-                               f"or a short prefill in progress; one step period is {period * 1000:.0f} ms)")
-    return None
+                     inter_token: HistogramDelta | None = None, queued: tuple[float, int] | None = None,
+                     iterations: HistogramDelta | None = None) -> Inferred | None:
+    """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
+    P99 that at least two requests reach: sustained_p99); without them only bounds are known
+    (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
+    (`queued`, queued_mean_wait, over two requests at least) less the step in progress bounds it from below."""
+    step = ordinary_step_p99(inter_token, timelines, iterations)
+    found = _finished_wait_p99(timelines, period, step)
+    if queued is None or queued[1] < 2 or period is None:
+        return found
+    bound = queued[0] - max(period, step or 0.0)
+    if bound <= 0 or (found is not None and found.value >= bound):
+        return found
+    return Inferred(bound, f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average "
+                           f"(num_requests_waiting by Little's law, less KV and model waits) less the step in "
+                           f"progress ({_ms(max(period, step or 0.0))}): at least that"
+                    + (f"; {found.how}" if found is not None else ""))
+
+
+def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None,
+                       longest: float | None) -> Inferred | None:
+    if not timelines or period is None:
+        return None
+    value = sustained_p99(decided_waits(timelines, period, longest))
+    return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
+                           f"(their llm_request spans) less the step running at each one's arrival (the "
+                           f"inter-token P99 without long prefills' stalls, {_ms(longest)}, or a short "
+                           f"prefill in progress; one step period is {period * 1000:.0f} ms)")
 
 
 def _ms(seconds: float | None) -> str:
@@ -256,8 +348,7 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
     prefill was spent behind it."""
     if not timelines or period is None:
         return None
-    long_prefills = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens > LONG_PREFILL_TOKENS
-                           for c in tl.chunks)
+    long_prefills = _long_prefills(timelines)
     starts = [start for start, _ in long_prefills]
     longest = max((end - start for start, end in long_prefills), default=0.0)
     short = [tl for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS]
@@ -277,26 +368,42 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
                            f"from their llm_request spans")
 
 
-def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None) -> list[RequestTimeline]:
-    """The timelines with each one's `queued` time split by the window's mix of waiting reasons, so the tail
-    attribution charges it to the stage that held the queue (the spans do not say why a request waited)."""
-    mix = {k: v for k, v in (by_reason or {}).items() if v > 0}
-    total = sum(mix.values())
+def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None,
+                  seen: list[Gauges] | tuple = ()) -> list[RequestTimeline]:
+    """The timelines with each one's `queued` time split by the mix of waiting reasons, so the tail attribution
+    charges it to the stage that held the queue (the spans do not say why a request waited): the mix the gauges
+    `seen` (time order; the gauge poll's) found while it waited, else the window's `by_reason`. A request that
+    waited through a model load early in a run is charged to the load, whatever the latest window holds."""
+    window_mix = _mix(by_reason)
+    at = [g.at for g in seen]
     out = []
     for tl in timelines:
         tl = dataclasses.replace(tl)
         if tl.finished is not None:
-            tl.ttft_components = _split(components(tl, tl.first_token or tl.finished), mix, total)
-            tl.latency_components = _split(components(tl, tl.finished), mix, total)
+            mix = window_mix
+            if tl.waits and seen:
+                start, end = min(w.start for w in tl.waits), max(w.end for w in tl.waits)
+                during = seen[bisect.bisect_left(at, start):bisect.bisect_right(at, end)]
+                found = wait_seconds_by_reason(list(during), end - start) if during else None
+                mix = _mix(found.value) if found is not None else window_mix
+            tl.ttft_components = _split(components(tl, tl.first_token or tl.finished), mix)
+            tl.latency_components = _split(components(tl, tl.finished), mix)
         out.append(tl)
     return out
 
 
-def _split(parts: dict[str, float], mix: dict[str, float], total: float) -> dict[str, float]:
+def _mix(by_reason: dict[str, float] | None) -> dict[str, float]:
+    """The reasons that held requests, each as its share."""
+    held = {k: v for k, v in (by_reason or {}).items() if v > 0}
+    total = sum(held.values())
+    return {k: v / total for k, v in held.items()}
+
+
+def _split(parts: dict[str, float], mix: dict[str, float]) -> dict[str, float]:
     queued = parts.pop(QUEUED, 0.0)
-    if queued and total:
-        for reason, seconds in mix.items():
-            parts[reason] = parts.get(reason, 0.0) + queued * seconds / total
+    if queued and mix:
+        for reason, share in mix.items():
+            parts[reason] = parts.get(reason, 0.0) + queued * share
     elif queued:
         parts[QUEUED] = queued
     return parts

@@ -33,12 +33,12 @@ from agent.sources.families import (
     label,
     mean,
     quantile,
-    quantile_interpolated,
     quantile_said,
     total,
     values,
     without_rank_copies,
 )
+from agent.sources.gauge_poll import GaugePoller
 from agent.sources.inference import (
     Counted,
     Gauges,
@@ -50,6 +50,7 @@ from agent.sources.inference import (
     full_while_waiting,
     head_of_line_share,
     held_tokens,
+    queued_mean_wait,
     step_period,
     wait_seconds_by_reason,
     waiting_share,
@@ -145,6 +146,7 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
+POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora")   # what the gauge poll reads
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
@@ -180,10 +182,11 @@ class VllmSource:
     `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
     exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
-    `start()` and `close()` start and stop both with the agent."""
+    `poll_s`, when given, reads the queue gauges that often between scrapes (agent.sources.gauge_poll).
+    `start()` and `close()` start and stop them with the agent."""
 
     def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
-                 spans=None, kv_events=None) -> None:
+                 spans=None, kv_events=None, poll_s: float | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"engine kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not timeout_s > 0:
@@ -205,11 +208,13 @@ class VllmSource:
         self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
                        for name in (m.vllm if kind == "vllm" else m.sglang)}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
+        polled = [n for f in POLLED for n in self._names(f)]
+        self.poller = GaugePoller(self._fetch, self._gauges, polled, poll_s) if poll_s else None
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the span receiver and the KV-events subscriber; UserError when one cannot (a port taken)."""
-        for name, part in (("traces", self.spans), ("KV events", self.kv_events)):
+        for name, part in (("traces", self.spans), ("KV events", self.kv_events), ("gauge poll", self.poller)):
             if part is None:
                 continue
             try:
@@ -219,7 +224,7 @@ class VllmSource:
                 raise UserError(f"cannot listen for the engine's {name}: {exc}") from None
 
     def close(self) -> None:
-        for part in (self.spans, self.kv_events):
+        for part in (self.spans, self.kv_events, self.poller):
             if part is not None:
                 part.stop()
 
@@ -244,9 +249,11 @@ class VllmSource:
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
-        """Requests the engine's spans told of (none without `spans`), their queue time charged by the latest
-        window's mix of waiting reasons (a span does not say why its request waited)."""
-        return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason)
+        """Requests the engine's spans told of (none without `spans`), their queue time charged by the mix of
+        waiting reasons the gauge poll saw while each waited, else the latest window's (a span does not say why
+        its request waited)."""
+        return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason,
+                                                           self.poller.kept() if self.poller else ())
 
     def _window_timelines(self, start: float) -> tuple[list, list[int] | None]:
         """From one read of the spans kept (by finish): the requests that finished after `start`, the window, and
@@ -328,6 +335,8 @@ class VllmSource:
         ex, was = now.exposition, before.exposition if before else None
         span = now.at - before.at if before else 0.0
         gauges = [w.gauges for w in window]
+        if self.poller is not None and before is not None:   # the polls between the scrapes, in time order
+            gauges = sorted(gauges + self.poller.samples(before.at, now.at), key=lambda g: g.at)
 
         def family(figure):
             return ex.first(self._names(figure))
@@ -369,7 +378,10 @@ class VllmSource:
         self._by_reason = by_reason
         share_waiting = infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None
         busy = self._busy(delta_total("gpu_execution"), span, ex)
-        decided = decided_wait_p99(timelines, period, quantile_interpolated(itl, 0.99)) if span else None
+        # spans tell of a request only when it ends: with them, the requests still queued bound the wait too
+        queued = None if self.spans is None else queued_mean_wait(
+            by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None), now.gauges.waiting)
+        decided = decided_wait_p99(timelines, period, itl, queued, steps) if span else None
         bounds = None
         if decided is not None:
             inferred["window.scheduler.decided_wait_p99_s"] = decided.how
@@ -416,7 +428,7 @@ class VllmSource:
         cold = ColdPathFigures(waiting_on_model=_whole(now.gauges.deferred) if now.gauges.adapters else None)
         tail = None
         if timelines:
-            charged = charge_queued(timelines, by_reason)
+            charged = charge_queued(timelines, by_reason, self.poller.kept() if self.poller else ())
             tail = WindowTail(ttft=attribution_tail(charged, "ttft"), latency=attribution_tail(charged, "latency"))
             inferred["window.tail"] = (f"{len(charged)} requests' llm_request spans: queue, prefill and decode; "
                                        f"their queue time charged by the window's mix of waiting reasons")
@@ -468,6 +480,8 @@ class VllmSource:
             out.update({f"traces.{k}": v for k, v in self.spans.counts.items()})
         if self.kv_events is not None:
             out.update({f"kv_events.{k}": v for k, v in self.kv_events.totals.items()})
+        if self.poller is not None:
+            out.update({f"gauge_poll.{k}": v for k, v in self.poller.counts.items()})
         return out or None
 
 
