@@ -117,9 +117,10 @@ def test_vllm_new_names_fill_the_snapshot_from_deltas_summed_over_engines(engine
     # 0.8 x 2000 blocks less V1's null block on each of the 2 engines, x 16 = 25,568 slots in use for the tokens
     # held: 110,000 prompt and 11,000 generated tokens counted, less 100,000 and 17,000 in the 40 requests
     # finished, = 4,000; and the 8 running are all still in prefill (40 past their first token, 40 ended): half
-    # a mean prompt (2,500) each, 10,000 more (under 8 x a finished request's 2,925 tokens); 22.5% of prompt
-    # tokens were prefix-cache hits, shared: 8 x 2,500 x 0.225 = 4,500 tokens need no slots of their own
-    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - (4000 + 8 * 2500 / 2 - 4500) / 25568)
+    # a prompt found in its prefill each, weighted by its length (every prompt in the (2000, 5000] bucket: its
+    # middle, 3,500), 14,000 more; 22.5% of prompt tokens were prefix-cache hits, shared: 8 x a mean prompt
+    # (2,500) x 0.225 = 4,500 tokens need no slots of their own
+    assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - (4000 + 8 * 3500 / 2 - 4500) / 25568)
     assert set(snap.inferred) == {"window.scheduler.decided_wait_p99_s", "window.scheduler.wait_seconds_by_reason",
                                   "window.scheduler.waiting_share", "window.kv.fragmentation_ratio",
                                   "window.scheduler.wait_p50_s", "window.kv.full_while_waiting_share"}

@@ -103,6 +103,23 @@ def highest_bound(family: Family | None) -> float | None:
     return min((le for le, c in buckets.items() if c >= count), default=math.inf)
 
 
+def length_biased_mean(family: Family | None) -> float | None:
+    """E[L^2] / E[L] of a histogram's observations, each taken at its bucket's middle (the last finite bound
+    past it): the mean length of one found in progress at a random moment, since a long one is in progress for
+    longer (the inspection paradox); None without observations."""
+    found = _cumulative(family)
+    if found is None or found[1] <= 0:
+        return None
+    lower = linear = squares = below = 0.0
+    for le in sorted(found[0]):
+        count, below = found[0][le] - below, found[0][le]
+        middle = lower if math.isinf(le) else (lower + le) / 2
+        linear += count * middle
+        squares += count * middle * middle
+        lower = lower if math.isinf(le) else le
+    return squares / linear if linear > 0 else None
+
+
 def _cumulative(family: Family | None) -> tuple[dict[float, float], float, float] | None:
     if family is None or family.type != "histogram":
         return None

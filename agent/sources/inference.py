@@ -168,14 +168,17 @@ def held_tokens(counted: Counted) -> float | None:
     (once, at its first token) and every token generated, less the prompt and output lengths of the
     requests that finished (their histograms' sums); plus, for the running requests still in their prefill
     (running less those past their first token and not finished: the TTFT and e2e histograms' counts), half a
-    mean prompt each, as far as a chunked prefill has got on average.
+    prompt each, as far as a chunked prefill has got on average: a prompt found in its prefill, which is
+    longer than a mean prompt (a long prompt spends longer in prefill: `prompt_in_prefill`).
 
     The bookkeeping drifts over a server's life: a request that got its first token and never finished
     (aborted, timed out) stays counted for ever. So it is bounded by what is running now: nothing when no
-    request runs, at most the running requests times the longest request finished (its prompt and output
-    histograms' highest bucket bounds; a mean would not do: the requests running at any moment are the long
-    ones more often than the finished are). The prompt tokens served from the prefix cache (its hit share)
-    sit in blocks shared with other requests: they need no slots of their own."""
+    request runs, and, once more requests are past their first token and unfinished than run (drifted), at
+    most the running requests times the longest request finished (its prompt and output histograms' highest
+    bucket bounds; a mean would not do: the requests running at any moment are the long ones more often than
+    the finished are). Without drift that bound is not applied: early in a run the few requests finished are
+    the short ones, and the long ones running would be cut to their length. The prompt tokens served from the
+    prefix cache (its hit share) sit in blocks shared with other requests: they need no slots of their own."""
     c = counted
     parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
     if any(p is None for p in parts):
@@ -185,12 +188,19 @@ def held_tokens(counted: Counted) -> float | None:
     held = max(0.0, c.prompt_tokens + c.generated_tokens - c.finished_prompt_tokens - c.finished_generated_tokens)
     if None not in (c.running, c.first_tokens, c.ended) and c.finished_prompts:
         in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
-        held += in_prefill * c.finished_prompt_tokens / c.finished_prompts / 2
-    if c.running is not None and c.longest_request is not None:
+        prompt = c.prompt_in_prefill or c.finished_prompt_tokens / c.finished_prompts
+        held += in_prefill * prompt / 2
+    if drifted(c) and c.longest_request is not None:
         held = min(held, c.running * c.longest_request)
     if c.running is not None and c.finished_prompts and c.prefix_hit_share:
         held = max(0.0, held - c.running * c.finished_prompt_tokens / c.finished_prompts * c.prefix_hit_share)
     return held
+
+
+def drifted(c: Counted) -> bool:
+    """Whether the counts hold requests that got their first token and will never finish: more requests past
+    their first token and unfinished than are running."""
+    return None not in (c.running, c.first_tokens, c.ended) and c.first_tokens - c.ended > c.running
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +216,7 @@ class Counted:
     ended: float | None = None                    # requests finished (the e2e histogram's count)
     prefix_hit_share: float | None = None         # prompt tokens found in the prefix cache / prompt tokens queried
     longest_request: float | None = None          # tokens: no finished request had more prompt, nor more output
+    prompt_in_prefill: float | None = None        # the mean prompt, weighted by its length (length_biased_mean)
 
 
 def step_period(span: float, steps: int | None) -> float | None:

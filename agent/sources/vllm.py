@@ -31,6 +31,7 @@ from agent.sources.families import (
     histogram_delta,
     histogram_part,
     label,
+    length_biased_mean,
     mean,
     quantile,
     quantile_said,
@@ -310,6 +311,7 @@ class VllmSource:
             ended=histogram_part(ex.first(self._names("e2e")), "_count"),
             longest_request=_sum_or_none(highest_bound(prompts),
                                          highest_bound(ex.first(self._names("request_generation_tokens")))),
+            prompt_in_prefill=length_biased_mean(prompts),
             prefix_hit_share=_share(total(ex.first(self._names("prefix_hits"))),
                                     total(ex.first(self._names("prefix_queries"))))))
         return Gauges(at=at, running=running, held_tokens=held,
