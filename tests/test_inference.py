@@ -1,9 +1,11 @@
 """What is inferred of an engine read from outside (agent/sources/inference.py), on hand-made gauges and
 request timelines whose answers are worked out in the comments."""
 
+import dataclasses
+
 import pytest
 
-from agent.sources.families import HistogramDelta
+from agent.sources.families import HistogramDelta, length_biased_mean
 from agent.sources.inference import (
     Counted,
     Gauges,
@@ -20,6 +22,7 @@ from agent.sources.inference import (
     sustained_p99,
     wait_seconds_by_reason,
 )
+from agent.sources.prometheus_text import Family, Sample
 from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
 from engine_hooks.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
 
@@ -88,6 +91,29 @@ def test_held_tokens_do_not_drift_with_requests_that_never_finished():
     # a bound, not an estimate: running requests holding less keep what the bookkeeping says
     fresh = {**drifted, "prompt_tokens": 120_500, "generated_tokens": 53_000}
     assert held_tokens(Counted(**fresh, running=2)) == pytest.approx(120_500 + 53_000 - 120_000 - 48_969)
+
+
+def test_early_in_a_run_the_long_prompts_running_are_not_cut_to_the_short_ones_finished():
+    """hol-blocking's first scrapes: 3 short requests finished (none over 250 tokens), 6 running past their
+    first token with long prompts among them. Nothing has drifted (6 past their first token and unfinished, 6
+    running), so the bookkeeping stands: 2,240 tokens held, not 6 x 250."""
+    early = Counted(prompt_tokens=2_468, generated_tokens=185, finished_prompt_tokens=305,
+                    finished_generated_tokens=108, finished_prompts=3, running=6, first_tokens=9, ended=3,
+                    longest_request=250)
+    assert held_tokens(early) == pytest.approx(2_468 + 185 - 305 - 108)
+    # the same counts with 4 more requests past their first token that never finished: drifted, so bounded
+    assert held_tokens(dataclasses.replace(early, first_tokens=13)) == pytest.approx(6 * 250)
+
+
+def test_a_prompt_found_in_its_prefill_is_weighted_by_its_length():
+    """9 prompts of ~100 tokens and 1 of ~2,000 (bucket middles): the mean prompt is 290, but a prompt found
+    in its prefill is the long one more often: E[L^2] / E[L] = (9 x 100^2 + 2,000^2) / 2,900 tokens."""
+    def bucket(le, count):
+        return Sample("p_bucket", {"le": le}, count)
+    prompts = Family("p", "histogram", (bucket("200.0", 9), bucket("3800.0", 10), bucket("+Inf", 10),
+                                        Sample("p_count", {}, 10), Sample("p_sum", {}, 2_900)))
+    assert length_biased_mean(prompts) == pytest.approx((9 * 100**2 + 2_000**2) / 2_900)
+    assert length_biased_mean(Family("p", "histogram", (bucket("+Inf", 0), Sample("p_count", {}, 0)))) is None
 
 
 def test_the_reserved_block_and_a_forced_block_size_are_not_fragmentation():
