@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _report import emit, free_port  # noqa: E402  (bench/ is the script's own directory)
+from _agent import wait_for_route  # noqa: E402  (bench/ is the script's own directory)
+from _report import emit, free_port  # noqa: E402
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 EXPOSITION = (ROOT / "tests" / "fixtures" / "engines" / "vllm_v1_new_names.txt").read_bytes()
@@ -166,7 +167,7 @@ def run(rounds: int, stagelens: list[str]) -> dict:
     traces = f"http://127.0.0.1:{http_port}/v1/traces"
     grpc_address = f"127.0.0.1:{grpc_port}"
     try:
-        _wait_ready(base, agent)
+        wait_for_route(base, "/readyz", agent, deadline_s=60)
         rss_start = _status(agent.pid, "VmRSS")
         scraper = _Scraper(base + "/metrics")
         scraper.start()
@@ -218,18 +219,6 @@ def run(rounds: int, stagelens: list[str]) -> dict:
         engine.shutdown()
         log.close()
         os.unlink(log.name)
-
-
-def _wait_ready(base: str, agent: subprocess.Popen, deadline_s: float = 60) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if agent.poll() is not None:
-            raise SystemExit(f"stagelens serve exited with {agent.returncode}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(base + "/readyz", timeout=2) as answer:
-            if answer.status == 200:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"stagelens serve not ready after {deadline_s:g} s")
 
 
 def main() -> None:

@@ -42,7 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from _report import free_port  # noqa: E402  (bench/ is the script's own directory)
+from _agent import wait_for_route  # noqa: E402  (bench/ is the script's own directory)
+from _report import free_port  # noqa: E402
 from otlp_intake import (  # noqa: E402
     EMPTY_SPANS,
     EXPORT,
@@ -366,7 +367,7 @@ def run(duration: float, seed: int, history: int | None = None) -> dict:
     spans = SpanSender(http_port, grpc_port, seed, stop)
     figures: dict = {"soak_s": duration, "seed": seed, "history_frames": history or "agent's default"}
     try:
-        _wait_up(base, agent)
+        wait_for_route(base, "/healthz", agent, deadline_s=90)   # its engine is hostile: /readyz may never say ready
         figures["rss_start_mib"] = round(_status(agent.pid, "VmRSS"), 1)
         ctx = multiprocessing.get_context("spawn")
         results = ctx.Queue()
@@ -473,16 +474,3 @@ def _ms(seconds: float | None) -> float | None:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
-
-
-def _wait_up(base: str, agent: subprocess.Popen, deadline_s: float = 90) -> None:
-    """Until the agent answers /healthz (its engine may never answer /readyz's way: it is hostile)."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if agent.poll() is not None:
-            raise SystemExit(f"stagelens serve exited with {agent.returncode}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(base + "/healthz", timeout=2) as answer:
-            if answer.status == 200:
-                return
-        time.sleep(0.2)
-    raise SystemExit(f"stagelens serve not up after {deadline_s:g} s")

@@ -17,27 +17,18 @@ import threading
 import time
 
 import pytest
+from fleet_cli import fleet
 from polling import wait_for
 from prometheus_support import Prometheus, free_port, prometheus_binary
 from serve_support import ServeProcess
 from tcp_relay import FreezableRelay
 
-from agent.cli import main
 from agent.fleet.query import FleetQuery
 
 SCENARIOS = {"healthy": (None, "ok"), "kv-fragmentation": ("kv_cache", "firing"),
              "hol-blocking": ("scheduler", "firing")}
 READY_DEADLINE_S = 120   # torch import and the tiny model's weights, three at once, on a 2-core runner
 SETTLE_DEADLINE_S = 60   # from Prometheus scraping all three to one answer showing each scenario's stage
-
-
-def fleet(capsys, *argv: str) -> tuple[int, str, str]:
-    """`stagelens fleet ...` in-process: (exit status, stdout, stderr)."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main(["fleet", *argv])
-    out, err = capsys.readouterr()
-    return exit_.value.code, out, err
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from fleet_cli import fleet
 from hostile_servers import ScriptedServer, answer
-
-from agent.cli import main
 
 NOW = 1_700_000_000.0
 ESCAPES = "\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x1b[2J"     # OSC 52 (clipboard), OSC 0 (title), clear screen
@@ -37,14 +36,6 @@ def prometheus(result: list | None = None, error: dict | None = None) -> Scripte
         answer(conn, json.dumps(document), status="400 Bad Request" if error else "200 OK",
                headers={"Content-Type": "application/json"})
     return ScriptedServer(script)
-
-
-def fleet(capsys, *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main(["fleet", *argv])
-    out, err = capsys.readouterr()
-    return exit_.value.code, out, err
 
 
 def _no_constants(name: str):
