@@ -58,8 +58,10 @@ def test_an_agent_reads_the_lab_engine_through_its_vllm_face(model_dir):
         assert provenance["kv_access_efficiency"] == "not observable"
         assert provenance["memory_bandwidth_utilisation"] == "measured"
         # what came beside /metrics is counted, and the KV events' blocks reach the metrics
-        exposition = seen.get("/metrics").text
-        assert 'stagelens_engine_intake_total{part="traces",what="llm_request_spans"} 4.0' in exposition
+        # (the exposition is rendered on the sampler's next tick: the frame above may not be in it yet)
+        spans_line = 'stagelens_engine_intake_total{part="traces",what="llm_request_spans"} 4.0'
+        exposition = _until(lambda: (text := seen.get("/metrics").text) and spans_line in text and text)
+        assert spans_line in exposition
         assert 'stagelens_engine_info{' in exposition and 'source="vllm"' in exposition
         # (a ZMQ subscriber misses what was published before it joined: these requests come after it has)
         client.post("/v1/completions", json={"prompt": "abc" * 20, "max_tokens": 4})
