@@ -1,6 +1,6 @@
 """`instrument(engine)` wraps the engine's seams from outside; `uninstrument(engine)` puts them back.
 
-Seams: `engine.step` and `engine.schedule`, `scheduler.preempt`, `allocator.allocate`,
+Seams: `engine.submit` (arrivals), `engine.step` and `engine.schedule`, `scheduler.preempt`, `allocator.allocate`,
 `runner.forward`, `residency.load` (the loader thread), and the attention function the model
 calls, timed only while an instrumented engine's forward pass runs on the current thread.
 Every hook runs inside the guard: a failing hook is counted and logged once, the engine goes on.
@@ -59,6 +59,13 @@ def is_instrumented(engine) -> bool:
 
 
 def _wrap_step(patcher: Patcher, engine, rec: Recorder, guard: HookGuard) -> None:
+    def make_submit(submit):
+        def instrumented_submit(*args, **kwargs):
+            req = submit(*args, **kwargs)
+            guard.run("submit", rec.on_arrival, req)
+            return req
+        return instrumented_submit
+
     def make_step(step):
         def instrumented_step():
             guard.run("step_start", rec.on_step_start)
@@ -77,6 +84,7 @@ def _wrap_step(patcher: Patcher, engine, rec: Recorder, guard: HookGuard) -> Non
             return batch
         return instrumented_schedule
 
+    patcher.wrap(engine, "submit", make_submit)
     patcher.wrap(engine, "step", make_step)
     patcher.wrap(engine, "schedule", make_schedule)
 

@@ -51,6 +51,8 @@ class Recorder:
         self._lock = threading.Lock()
         self.started = time.monotonic()
         self._active: dict[str, tuple[Request, RequestTimeline]] = {}
+        self._arrived: dict[str, Request] = {}    # submitted, not yet seen by the scheduler (queued behind a step)
+        self._in_step = False
         self._waits = WaitTracker()
         self._loading: dict[str, tuple[float, bool]] = {}   # model -> (load start, serving when it started)
         self._last_load_end = 0.0
@@ -78,7 +80,13 @@ class Recorder:
                                                c.long_prefill_tokens, c.lengths_sample)
 
     # --- step boundaries ----------------------------------------------------------------------------
+    def on_arrival(self, req: Request) -> None:
+        """A request queued (any thread): it waits from now, though the scheduler sees it only at its next step."""
+        with self._lock:
+            self._arrived[req.request_id] = req
+
     def on_step_start(self) -> None:
+        self._in_step = True
         self._step_index += 1
         self._step_access = AccessStats()
         self._step_attention_s = 0.0
@@ -133,6 +141,7 @@ class Recorder:
         self._note_decode_step(stats, loading)
         self._last_step_end = now
         self._previous_step = (self._step_index, now, self._step_long_prefill)
+        self._in_step = False
 
     def _note_decode_step(self, stats, loading: bool) -> None:
         """Learn what a decode step usually takes; keep what one beside a model load took beyond it."""
@@ -219,6 +228,7 @@ class Recorder:
         if entry is None:
             timeline = RequestTimeline(req.request_id, req.model, req.num_prompt_tokens, arrival=req.arrival_time)
             self._active[req.request_id] = (req, timeline)
+            self._arrived.pop(req.request_id, None)
             return timeline
         return entry[1]
 
@@ -347,17 +357,32 @@ class Recorder:
         return window_stats(records, self._window_settings, reference=self.attention_reference, now=now, span=span)
 
     def _in_flight_waits(self, now: float) -> list[tuple[float, float]]:
-        """(wait so far, of which decided by the scheduler) of every request not yet finished."""
+        """(wait so far, of which decided by the scheduler) of every request not yet finished, those still queued
+        behind the step in progress included: a long prefill's step hides its queue from the step records."""
         out = []
         for req, timeline in self._active.values():
             waited, decided = timeline.scheduler_wait_s, timeline.decided_wait_s
             if req.status is Status.WAITING:
-                pending = now - self._waits.pending_since(req.request_id, timeline.arrival)
-                waited += pending
-                if self._waits.pending_reason(req.request_id) is not None:
-                    decided += pending
+                since = self._waits.pending_since(req.request_id, timeline.arrival)
+                waited += now - since
+                if self._waits.pending_reason(req.request_id) is not None or self._behind_long_prefill(since):
+                    decided += now - since
             out.append((waited, decided))
+        for rid, req in list(self._arrived.items()):
+            if req.finish_reason is not None:      # failed before any step saw it (engine stopped, aborted)
+                del self._arrived[rid]
+                continue
+            pending = now - req.arrival_time
+            out.append((pending, pending if self._behind_long_prefill(req.arrival_time) else 0.0))
         return out
+
+    def _behind_long_prefill(self, since: float) -> bool:
+        """Would a wait pending since `since` be charged to a long prefill (WaitTracker.charge) if scheduled now?
+        The step running now is the one it waits behind; between steps, the step that just ended."""
+        if self._in_step:
+            return self._step_long_prefill is not None
+        previous = self._previous_step
+        return previous is not None and previous[2] is not None and since < previous[1]
 
     def guard_errors(self) -> Counter:
         guard = getattr(self, "guard", None)

@@ -108,6 +108,29 @@ def test_long_prefill_without_chunking_blocks_the_short_requests_behind_it(model
     assert rec.snapshot().window.scheduler.head_of_line_share == pytest.approx(1.0)
 
 
+def test_requests_queued_behind_a_long_prefill_step_still_running_are_waiting_in_the_snapshot(model_dir):
+    """On a slow host one unchunked prefill step can last seconds: the requests that arrive meanwhile are not in
+    the scheduler's queue yet, but their wait behind it is the scheduler's, seen before the step ends."""
+    engine = _engine(model_dir, max_model_len=2048, kv_cache_memory="8MiB", enable_chunked_prefill=False,
+                     max_num_batched_tokens=2048)
+    rec = _instrument(engine, _config(long_prefill_tokens=512))
+    during = []
+    forward = engine.runner.forward
+
+    def snapshot_during_the_long_prefill(inputs):
+        if not during:
+            shorts = [engine.submit(list(range(20)), SamplingParams(max_tokens=4)) for _ in range(3)]
+            later = max(s.arrival_time for s in shorts) + 0.5
+            during.append(rec.snapshot(now=later).window.scheduler)
+        return forward(inputs)
+
+    engine.runner.forward = snapshot_during_the_long_prefill
+    engine.submit([7] * 1900, SamplingParams(max_tokens=4))
+    _drive(engine)
+    scheduler = during[0]
+    assert scheduler.decided_wait_p99_s >= 0.5 and scheduler.wait_p99_s >= 0.5
+
+
 def test_chunked_prefill_with_a_cap_lets_short_requests_through(model_dir):
     long, shorts, rec = _long_and_shorts(model_dir, enable_chunked_prefill=True, max_num_batched_tokens=256,
                                          long_prefill_token_threshold=128)
@@ -165,7 +188,8 @@ def test_cold_load_during_serving_is_recorded_with_step_times(model_dir):
 
 def test_uninstrument_leaves_no_wrapper_behind(model_dir):
     engine = _engine(model_dir)
-    seams = [(engine, "step"), (engine, "schedule"), (engine.scheduler, "preempt"), (engine.allocator, "allocate"),
+    seams = [(engine, "submit"), (engine, "step"), (engine, "schedule"), (engine.scheduler, "preempt"),
+             (engine.allocator, "allocate"),
              (engine.runner, "forward"), (engine.residency, "load")]
     before = {id(o): dict(vars(o)) for o, _ in seams}
     original_attention = model_module.paged_attention
