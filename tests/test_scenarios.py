@@ -35,7 +35,9 @@ def _root(diagnosis) -> str | None:
     return diagnosis.root_stage if diagnosis.verdict in ("warn", "firing") else None
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+# Two seeds a scenario: the held-out seeds and the wider matrix are bench/accuracy.py's job; two runs here show the
+# stage is not one seed's luck and keep the suite inside its time on a 2-core CI machine.
+@pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("name", ["kv-fragmentation", "hol-blocking", "cold-load", "chain"])
 def test_the_named_stage_fires(name, seed):
     spec = SCENARIOS[name]
@@ -59,7 +61,7 @@ def test_the_named_stage_fires(name, seed):
         assert d.stage("scheduler").consequence_of == "kv_cache"
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_healthy_has_no_firing_stage(seed):
     result = _scenario_run("healthy", seed)
     if result.outside is not None:   # nor from outside
