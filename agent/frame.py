@@ -2,7 +2,7 @@
 
 The sampler makes frames; diagnosis, the Prometheus collector, the HTTP API, the TUI and
 record/replay all read them. Plain data, JSON-serialisable, versioned. The engine snapshot is typed
-(engine_hooks.snapshot, which reads and checks its JSON); the node sample stays the probe's JSON.
+(engine_hooks.records.snapshot, which reads and checks its JSON); the node sample stays the probe's JSON.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.numbers import is_finite_number, shown
-from engine_hooks.snapshot import EngineSnapshot, SnapshotError, Window
+from engine_hooks.records.snapshot import EngineSnapshot, SnapshotError, Window
 
 FRAME_VERSION = 1
 MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show
@@ -91,7 +91,7 @@ def _check_shape(data: dict) -> None:
 
 
 def _read_engine(data: dict) -> EngineSnapshot:
-    """The typed snapshot, checked by engine_hooks.snapshot: its error named from the frame down."""
+    """The typed snapshot, checked by engine_hooks.records.snapshot: its error named from the frame down."""
     try:
         return EngineSnapshot.from_dict(data)
     except SnapshotError as exc:

@@ -26,7 +26,7 @@ from agent.frame import Frame, FrameError
 from agent.numbers import is_finite_number, shown
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
-# What a step record keeps of the flight recorder's (engine_hooks.recorder): the batch and its time
+# What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its time
 STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
                "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading",
                "forwards")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from agent.errors import CollectError
 from agent.frame import Frame
+from engine_hooks.records.source import EngineSource
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +21,12 @@ Listener = Callable[[Frame, list], None]   # (frame, request timelines finished 
 
 
 class Sampler:
-    def __init__(self, node_probe=None, engine_source=None, interval: float = 1.0, history: int = 900) -> None:
+    def __init__(self, node_probe=None, engine_source: EngineSource | None = None, interval: float = 1.0,
+                 history: int = 900) -> None:
         if interval <= 0:
             raise ValueError(f"the sampling interval must be positive, got {interval}")
         self.node_probe = node_probe
-        self.engine_source = engine_source   # snapshot(now_monotonic) and recent_timelines(since): a recorder, a host
+        self.engine_source = engine_source   # a recorder, the lab's host, or a source read from outside
         self.interval = interval
         self.history: deque[Frame] = deque(maxlen=history)
         self.listeners: list[Listener] = []

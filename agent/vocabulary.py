@@ -1,16 +1,15 @@
 """The words every surface shares, written once: the stages and their order, the states, what each wait
 reason and time component is charged to, each stage's alert and a verdict's exit status.
 
-The engine names its reasons (engine_hooks.engine.waits, engine_hooks.timeline, engine_hooks.attribution);
+The engine names its reasons (engine_hooks/records/: waits, timeline, attribution);
 charging them to a stage is the diagnosis's judgement, made here.
 """
 
 from __future__ import annotations
 
 from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
-from engine_hooks import attribution
-from engine_hooks.engine import waits
-from engine_hooks.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY
+from engine_hooks.records import attribution, waits
+from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY
 
 KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
 STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
@@ -27,7 +26,7 @@ WAIT_STAGE: dict[str, str | None] = {
     QUEUED: None,           # the engine did not say why it waited: charged to no stage rather than guessed
     STEP_BOUNDARY: None,
 }
-# ... and every component of a request's time (engine_hooks.attribution); None: the request's own compute.
+# ... and every component of a request's time (engine_hooks.records.attribution); None: the request's own compute.
 COMPONENT_STAGE: dict[str, str | None] = {
     **WAIT_STAGE, attribution.RECOMPUTE: KV_CACHE, attribution.LOAD_SLOWDOWN: COLD_PATH, attribution.COMPUTE: None,
 }

@@ -20,7 +20,7 @@ from _report import emit  # noqa: E402
 
 from engine_hooks import instrument, uninstrument  # noqa: E402
 from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from engine_hooks.guard import HookGuard  # noqa: E402
+from engine_hooks.hooks.guard import HookGuard  # noqa: E402
 
 
 class TimedGuard(HookGuard):

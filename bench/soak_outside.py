@@ -269,7 +269,7 @@ class KvPublisher:
     def __init__(self, seed: int, stop: threading.Event) -> None:
         import zmq
 
-        from engine_hooks.vllm_face.kv_events import BlockRemoved, BlockStored, encode_batch
+        from engine_hooks.engine.vllm_face.kv_events import BlockRemoved, BlockStored, encode_batch
 
         self.encode, self.stored, self.removed = encode_batch, BlockStored, BlockRemoved
         self.ctx = zmq.Context()

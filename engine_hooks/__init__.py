@@ -1,13 +1,23 @@
-"""Hooks injected into the bundled engine from outside: KV fragmentation and access efficiency,
-per-request scheduler wait, and the cold path. `instrument(engine)` returns the flight recorder."""
+"""The bundled engine and what observes it, in three rooms and a shared floor:
+
+- `engine/`: the engine itself (pure torch, it knows nothing of who observes it), with `engine/vllm_face/`,
+  the vLLM-compatible interfaces through which it speaks.
+- `hooks/`: what is injected into the engine from outside (`instrument(engine)` returns the flight recorder).
+- `records/`: the records every engine source fills (snapshot, timeline, attribution, wait reasons, stats)
+  and the `EngineSource` protocol the bundled host and the outside sources implement.
+- `shared/`: bottom-layer helpers (the bounded HTTP server) any layer may use.
+
+tests/unit/test_layers.py checks that the imports keep to these layers.
+"""
 
 from importlib import import_module
 
 _EXPORTS = {
-    "instrument": ".instrumentation", "uninstrument": ".instrumentation", "is_instrumented": ".instrumentation",
-    "Recorder": ".recorder", "RecorderConfig": ".recorder",
-    "RequestTimeline": ".timeline", "Wait": ".timeline",
-    "EngineSnapshot": ".snapshot", "SnapshotError": ".snapshot",
+    "instrument": ".hooks.instrumentation", "uninstrument": ".hooks.instrumentation",
+    "is_instrumented": ".hooks.instrumentation",
+    "Recorder": ".hooks.recorder", "RecorderConfig": ".hooks.recorder",
+    "RequestTimeline": ".records.timeline", "Wait": ".records.timeline",
+    "EngineSnapshot": ".records.snapshot", "SnapshotError": ".records.snapshot",
 }
 
 __all__ = sorted(_EXPORTS)

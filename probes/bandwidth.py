@@ -4,7 +4,7 @@ Measured once per node and device (best of a few runs) and cached as JSON under 
 with the date it was measured. Only `POST /api/v1/bandwidth-probe` (agent/server/control.py) reads it,
 to report what the device's memory does on a simple copy. The diagnosis does not judge attention by
 it: `effective_bandwidth_ratio` compares attention against the engine's own attention on an ideal KV
-layout (engine_hooks/calibrate.py, engine_hooks/reference.py), which isolates what the layout costs.
+layout (engine_hooks/hooks/calibrate.py, engine_hooks/hooks/reference.py), which isolates what the layout costs.
 torch is imported here only, and only when a measurement is actually needed.
 """
 

@@ -1,7 +1,7 @@
 """Frames built by hand for diagnosis tests: the shape the sampler produces, with chosen figures."""
 
 from agent.frame import Frame
-from engine_hooks.snapshot import EngineSnapshot
+from engine_hooks.records.snapshot import EngineSnapshot
 
 
 def engine_snapshot(kv=None, scheduler=None, cold_path=None, counters=None, device="cpu", **engine_cfg) -> dict:

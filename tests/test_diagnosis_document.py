@@ -13,7 +13,7 @@ from agent.diagnosis.run import judge_run
 from agent.record import read_bundle
 from agent.runbooks import stage_runbook
 from agent.vocabulary import STAGES, STATES
-from engine_hooks.timeline import RequestTimeline
+from engine_hooks.records.timeline import RequestTimeline
 
 BUNDLES = sorted((pathlib.Path(__file__).parent / "fixtures" / "bundles").glob("*.jsonl"))
 

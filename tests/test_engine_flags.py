@@ -5,7 +5,7 @@ from agent.diagnosis.engine_flags import FLAGS, for_engine
 from agent.diagnosis.explain import explain
 from agent.diagnosis.model import Evidence, Recommendation
 from agent.frame import Frame
-from engine_hooks.snapshot import (
+from engine_hooks.records.snapshot import (
     Clock,
     ColdPathFigures,
     Counters,

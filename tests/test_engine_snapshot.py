@@ -1,4 +1,4 @@
-"""The typed engine snapshot (engine_hooks/snapshot.py): JSON both ways as docs/snapshot.md writes it, checked
+"""The typed engine snapshot (engine_hooks/records/snapshot.py): JSON both ways as docs/snapshot.md writes it, checked
 on read with the field named; and None as "not observable", which every surface shows as unknown, never ok."""
 
 import copy
@@ -19,7 +19,7 @@ from agent.metrics import MetricsExporter
 from agent.record import read_bundle
 from agent.tui.app import StagelensApp
 from agent.tui.source import Poll
-from engine_hooks.snapshot import (
+from engine_hooks.records.snapshot import (
     Clock,
     ColdPathFigures,
     Counters,

@@ -14,7 +14,7 @@ from agent.sampler import Sampler
 from agent.sources.prometheus_text import ExpositionError, parse_exposition
 from agent.sources.vllm import METRICS, EngineScrapeError, VllmSource
 from agent.vocabulary import STAGES
-from engine_hooks.snapshot import EngineSnapshot
+from engine_hooks.records.snapshot import EngineSnapshot
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 WINDOW_S = 10.0

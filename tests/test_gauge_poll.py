@@ -8,7 +8,7 @@ import pytest
 from test_engine_sources import Engine
 
 from agent.sources.vllm import VllmSource
-from engine_hooks.engine.waits import MODEL_LOADING
+from engine_hooks.records.waits import MODEL_LOADING
 
 
 def body(waiting: int, deferred: int) -> str:

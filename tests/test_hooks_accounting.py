@@ -7,7 +7,7 @@ import pytest
 from engine_hooks import RecorderConfig, instrument, is_instrumented, uninstrument
 from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
 from engine_hooks.engine import model as model_module
-from engine_hooks.timeline import BEHIND_LONG_PREFILL
+from engine_hooks.records.timeline import BEHIND_LONG_PREFILL
 
 TOKEN_BYTES = 512   # tiny preset, float32: 2 (K, V) * 2 layers * 2 kv heads * 16 dims * 4 bytes
 

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from test_otlp_receiver import one_request_body, post
 
 from agent.sources.otlp_receiver import OtlpReceiver
-from engine_hooks.vllm_face.server import MetricsServer
+from engine_hooks.engine.vllm_face.server import MetricsServer
 
 DEADLINE_S = 5.0
 

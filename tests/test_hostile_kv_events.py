@@ -8,7 +8,7 @@ import time
 
 from agent.sources.kv_events import MAX_ARRAY_LEN, KvEventsSubscriber
 from agent.sources.plausible import MAX_SEQUENCE_GAP
-from engine_hooks.vllm_face.kv_events import BlockRemoved, BlockStored, encode_batch
+from engine_hooks.engine.vllm_face.kv_events import BlockRemoved, BlockStored, encode_batch
 
 BS = 16
 

@@ -23,8 +23,8 @@ from agent.sources.inference import (
     wait_seconds_by_reason,
 )
 from agent.sources.prometheus_text import Family, Sample
-from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
-from engine_hooks.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
 
 
 def span(rid: str, arrival: float, queue: float, prefill: float, prompt: int, end: float) -> RequestTimeline:

@@ -18,7 +18,7 @@ from agent.metrics.collector import SECTIONS, StagelensCollector
 from agent.sampler import Sampler
 from engine_hooks import RecorderConfig, instrument, uninstrument
 from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
-from engine_hooks.snapshot import EngineSnapshot
+from engine_hooks.records.snapshot import EngineSnapshot
 from probes.sample import NodeProbe, open_backend
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"

@@ -35,7 +35,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from agent.sources.llm_request_spans import QUEUED, timeline_from_span
 from agent.sources.otlp_receiver import OtlpReceiver
-from engine_hooks.timeline import PrefillChunk, Wait
+from engine_hooks.records.timeline import PrefillChunk, Wait
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 DEADLINE_S = 5.0

@@ -13,10 +13,17 @@ from agent.tui.app import StagelensApp
 from agent.tui.messages import Polled
 from agent.tui.source import Poll
 from agent.vocabulary import COMPONENT_STAGE, WAIT_STAGE
-from engine_hooks.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
-from engine_hooks.engine import waits
-from engine_hooks.snapshot import WindowTail
-from engine_hooks.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY, PrefillChunk, RequestTimeline, Wait
+from engine_hooks.records import waits
+from engine_hooks.records.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
+from engine_hooks.records.snapshot import WindowTail
+from engine_hooks.records.timeline import (
+    BEHIND_LONG_PREFILL,
+    QUEUED,
+    STEP_BOUNDARY,
+    PrefillChunk,
+    RequestTimeline,
+    Wait,
+)
 
 
 def timeline(rid="r", arrival=0.0, waits_=(), chunks=(), first=None, finished=None, events=()) -> RequestTimeline:

@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from test_tracing_support import OFFSET, clear_otel_env, preempted_timeline, small_timeline
 
 from agent.tracing import ClockOffset, TraceExporter
-from engine_hooks.timeline import RequestTimeline
+from engine_hooks.records.timeline import RequestTimeline
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -44,10 +44,11 @@ def by_name(spans, name):
 
 
 def test_timeline_import_pulls_no_torch():
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import engine_hooks.timeline, agent.tracing"],
+    code = "import engine_hooks.records.timeline, agent.tracing"
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
                          capture_output=True, text=True, check=True)
     modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    assert "engine_hooks.timeline" in modules and "agent.tracing" in modules
+    assert "engine_hooks.records.timeline" in modules and "agent.tracing" in modules
     assert not {m for m in modules if m == "torch" or m.startswith("torch.")}
 
 

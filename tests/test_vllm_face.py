@@ -22,8 +22,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from agent.sources.prometheus_text import parse_exposition
 from agent.sources.vllm import VllmSource
 from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
-from engine_hooks.vllm_face import VllmFace
-from engine_hooks.vllm_face.metrics import (
+from engine_hooks.engine.vllm_face import VllmFace
+from engine_hooks.engine.vllm_face.metrics import (
     INTER_TOKEN_BUCKETS,
     ITERATION_TOKENS_BUCKETS,
     REQUEST_LATENCY_BUCKETS,

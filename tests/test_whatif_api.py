@@ -10,7 +10,7 @@ from agent.diagnosis.run import judge_run
 from agent.record import read_bundle
 from agent.runtime import AgentRuntime, LabSettings
 from agent.server.app import create_app
-from engine_hooks.timeline import RequestTimeline
+from engine_hooks.records.timeline import RequestTimeline
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LAB = {"model": "tiny", "max_model_len": 256, "kv_cache_memory": "2MiB", "device": "cpu"}

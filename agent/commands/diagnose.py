@@ -55,7 +55,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     timelines: list = []
     if replay_path:
         from agent.record import read_bundle_warned
-        from engine_hooks.timeline import RequestTimeline
+        from engine_hooks.records.timeline import RequestTimeline
 
         bundle = read_bundle_warned(replay_path)
         if not bundle.frames:

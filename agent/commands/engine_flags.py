@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import click
 
+from agent.lab.bundled_engine import ALLOCATORS, DTYPES, POLICIES, PRESETS
 from agent.lab.settings import BOUNDS
 from agent.numbers import Number
-from engine_hooks.engine.config import ALLOCATORS, DTYPES, POLICIES
-from engine_hooks.engine.presets import PRESETS
 
 
 def _numeric(flag: str, help: str):

@@ -29,7 +29,7 @@ from agent.diagnosis.tail import Tail
 from agent.frame import Frame
 from agent.runbooks import stage_runbook
 from agent.vocabulary import KV_CACHE, SCHEDULER, STAGES, stage_of
-from engine_hooks.timeline import QUEUED
+from engine_hooks.records.timeline import QUEUED
 
 
 def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:

@@ -9,9 +9,9 @@ from agent.diagnosis.model import Evidence, Recommendation
 from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
 from agent.frame import Frame
 from agent.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
-from engine_hooks.engine.waits import MAX_NUM_SEQS, TOKEN_BUDGET
-from engine_hooks.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
-from engine_hooks.timeline import BEHIND_LONG_PREFILL
+from engine_hooks.records.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
+from engine_hooks.records.timeline import BEHIND_LONG_PREFILL
+from engine_hooks.records.waits import MAX_NUM_SEQS, TOKEN_BUDGET
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 TARGET_BLOCK_WASTE = 0.10

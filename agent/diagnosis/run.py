@@ -18,8 +18,8 @@ from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
 from agent.diagnosis.signals import SIGNALS_BY_ID, TAIL_SHARE
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame
-from engine_hooks.attribution import tail as tail_figures
-from engine_hooks.timeline import RequestTimeline
+from engine_hooks.records.attribution import tail as tail_figures
+from engine_hooks.records.timeline import RequestTimeline
 
 TAIL_QUANTILE = 0.99
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame, busier_direction
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
-from engine_hooks.engine.waits import MODEL_LOADING
-from engine_hooks.snapshot import Window
+from engine_hooks.records.snapshot import Window
+from engine_hooks.records.waits import MODEL_LOADING
 
 
 class _Marker:

@@ -1,6 +1,6 @@
 """The tail, explained: of the requests at or past the P99, how much of their time each stage took.
 
-The engine adds up the components of the tail's requests (engine_hooks.attribution.tail); here they are
+The engine adds up the components of the tail's requests (engine_hooks.records.attribution.tail); here they are
 charged to stages (agent.vocabulary) and judged: a tail is *attributable* when it is slow against the
 median and one stage holds most of its time.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.vocabulary import COMPONENT_NAMES, STAGE_NAMES, STAGES, stage_of
-from engine_hooks.attribution import COMPUTE
-from engine_hooks.snapshot import TailFigures
+from engine_hooks.records.attribution import COMPUTE
+from engine_hooks.records.snapshot import TailFigures
 
 OWN = COMPUTE                 # the requests' own prefill and decode, and step boundaries: no stage's fault
 SLOW_TAIL_FACTOR = 3.0        # a tail this many times the median is one to explain
@@ -48,7 +48,7 @@ class Tail:
 
     @classmethod
     def from_figures(cls, metric: str, figures: TailFigures | None) -> Tail | None:
-        """From the engine's tail figures (engine_hooks.attribution.tail); None when there were no requests."""
+        """From the engine's tail figures (engine_hooks.records.attribution.tail); None when there were no requests."""
         if figures is None or not figures.seconds:
             return None
         stages = by_stage(figures.seconds)

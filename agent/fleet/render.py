@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 
 from agent.fleet.model import FleetView, NodeRow, counts
-from agent.tui.fmt import STATE_MARK, evidence_value
+from agent.fmt import STATE_MARK, evidence_value
 from agent.vocabulary import STAGES
 
 DEFAULT_LIMIT = 500

@@ -15,7 +15,7 @@ import threading
 from agent.lab.workload import WorkloadConfig, WorkloadRun, run_workload
 from engine_hooks import instrument, uninstrument
 from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
-from engine_hooks.snapshot import EngineSnapshot
+from engine_hooks.records.snapshot import EngineSnapshot
 
 log = logging.getLogger(__name__)
 RESTART_GRACE_S = 5.0      # requests in flight get this long to finish before a restart aborts them
@@ -24,7 +24,7 @@ JOIN_S = 40.0              # ... and its thread this long (its drain, then the e
 
 
 class EngineHost:
-    """`face`, when given, are VllmFace's settings (engine_hooks/vllm_face: host, port, otlp_traces_endpoint,
+    """`face`, when given, are VllmFace's settings (engine_hooks/engine/vllm_face: host, port, otlp_traces_endpoint,
     kv_events_endpoint): each engine hosted then also speaks vLLM's interfaces, on the same port across
     restarts, so that `--engine vllm --engine-url` can read it as it would a vLLM server."""
 
@@ -92,7 +92,7 @@ class EngineHost:
             engine.start()
             self.engine = engine
             if self.face_settings is not None:
-                from engine_hooks.vllm_face import VllmFace
+                from engine_hooks.engine.vllm_face import VllmFace
 
                 self.face = VllmFace(engine, **self.face_settings).start()
             if workload is not None:

@@ -1,5 +1,5 @@
 """The hosted engine seen from outside, as stagelens sees a vLLM server: the engine speaks vLLM's interfaces
-(engine_hooks/vllm_face: its /metrics on a port of its own, its llm_request spans), and the same source
+(engine_hooks/engine/vllm_face: its /metrics on a port of its own, its llm_request spans), and the same source
 `--engine vllm --engine-url` uses reads them (with its gauge poll between scrapes), the spans arriving at an
 OtlpReceiver as vLLM would send them.
 Nothing of the hooks reaches it. `run_lab(..., outside=True)` samples both in one run so that the two
@@ -23,7 +23,7 @@ from probes.sample import NodeProbe, open_backend
 
 class OutsideView:
     def __init__(self, engine: LLMEngine, nvml_snapshot: str | None, interval: float) -> None:
-        from engine_hooks.vllm_face import VllmFace
+        from engine_hooks.engine.vllm_face import VllmFace
 
         self.receiver = OtlpReceiver(http_port=0).start()
         # spans sent each second, as vLLM does with OTEL_BSP_SCHEDULE_DELAY=1000 (the SDK's default is 5 s)

@@ -19,7 +19,7 @@ from agent.lab.summary import summarize
 from agent.lab.workload import WorkloadConfig
 from agent.sampler import Sampler
 from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
-from engine_hooks.stats import percentile
+from engine_hooks.records.stats import percentile
 from probes.sample import NodeProbe, open_backend
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine_hooks.engine.request import Request
-from engine_hooks.stats import percentile
+from engine_hooks.records.stats import percentile
 
 
 def summarize(requests: list[Request], elapsed: float, window_s: float, window_tokens: int) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_hooks.stats import percentile
+from engine_hooks.records.stats import percentile
 
 
 @dataclass(frozen=True)

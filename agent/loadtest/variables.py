@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.errors import UserError
-from engine_hooks.engine.config import ALLOCATORS, POLICIES
+from agent.lab.bundled_engine import ALLOCATORS, POLICIES
 
 _SWITCH = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 

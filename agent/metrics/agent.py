@@ -5,7 +5,7 @@ from __future__ import annotations
 from agent.metrics.families import Scrape
 
 DRIVER_STATES = ("ok", "no_driver", "error")
-# The hooks engine_hooks.instrumentation guards: exported at 0 from the start, so the first error is an increase.
+# The hooks engine_hooks.hooks.instrumentation guards: exported at 0 from the start, so the first error is an increase.
 HOOKS = ("step_start", "step_end", "schedule", "preempt", "allocate", "forward", "load", "attention")
 
 

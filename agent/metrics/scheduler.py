@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.metrics.families import Scrape
 
-_COUNTERS = (   # (metric, the engine_hooks.snapshot.Counters field, its help)
+_COUNTERS = (   # (metric, the engine_hooks.records.snapshot.Counters field, its help)
     ("stagelens_scheduler_steps_total", "steps_total", "Engine steps run."),
     ("stagelens_scheduler_busy_seconds_total", "busy_seconds_total", "Seconds the engine spent in steps."),
     ("stagelens_scheduler_idle_seconds_total", "idle_seconds_total", "Seconds the engine sat idle between steps."),

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from agent.lab.bundled_engine import FinishReason, SamplingParams
 from agent.server.completion_request import decode
 from agent.server.errors import OpenAIError, error_body, model_not_found
 from agent.server.openai_request import SamplingRequest, check_supported, stops_of
 from agent.server.stops import StopMatcher
-from engine_hooks.engine.request import FinishReason, SamplingParams
 
 DISCONNECT_CHECK_S = 0.1
 
@@ -31,7 +31,7 @@ DISCONNECT_CHECK_S = 0.1
 @dataclass
 class Choice:
     index: int
-    req: object                     # engine_hooks.engine.Request
+    req: object                     # the bundled engine's Request
     stops: StopMatcher
     finish_reason: str | None = None
     tokens: int = 0
@@ -41,7 +41,7 @@ class Choice:
 @dataclass
 class Generation:
     """A request's engine requests, submitted: one choice per prompt."""
-    engine: object                  # engine_hooks.engine.LLMEngine
+    engine: object                  # the bundled engine's LLMEngine
     choices: list[Choice]
     request_id: str
     model: str
@@ -95,7 +95,7 @@ def submit(engine, runtime, params, model: str | None, prompts: list[list[int]],
            request_id: str, traceparent: str | None, param: str = "prompt") -> list[Choice]:
     """One engine request per prompt; all or none are queued. `param` names the request field a
     prompt the engine refuses came from."""
-    from engine_hooks.engine import EngineStopped
+    from agent.lab.bundled_engine import EngineStopped
 
     choices: list[Choice] = []
     try:

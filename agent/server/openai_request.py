@@ -7,8 +7,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent.lab.bundled_engine import SEED_RANGE
 from agent.server.errors import OpenAIError
-from engine_hooks.engine.request import SEED_RANGE
 
 MAX_STOPS = 4
 MAX_TOKENS = 65536

@@ -14,16 +14,16 @@ import itertools
 from dataclasses import dataclass
 
 from agent.sources.families import HistogramDelta, quantile_interpolated
-from engine_hooks.attribution import components
-from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS
-from engine_hooks.stats import percentile
-from engine_hooks.timeline import QUEUED, RequestTimeline
+from engine_hooks.records.attribution import components
+from engine_hooks.records.stats import percentile
+from engine_hooks.records.timeline import QUEUED, RequestTimeline
+from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
 
-LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.recorder)
+LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.hooks.recorder)
 LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked
                                              # prefill's default budget is 512 tokens a step)
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
-                              # the hooks' "free memory" line (engine_hooks.recorder's free_memory_share)
+                              # the hooks' "free memory" line (engine_hooks.hooks.recorder's free_memory_share)
 
 
 @dataclass(frozen=True, slots=True)

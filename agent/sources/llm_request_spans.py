@@ -39,8 +39,8 @@ import math
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from engine_hooks.attribution import components
-from engine_hooks.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from engine_hooks.records.attribution import components
+from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
 
 __all__ = ["LLM_REQUEST", "QUEUED", "timeline_from_span"]
 

@@ -1,5 +1,5 @@
 """OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (agent/sources/otlp_receiver.py), on a thread-per-
-connection server with the agent's bounds (engine_hooks/bounded_http.py: connections, the headers'
+connection server with the agent's bounds (engine_hooks/shared/bounded_http.py: connections, the headers'
 deadline, clients gone counted).
 
 A body is read only within the receiver's budget of body bytes in flight (`max_inflight_bytes`, all
@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from agent.sources.otlp_decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
-from engine_hooks.bounded_http import BoundedHandler, BoundedHTTPServer
+from engine_hooks.shared.bounded_http import BoundedHandler, BoundedHTTPServer
 
 if TYPE_CHECKING:
     from agent.sources.otlp_receiver import OtlpReceiver

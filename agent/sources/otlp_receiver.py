@@ -56,8 +56,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from agent.sources.llm_request_spans import LLM_REQUEST, timeline_from_span
 from agent.sources.otlp_decode import JSON, RequestRejected, content_kind, inflate, one_line, parse
 from agent.sources.otlp_forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
-from engine_hooks.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
-from engine_hooks.timeline import RequestTimeline
+from engine_hooks.records.timeline import RequestTimeline
+from engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

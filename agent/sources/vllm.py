@@ -59,8 +59,8 @@ from agent.sources.inference import (
 from agent.sources.plausible import refuse_implausible, rule_for
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
 from agent.sources.wait_bounds import queue_wait_p99_bounds
-from engine_hooks.attribution import tail as attribution_tail
-from engine_hooks.snapshot import (
+from engine_hooks.records.attribution import tail as attribution_tail
+from engine_hooks.records.snapshot import (
     Clock,
     ColdPathFigures,
     Counters,
@@ -149,7 +149,7 @@ METRICS: dict[str, Metric] = {
 
 POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora")   # what the gauge poll reads
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
-WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
+WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
 
 

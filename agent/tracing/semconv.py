@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine_hooks.timeline import PrefillChunk, RequestTimeline, Wait
+from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
 
 ROOT = "llm_request"
 QUEUE_WAIT = "queue_wait"

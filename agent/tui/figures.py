@@ -4,7 +4,7 @@ and the requests that finished in it."""
 from __future__ import annotations
 
 from agent.frame import Frame
-from engine_hooks.stats import percentile
+from engine_hooks.records.stats import percentile
 
 # (label, key, format, lower is better)
 COMPARED = (

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.evaluate import LiveDiagnosis
 from agent.diagnosis.model import Diagnosis
+from agent.fmt import evidence_value
 from agent.frame import Frame
 from agent.tui.figures import frame_figures, period_figures
-from agent.tui.fmt import evidence_value
 from agent.vocabulary import STAGE_NAMES
-from engine_hooks.snapshot import Window
+from engine_hooks.records.snapshot import Window
 
 
 @dataclass

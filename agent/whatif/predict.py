@@ -10,7 +10,7 @@ from agent.whatif.fit import StepCost
 from agent.whatif.settings import Settings
 from agent.whatif.simulator import SimRequest, Simulation, Simulator
 from agent.whatif.workload import ServedRequest
-from engine_hooks.stats import percentile
+from engine_hooks.records.stats import percentile
 
 OUTSIDE_SHARE = 0.05     # more than this share of steps outside the fitted range: the prediction says so
 

@@ -10,7 +10,7 @@ from agent.whatif.workload import Observed
 def recommended_changes(observed: Observed, config=None) -> dict:
     from agent.diagnosis.run import judge_run
     from agent.lab.fixes import fix_flags
-    from engine_hooks.timeline import RequestTimeline
+    from engine_hooks.records.timeline import RequestTimeline
 
     if not observed.frames:
         raise UserError(f"{observed.source}: no frames to diagnose: --recommended needs them")

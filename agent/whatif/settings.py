@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from agent.errors import UserError
-from engine_hooks.engine.config import ConfigError, EngineConfig
+from agent.lab.bundled_engine import ConfigError, EngineConfig
 
 # The settings a candidate may change: they decide what the scheduler, the KV cache and residency do
 TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
@@ -82,7 +82,7 @@ class Settings:
 
 
 def _per_token(model: str, element: int) -> int:
-    from engine_hooks.engine.presets import PRESETS
+    from agent.lab.bundled_engine import PRESETS
 
     p = PRESETS.get(model) or PRESETS["small"]
     return 2 * p.num_layers * p.num_kv_heads * p.head_dim * element
@@ -112,7 +112,7 @@ def _value(key: str, raw: str, name: str):
     if key in ("policy", "allocator"):
         return raw
     if key == "kv_cache_memory":
-        from engine_hooks.engine.config import parse_bytes
+        from agent.lab.bundled_engine import parse_bytes
 
         try:
             return parse_bytes(raw)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from agent.lab.bundled_engine import make_allocator
 from agent.whatif.settings import Settings
-from engine_hooks.engine.allocator import make_allocator
 
 WAITING, RUNNING, FINISHED = 0, 1, 2
 

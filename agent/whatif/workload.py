@@ -37,7 +37,7 @@ class Observed:
     timelines: list[dict] = field(default_factory=list)
 
     def engine_info(self):
-        """The last frame's engine description (engine_hooks.snapshot.EngineInfo) and its KV blocks, or Nones."""
+        """The last frame's engine description (records.snapshot.EngineInfo) and its KV blocks, or Nones."""
         for frame in reversed(self.frames):
             if frame.engine is not None:
                 usage = frame.engine.usage

@@ -16,7 +16,7 @@ once with the reason, `failure` says why, and `submit` refuses: nobody waits on 
 
 Observers (`add_observer`) are the engine's own reporting seam, as vLLM's stat loggers are: after every
 step `on_step(engine, stats, batch)`, and as each request ends `on_request_end(engine, request)`, on the
-engine thread. Its vLLM-compatible interfaces (engine_hooks/vllm_face) are observers; the stagelens hooks
+engine thread. Its vLLM-compatible interfaces (engine_hooks/engine/vllm_face) are observers; the stagelens hooks
 are not (they patch from outside). An observer that raises is counted in `observer_errors`, logged once,
 and never fails a step or a request.
 """

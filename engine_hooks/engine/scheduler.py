@@ -12,11 +12,12 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS, PREEMPTED, TOKEN_BUDGET
+
 from .allocator import BlockAllocator
 from .config import EngineConfig
 from .request import Request, Status
 from .residency import ModelResidency
-from .waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS, PREEMPTED, TOKEN_BUDGET
 
 
 @dataclass

@@ -11,7 +11,7 @@ from rich.text import Text
 from agent.fleet.model import FleetView, NodeRow, counts
 from agent.fleet.query import matches
 from agent.fleet.render import STATUS_MARK, age, health, tail_text
-from agent.tui.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock, evidence_value
+from agent.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock, evidence_value
 from agent.vocabulary import STAGE_NAMES, STAGES
 
 STATUS_STYLE = {**STATE_STYLE, "down": "bold white on red"}

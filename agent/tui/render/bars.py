@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from agent.diagnosis.evaluate import threshold_level
-from agent.tui.fmt import STATE_COLOR
+from agent.fmt import STATE_COLOR
 
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 VBLOCKS = " ▁▂▃▄▅▆▇█"

@@ -7,7 +7,7 @@ from rich.segment import Segment
 from rich.style import Style
 
 from agent.diagnosis.evaluate import threshold_level
-from agent.tui.fmt import STATE_COLOR
+from agent.fmt import STATE_COLOR
 from agent.tui.render.bars import EIGHTHS, VBLOCKS
 
 _STYLES = {color: Style(color=color) for color in ("green", "yellow", "red")}

@@ -8,9 +8,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from agent.diagnosis.tail import OWN, by_stage
-from agent.tui.fmt import seconds
+from agent.fmt import seconds
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
-from engine_hooks.engine.waits import PREEMPTED
+from engine_hooks.records.waits import PREEMPTED
 
 KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
 _PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column

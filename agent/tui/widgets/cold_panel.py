@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from agent.fmt import pct, rate_bytes, seconds, size
 from agent.frame import busier_direction
-from agent.tui.fmt import pct, rate_bytes, seconds, size
 from agent.tui.render.bars import Bar
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState

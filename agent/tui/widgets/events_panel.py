@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from agent.tui.fmt import STATE_COLOR, STATE_MARK, clock
+from agent.fmt import STATE_COLOR, STATE_MARK, clock
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel

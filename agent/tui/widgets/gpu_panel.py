@@ -7,8 +7,8 @@ from rich.console import Group
 from rich.text import Text
 
 from agent.diagnosis.config import Threshold
+from agent.fmt import pct, rate_bytes
 from agent.frame import busier_direction
-from agent.tui.fmt import pct, rate_bytes
 from agent.tui.render.bars import Bar, LinkStrip
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.tui.fmt import pct, size
+from agent.fmt import pct, size
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import headline, signal_plot

@@ -7,15 +7,15 @@ from rich.console import Group
 from rich.text import Text
 
 from agent.diagnosis.signals import window_tail
+from agent.fmt import STATE_COLOR, pct, ratio, seconds
 from agent.tui.figures import COMPARED
-from agent.tui.fmt import STATE_COLOR, pct, ratio, seconds
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.render.waterfall import Waterfall
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import evidence_state
 from agent.vocabulary import stage_of
-from engine_hooks.snapshot import EngineInfo
+from engine_hooks.records.snapshot import EngineInfo
 
 
 def _fmt(kind: str, value) -> str:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from rich.text import Text
 
 from agent.diagnosis.signals import SIGNALS_BY_ID
-from agent.tui.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
+from agent.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
 from agent.tui.render.plot import HistoryPlot
 from agent.tui.state import TuiState
-from engine_hooks.snapshot import Window
+from engine_hooks.records.snapshot import Window
 
 
 def _evidence(state: TuiState, signal_id: str):

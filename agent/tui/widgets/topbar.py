@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from agent.diagnosis.evaluate import engine_failure
-from agent.tui.fmt import clock
+from agent.fmt import clock
 from agent.tui.state import TuiState
 from agent.tui.widgets.lines import RenderedLines
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from agent.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock
 from agent.runbooks import runbook_stem
-from agent.tui.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock
 from agent.tui.state import TuiState
 from agent.tui.widgets.lines import RenderedLines
 from agent.vocabulary import STAGE_NAMES

@@ -8,7 +8,7 @@ them) can attach to it as it would to a real vLLM server.
 - `kv_events.py`: vLLM's KV-cache events (`--kv-events-config`), on ZMQ.
 
 Each is an engine observer (`LLMEngine.add_observer`), the engine's own reporting seam, as vLLM's stat
-loggers are; stagelens's hooks (engine_hooks/instrumentation.py and the rest) are not involved and need not
+loggers are; stagelens's hooks (engine_hooks/hooks/instrumentation.py and the rest) are not involved and need not
 be installed. `VllmFace` attaches them to an engine, running or not, and detaches them.
 """
 

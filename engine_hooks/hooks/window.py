@@ -1,5 +1,5 @@
 """Figures over the recent window, derived from the recorder's step records and timelines: the snapshot's
-`Window` (engine_hooks.snapshot).
+`Window` (engine_hooks.records.snapshot).
 
 Every figure is None when the window holds no data for it: unknown is never reported as healthy.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from engine_hooks.attribution import tail
-from engine_hooks.reference import reference_at
-from engine_hooks.snapshot import (
+from engine_hooks.hooks.reference import reference_at
+from engine_hooks.records.attribution import tail
+from engine_hooks.records.snapshot import (
     ColdPathFigures,
     KvFigures,
     KvUsage,
@@ -20,8 +20,8 @@ from engine_hooks.snapshot import (
     Window,
     WindowTail,
 )
-from engine_hooks.stats import percentile
-from engine_hooks.timeline import BEHIND_LONG_PREFILL, RequestTimeline
+from engine_hooks.records.stats import percentile
+from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, RequestTimeline
 
 
 @dataclass

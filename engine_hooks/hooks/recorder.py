@@ -13,15 +13,15 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import takewhile
 
-from engine_hooks.access import AccessStats, access_stats
-from engine_hooks.attribution import SlowStep, components
 from engine_hooks.engine.request import FinishReason, Request, Status
 from engine_hooks.engine.scheduler import ScheduledBatch
-from engine_hooks.engine.waits import MODEL_LOADING, NO_FREE_BLOCKS, TOKEN_BUDGET
-from engine_hooks.ring import Ring
-from engine_hooks.snapshot import Clock, Counters, Dropped, EngineInfo, EngineSnapshot, Health, KvUsage, Window
-from engine_hooks.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
-from engine_hooks.window import WindowRecords, WindowSettings, window_stats
+from engine_hooks.hooks.access import AccessStats, access_stats
+from engine_hooks.hooks.ring import Ring
+from engine_hooks.hooks.window import WindowRecords, WindowSettings, window_stats
+from engine_hooks.records.attribution import SlowStep, components
+from engine_hooks.records.snapshot import Clock, Counters, Dropped, EngineInfo, EngineSnapshot, Health, KvUsage, Window
+from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
+from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS, TOKEN_BUDGET
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Recorder:
         cache = engine.kv_cache
         self._token_bytes = cache.bytes_per_token
         self._block_size = cache.block_size
-        self.attention_reference: dict | None = None   # engine_hooks.calibrate.ideal_layout_curve
+        self.attention_reference: dict | None = None   # engine_hooks.hooks.calibrate.ideal_layout_curve
         self._window_settings = WindowSettings(self._block_size, engine.config.preset.num_layers,
                                                c.long_prefill_tokens, c.lengths_sample)
 
@@ -170,7 +170,7 @@ class Recorder:
         self.counters["requests_failed_total" if failed else "requests_finished_total"] += 1
 
     def _attribute(self, timeline: RequestTimeline) -> None:
-        """Split its TTFT and latency into components (engine_hooks.attribution)."""
+        """Split its TTFT and latency into components (engine_hooks.records.attribution)."""
         slow = list(takewhile(lambda s: s.end > timeline.arrival, reversed(self._slow_steps)))
         if timeline.first_token is not None:
             timeline.ttft_components = components(timeline, timeline.first_token, slow)
@@ -306,7 +306,7 @@ class Recorder:
         return [e for e in items if since is None or e["t"] > since]
 
     def snapshot(self, now: float | None = None) -> EngineSnapshot:
-        """The engine snapshot (engine_hooks.snapshot, docs/snapshot.md) at `now` (monotonic)."""
+        """The engine snapshot (engine_hooks.records.snapshot, docs/snapshot.md) at `now` (monotonic)."""
         now = time.monotonic() if now is None else now
         cfg, engine = self.config, self.engine
         with self._lock:

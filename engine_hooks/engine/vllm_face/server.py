@@ -2,7 +2,7 @@
 
 `MetricsServer(registry, host, port).start()` binds (port 0 picks a free one), serves on a daemon thread,
 and `stop()` shuts the listener, closes the socket and joins the thread. Only `GET /metrics` (and `HEAD`)
-answer 200; any other path is 404. The listener has the agent's bounds (engine_hooks/bounded_http.py): a
+answer 200; any other path is 404. The listener has the agent's bounds (engine_hooks/shared/bounded_http.py): a
 connection cap, a deadline on each request's headers, and a client that leaves before reading its answer
 counted (`clients_gone`), not a traceback.
 """
@@ -13,7 +13,7 @@ import threading
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from engine_hooks.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S, BoundedHandler, BoundedHTTPServer
+from engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S, BoundedHandler, BoundedHTTPServer
 
 METRICS_PATH = "/metrics"
 

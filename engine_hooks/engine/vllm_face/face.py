@@ -21,7 +21,7 @@ class VllmFace:
         VllmSource(face.url)            # reads face.url + "/metrics" as it would a vLLM server's
         face.stop()
 
-    `kv_events_endpoint` adds vLLM's KV-cache events publisher (engine_hooks/vllm_face/kv_events.py,
+    `kv_events_endpoint` adds vLLM's KV-cache events publisher (engine_hooks/engine/vllm_face/kv_events.py,
     `KvEventsPublisher(endpoint, engine)`) as one more observer."""
 
     def __init__(self, engine, served_model_name: str | None = None, host: str = "127.0.0.1", port: int = 0,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from engine_hooks.engine.waits import PREEMPTED
+from engine_hooks.records.waits import PREEMPTED
 
-# Reasons beyond the scheduler's own (engine_hooks.engine.waits)
+# Reasons beyond the scheduler's own (engine_hooks.records.waits)
 BEHIND_LONG_PREFILL = "behind_long_prefill"
 STEP_BOUNDARY = "step_boundary"
 # A wait whose reason the engine did not publish: an engine read from outside (vLLM's `time_in_queue`)
@@ -54,7 +54,7 @@ class RequestTimeline:
     chunks: list[PrefillChunk] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     preemptions: int = 0
-    # where its time went (engine_hooks.attribution): component -> seconds, up to the first token and to the end
+    # where its time went (engine_hooks.records.attribution): component -> seconds, up to the first token and to the end
     ttft_components: dict[str, float] | None = None
     latency_components: dict[str, float] | None = None
 

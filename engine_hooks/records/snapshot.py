@@ -1,7 +1,7 @@
 """The engine snapshot (`stagelens-engine/1`, docs/snapshot.md): what an engine source reports each tick.
 
 This is the contract every engine source fills — the bundled engine's flight recorder
-(engine_hooks/recorder.py) today, an engine read from outside next — and the one shape the agent reads
+(engine_hooks/hooks/recorder.py) today, an engine read from outside next — and the one shape the agent reads
 engine figures in: the diagnosis, /metrics, the TUI, the HTTP API and recorded bundles.
 
 None is a value, never a missing attribute: every figure a source might not observe is None when it
@@ -73,7 +73,7 @@ class EngineInfo(_Section):
     block_size_forced: bool | None = None   # the model sets the block size (hybrid attention + mamba)
     resident_models: list[str] | None = None
     loading_models: list[str] | None = None
-    attention_reference: dict | None = None    # as engine_hooks.calibrate measured it; engine_hooks.reference reads it
+    attention_reference: dict | None = None    # as hooks/calibrate.py measured it; hooks/reference.py reads it
 
     @property
     def on_cuda(self) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from engine_hooks.engine.waits import MODEL_LOADING
+from engine_hooks.records.waits import MODEL_LOADING
 
 ENGINE_INDEX = "0"
 LABELS = ("model_name", "engine")

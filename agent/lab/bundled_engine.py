@@ -1,0 +1,20 @@
+"""The bundled engine's vocabulary for the agent outside the lab: its configuration, presets, request
+parameters and allocators. The lab hosts the engine and is the agent's one door to `engine_hooks.engine`
+(tests/unit/test_layers.py), so that a change in the engine's layout is met here. Nothing here imports torch;
+`EngineStopped`, which lives beside the engine loop, is imported when first asked for."""
+
+from importlib import import_module
+
+from engine_hooks.engine.allocator import make_allocator
+from engine_hooks.engine.config import ALLOCATORS, DTYPES, POLICIES, ConfigError, EngineConfig, parse_bytes
+from engine_hooks.engine.presets import PRESETS
+from engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
+
+__all__ = ["ALLOCATORS", "DTYPES", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError", "EngineConfig",
+           "FinishReason", "SamplingParams", "make_allocator", "parse_bytes"]
+
+
+def __getattr__(name: str):
+    if name == "EngineStopped":
+        return import_module("engine_hooks.engine.engine").EngineStopped
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
