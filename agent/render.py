@@ -38,7 +38,7 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
 
 
 def render_run(run) -> str:
-    """A run's account (agent.diagnosis.run.RunDiagnosis): its tail, its episodes, and, where the verdict
+    """A run's account (agent.diagnosis.whole_run.RunDiagnosis): its tail, its episodes, and, where the verdict
     comes from the tail, the last window's state."""
     import datetime as dt
 

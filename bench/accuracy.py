@@ -1,4 +1,4 @@
-"""Accuracy: the run's diagnosis on a matrix of lab configurations (agent.loadtest.accuracy_matrix),
+"""Accuracy: the run's diagnosis on a matrix of lab configurations (bench/_accuracy_matrix.py),
 each stage reached by several causes and healthy runs at several loads, each with several seeds.
 
     python bench/accuracy.py [--quick] [--json] [--seeds N] [--only NAME,...] [--through hooks|vllm] [--stress]
@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _accuracy_matrix import CASES, MATRIX, QUICK  # noqa: E402  (bench/ is the script's own directory)
 from _busy import busy_cores  # noqa: E402  (bench/ is the script's own directory)
 from _report import emit  # noqa: E402
 
-from agent.lab.run import run_lab  # noqa: E402
+from agent.lab.scenario_run import run_lab  # noqa: E402
 from agent.lab.settings import build_configs  # noqa: E402
-from agent.loadtest.accuracy_matrix import CASES, MATRIX, QUICK  # noqa: E402
 from agent.vocabulary import STAGES  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine is judged

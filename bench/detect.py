@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from agent.diagnosis.evaluate import stage_states  # noqa: E402
-from agent.lab.run import run_lab  # noqa: E402
+from agent.lab.scenario_run import run_lab  # noqa: E402
 from agent.lab.scenarios import SCENARIOS  # noqa: E402
 from agent.lab.settings import build_configs  # noqa: E402
 

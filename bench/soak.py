@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 HISTORY_FRAMES = 90
 sys.path.insert(0, str(ROOT))
 
+import _soak_clients as sc  # noqa: E402  (bench/ is the script's own directory)
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from agent.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
-from agent.loadtest import soak_clients as sc  # noqa: E402
-from agent.loadtest.remote import metric_value  # noqa: E402
+from agent.loadtest.http_point import metric_value  # noqa: E402
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 MAX_MODEL_LEN = 2048
@@ -134,9 +134,9 @@ def workload(rate: float, duration: float, warmup: float, seed: int) -> Workload
 def find_knee_rate(url: str, quick: bool, seed: int) -> dict:
     """`bench stress --vary rate` in process: from half the closed-loop capacity (so the knee is a few
     steps away, not twenty) up in 10% steps to the first confirmed knee."""
+    from agent.loadtest.http_point import measure_remote
     from agent.loadtest.loadgen import LoadOptions
     from agent.loadtest.progress import ProgressBar
-    from agent.loadtest.remote import measure_remote
     from agent.loadtest.runner import KneeRule, run_stress
     from agent.loadtest.variables import VARIABLES
 

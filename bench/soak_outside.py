@@ -269,7 +269,7 @@ class KvPublisher:
     def __init__(self, seed: int, stop: threading.Event) -> None:
         import zmq
 
-        from engine_hooks.engine.vllm_face.kv_events import BlockRemoved, BlockStored, encode_batch
+        from engine_hooks.engine.vllm_face.kv_events_publisher import BlockRemoved, BlockStored, encode_batch
 
         self.encode, self.stored, self.removed = encode_batch, BlockStored, BlockRemoved
         self.ctx = zmq.Context()
@@ -320,7 +320,7 @@ class KvPublisher:
 def scrape(url: str, every_s: float, seconds: float, results) -> None:
     """In a process of its own (the generator's threads would delay its clock): /metrics every `every_s`, its
     latency and the age of the agent's latest frame at each answer."""
-    from agent.loadtest.remote import metric_value
+    from agent.loadtest.http_point import metric_value
 
     latencies, ages, failures = [], [], 0
     end = time.monotonic() + seconds
@@ -344,7 +344,7 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def intake(text: str) -> dict[str, float]:
-    from agent.loadtest.soak_clients import labelled
+    from _soak_clients import labelled
 
     return labelled(text, "stagelens_engine_intake_total", "what")
 

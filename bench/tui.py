@@ -21,14 +21,14 @@ from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from agent.record import read_bundle  # noqa: E402
 from agent.tui.app import StagelensApp  # noqa: E402
-from agent.tui.source import Poll, Source  # noqa: E402
+from agent.tui.feed import Feed, Poll  # noqa: E402
 from probes.sample import NodeProbe, open_backend  # noqa: E402
 
 DGX = ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json"
 BUNDLE = ROOT / "tests" / "fixtures" / "bundles" / "hol-blocking.jsonl"
 
 
-class LiveReplay(Source):
+class LiveReplay(Feed):
     """A recorded busy engine played as live frames, each with a fresh sample of the DGX A100 snapshot."""
     kind = "local"
 

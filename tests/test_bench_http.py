@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.loadtest.http_point import metric_value
 from agent.loadtest.point import Point, with_diagnosis
-from agent.loadtest.remote import metric_value
 from tests.test_serve_api import DGX, _free_port, _wait
 
 COUNTER = "stagelens_scheduler_finished_requests_total"

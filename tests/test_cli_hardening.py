@@ -23,7 +23,7 @@ from agent.errors import EXIT_CRITICAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN,
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import build_configs
 from agent.lab.workload import LengthDist
-from agent.tui.local_source import ENDLESS_S
+from agent.tui.local_feed import ENDLESS_S
 from agent.vocabulary import EXIT_CODES
 from engine_hooks.engine.config import MAX_TOKENS
 

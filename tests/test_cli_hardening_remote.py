@@ -16,9 +16,9 @@ from test_cli_hardening import assert_one_line_error, stagelens
 from agent.diagnosis import diagnose
 from agent.diagnosis.model import Diagnosis
 from agent.errors import EXIT_CRITICAL, CollectError
-from agent.remote import MAX_ANSWER_BYTES, get_json
+from agent.http_get import MAX_ANSWER_BYTES, get_json
 from agent.render import render_diagnosis
-from agent.tui.remote_source import RemoteSource
+from agent.tui.remote_feed import RemoteFeed
 
 
 @contextlib.contextmanager
@@ -163,7 +163,7 @@ def test_an_endless_answer_stops_at_the_cap():
 def test_the_tui_remote_source_gives_up_on_a_dribbling_server_in_time():
     with tcp_server(dribble) as url:
         started = time.monotonic()
-        poll = RemoteSource(url, timeout=2.0).poll()
+        poll = RemoteFeed(url, timeout=2.0).poll()
         took = time.monotonic() - started
     assert poll.error and "no complete answer within 2 s" in poll.error and not poll.frames
     assert took < 10

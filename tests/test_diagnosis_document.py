@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from agent.diagnosis.model import Diagnosis, DiagnosisError, Evidence, Recommendation, StageDiagnosis
-from agent.diagnosis.run import judge_run
+from agent.diagnosis.whole_run import judge_run
 from agent.record import read_bundle
 from agent.runbooks import stage_runbook
 from agent.vocabulary import STAGES, STATES

@@ -11,14 +11,14 @@ import uvicorn
 from fastapi.testclient import TestClient
 from prometheus_support import free_port
 from serve_support import DGX, stagelens_command
-from test_tui_pilot import FakeSource
+from test_tui_pilot import FakeFeed
 from tui_support import text_of
 
 from agent.runtime import AgentRuntime, LabSettings
 from agent.server.app import create_app
 from agent.tui.app import StagelensApp
+from agent.tui.feed import Poll
 from agent.tui.messages import Polled
-from agent.tui.source import Poll
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_diagnose_connect_exits_unknown_with_the_reason(dead):
 @pytest.mark.asyncio
 async def test_the_tui_shows_engine_down(dead):
     runtime, _ = dead
-    app = StagelensApp(FakeSource(kind="remote", can_fix=False), autopoll=False)
+    app = StagelensApp(FakeFeed(kind="remote", can_fix=False), autopoll=False)
     async with app.run_test(size=(160, 48)) as pilot:
         app.post_message(Polled(Poll(runtime.frames(None)[-5:])))
         await pilot.pause()

@@ -1,9 +1,9 @@
 """Recommendations name the flags of the engine they are for: the bundled engine's as explain.py writes them,
 vLLM's and SGLang's spelling on engines read from outside."""
 
-from agent.diagnosis.engine_flags import FLAGS, for_engine
 from agent.diagnosis.explain import explain
 from agent.diagnosis.model import Evidence, Recommendation
+from agent.diagnosis.recommendation_flags import FLAGS, for_engine
 from agent.frame import Frame
 from engine_hooks.records.snapshot import (
     Clock,

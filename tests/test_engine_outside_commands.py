@@ -10,7 +10,7 @@ from agent.cli import main
 from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
 from agent.errors import UserError
 from agent.record import read_bundle
-from agent.tui.outside_source import OutsideSource
+from agent.tui.outside_feed import OutsideFeed
 
 
 @pytest.fixture
@@ -81,7 +81,7 @@ def test_record_from_an_engine_that_never_answers_exits_3_and_keeps_the_node(tmp
 
 
 def test_the_tui_source_for_an_engine_read_from_outside_polls_it_and_goes_stale_when_it_stops(engine):
-    source = OutsideSource(open_engine_source("vllm", OutsideFlags(engine.url)), DGX, interval=0.5)
+    source = OutsideFeed(open_engine_source("vllm", OutsideFlags(engine.url)), DGX, interval=0.5)
     assert not source.can_fix and source.label == f"vllm at {engine.url}"
     source.open()
     try:

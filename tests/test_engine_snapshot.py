@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from frame_builders import engine_snapshot, frame
 from test_metrics_exposition import parse
-from test_tui_pilot import FakeSource, inject
+from test_tui_pilot import FakeFeed, inject
 from tui_support import text_of
 
 from agent.diagnosis import diagnose
@@ -18,7 +18,7 @@ from agent.frame import Frame, FrameError
 from agent.metrics import MetricsExporter
 from agent.record import read_bundle
 from agent.tui.app import StagelensApp
-from agent.tui.source import Poll
+from agent.tui.feed import Poll
 from engine_hooks.records.snapshot import (
     Clock,
     ColdPathFigures,
@@ -242,7 +242,7 @@ def test_metrics_leave_out_what_is_not_observed():
 
 @pytest.mark.asyncio
 async def test_the_tui_shows_a_blind_engine_without_error():
-    app = StagelensApp(FakeSource(), autopoll=False)
+    app = StagelensApp(FakeFeed(), autopoll=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await inject(app, pilot, Poll([frame(t, blind(None, t)) for t in range(3)]))
         screen = text_of(app)

@@ -16,10 +16,10 @@ from agent.fleet.model import FleetView
 from agent.fleet.query import build_rows
 from agent.printable import printable
 from agent.tui.app import StagelensApp
+from agent.tui.feed import Feed, Poll
 from agent.tui.fleet import FleetApp
 from agent.tui.fleet.app import Fetched
 from agent.tui.messages import Polled
-from agent.tui.source import Poll, Source
 
 ESCAPES = "\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x1b[2J"     # OSC 52 (clipboard), OSC 0 (title), clear screen
 NOW = 1_800_000_000.0
@@ -32,7 +32,7 @@ def test_printable_swaps_each_control_for_a_visible_one_and_keeps_the_length():
     assert printable("Llama-3.1 8B · ☃ ñ") == "Llama-3.1 8B · ☃ ñ" and printable(shown) == shown
 
 
-class Shown(Source):
+class Shown(Feed):
     kind = "remote"
 
     def poll(self) -> Poll:

@@ -1,5 +1,6 @@
 """vLLM's KV-cache events end to end over real ZMQ sockets: the bundled engine publishes them in vLLM's wire
-format (engine_hooks/engine/vllm_face/kv_events.py), the agent's subscriber (agent/sources/kv_events.py) reads them."""
+format (engine_hooks/engine/vllm_face/kv_events_publisher.py), the agent's subscriber
+(agent/sources/kv_events_subscriber.py) reads them."""
 
 import threading
 import time
@@ -10,9 +11,9 @@ import pytest
 import zmq
 from polling import wait_for
 
-from agent.sources.kv_events import KvEventsSubscriber
+from agent.sources.kv_events_subscriber import KvEventsSubscriber
 from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
-from engine_hooks.engine.vllm_face.kv_events import (
+from engine_hooks.engine.vllm_face.kv_events_publisher import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -270,7 +271,7 @@ def test_malformed_unknown_and_lost_batches_are_counted_and_reading_goes_on():
 
 
 def test_a_full_queue_drops_batches_and_never_blocks_the_caller(monkeypatch):
-    import engine_hooks.engine.vllm_face.kv_events as kv_events
+    import engine_hooks.engine.vllm_face.kv_events_publisher as kv_events
 
     release = threading.Event()
     encode = kv_events.encode_batch

@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from agent.lab.fixes import fix_flags
-from agent.lab.run import run_lab
+from agent.lab.scenario_run import run_lab
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import build_configs
 

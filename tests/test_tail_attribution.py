@@ -4,14 +4,14 @@ episodes of each stage, not only by its last window."""
 
 import pytest
 from frame_builders import engine_snapshot, frame
-from test_tui_pilot import FakeSource
+from test_tui_pilot import FakeFeed
 from tui_support import text_of
 
-from agent.diagnosis.run import judge_run
 from agent.diagnosis.tail import Tail, by_stage
+from agent.diagnosis.whole_run import judge_run
 from agent.tui.app import StagelensApp
+from agent.tui.feed import Poll
 from agent.tui.messages import Polled
-from agent.tui.source import Poll
 from agent.vocabulary import COMPONENT_STAGE, WAIT_STAGE
 from engine_hooks.records import waits
 from engine_hooks.records.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
@@ -143,7 +143,7 @@ def test_a_fault_that_stops_halfway_is_an_episode_with_its_interval():
 async def test_the_tui_shows_the_tails_split_for_the_slowest_requests():
     timelines = _population()
     frames = _frames_and_tail(timelines)
-    app = StagelensApp(FakeSource(), autopoll=False)
+    app = StagelensApp(FakeFeed(), autopoll=False)
     async with app.run_test(size=(160, 48)) as pilot:
         slow = timelines[-1].to_dict()
         slow["finished"] = frames[-1].time_monotonic    # finished inside the last frame's window

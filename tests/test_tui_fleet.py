@@ -13,12 +13,12 @@ from tui_support import text_of
 import agent.tui.fleet as fleet_pkg
 from agent.errors import UserError
 from agent.fleet.model import Evidence, FleetView, NodeRow, stage_cells
+from agent.tui.feed import Feed, Poll
 from agent.tui.fleet import FleetApp, open_node_tui, run_fleet_app
 from agent.tui.fleet.app import Fetched
 from agent.tui.fleet.help import FleetHelpScreen
 from agent.tui.fleet.node import NodeApp
 from agent.tui.fleet.refresher import Refresher
-from agent.tui.source import Poll, Source
 
 NOW = 1_700_000_000.0   # 2023-11-14T22:13:20Z: every age on screen counts from the answer's time
 PROM = "http://prometheus:9090"
@@ -312,7 +312,7 @@ def test_a_url_that_can_never_answer_is_refused_before_any_screen():
         open_node_tui("ftp://10.0.0.7:9400")
 
 
-class IdleSource(Source):
+class IdleFeed(Feed):
     kind = "remote"
 
     def poll(self) -> Poll:
@@ -321,7 +321,7 @@ class IdleSource(Source):
 
 @pytest.mark.asyncio
 async def test_esc_leaves_the_node_tui_but_first_closes_a_screen_on_top():
-    app = NodeApp(IdleSource(), autopoll=False)
+    app = NodeApp(IdleFeed(), autopoll=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("t")                           # the topology screen: its own esc closes it
         assert app.screen is not app.screen_stack[0]

@@ -12,13 +12,13 @@ from tui_support import text_of
 
 from agent.record import read_bundle
 from agent.tui.app import StagelensApp
+from agent.tui.feed import Feed, Poll
 from agent.tui.messages import Polled
-from agent.tui.remote_source import RemoteSource
-from agent.tui.replay_source import ReplaySource
+from agent.tui.remote_feed import RemoteFeed
+from agent.tui.replay_feed import ReplayFeed
 from agent.tui.screens.help import HelpScreen
 from agent.tui.screens.runbook import RunbookScreen
 from agent.tui.screens.topology import TopologyScreen
-from agent.tui.source import Poll, Source
 
 pytestmark = pytest.mark.asyncio
 
@@ -29,7 +29,7 @@ HOL = dict(scheduler={"decided_wait_p99_s": 0.9, "head_of_line_share": 0.8, "wai
            enable_chunked_prefill=False, max_num_batched_tokens=2048)
 
 
-class FakeSource(Source):
+class FakeFeed(Feed):
     """Counts polls and records fixes; its polls return nothing unless a test queues some."""
 
     def __init__(self, kind: str = "local", can_fix: bool = True) -> None:
@@ -61,7 +61,7 @@ def notes(app) -> str:
 
 
 def make_app(source=None, **kwargs) -> StagelensApp:
-    return StagelensApp(source or FakeSource(), autopoll=False, **kwargs)
+    return StagelensApp(source or FakeFeed(), autopoll=False, **kwargs)
 
 
 async def test_injected_frames_show_the_firing_stage_its_evidence_and_the_transition():
@@ -134,7 +134,7 @@ async def test_enter_with_nothing_firing_only_notifies():
 
 
 async def test_pause_interval_and_refresh():
-    source = FakeSource()
+    source = FakeFeed()
     app = make_app(source)
     async with app.run_test(size=(100, 30)) as pilot:
         await inject(app, pilot, Poll(frames(2)))
@@ -164,7 +164,7 @@ async def test_ctrl_s_saves_an_svg_named_after_the_frame(tmp_path):
 
 
 async def test_f_applies_the_fix_and_the_tui_shows_the_stage_clearing_with_before_and_after():
-    source = FakeSource()
+    source = FakeFeed()
     app = make_app(source)
     async with app.run_test(size=(160, 48)) as pilot:
         await inject(app, pilot, Poll(frames(5, **HOL)))
@@ -182,7 +182,7 @@ async def test_f_applies_the_fix_and_the_tui_shows_the_stage_clearing_with_befor
 
 
 async def test_f_outside_local_mode_says_what_it_would_apply():
-    app = make_app(FakeSource(kind="replay", can_fix=False))
+    app = make_app(FakeFeed(kind="replay", can_fix=False))
     async with app.run_test(size=(120, 30)) as pilot:
         await inject(app, pilot, Poll(frames(5, **HOL)))
         await pilot.press("f")
@@ -215,7 +215,7 @@ async def test_a_node_without_gpu_says_so():
 
 
 async def test_replay_seek_and_play():
-    source = ReplaySource(read_bundle(str(BUNDLES / "hol-blocking.jsonl")))
+    source = ReplayFeed(read_bundle(str(BUNDLES / "hol-blocking.jsonl")))
     app = make_app(source)
     async with app.run_test(size=(120, 40)) as pilot:
         app.poll_once()
@@ -245,7 +245,7 @@ def _closed_port() -> int:
 
 
 async def test_a_remote_source_that_does_not_answer_is_stale_and_the_app_stays_responsive():
-    source = RemoteSource(f"http://127.0.0.1:{_closed_port()}", timeout=0.5)
+    source = RemoteFeed(f"http://127.0.0.1:{_closed_port()}", timeout=0.5)
     app = StagelensApp(source, interval=0.25)          # the real worker
     async with app.run_test(size=(120, 30)) as pilot:
         for _ in range(200):
@@ -262,7 +262,7 @@ async def test_a_remote_source_that_does_not_answer_is_stale_and_the_app_stays_r
 
 
 async def test_the_command_palette_holds_our_commands():
-    local, replay = make_app(FakeSource()), make_app(FakeSource(kind="replay", can_fix=False))
+    local, replay = make_app(FakeFeed()), make_app(FakeFeed(kind="replay", can_fix=False))
     async with local.run_test(size=(80, 24)):
         titles = [c.title for c in local.get_system_commands(local.screen)]
         assert "Panel 1: GPU & topology" in titles and "Apply the recommended fix" in titles
@@ -288,10 +288,10 @@ async def test_an_engine_read_from_outside_shows_what_is_inferred_and_offers_no_
     from test_engine_sources import DGX, Engine, fixture
 
     from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
-    from agent.tui.outside_source import OutsideSource
+    from agent.tui.outside_feed import OutsideFeed
 
     engine = Engine(fixture("vllm_v1_new_names.txt"))
-    source = OutsideSource(open_engine_source("vllm", OutsideFlags(engine.url)), DGX, interval=0.5)
+    source = OutsideFeed(open_engine_source("vllm", OutsideFlags(engine.url)), DGX, interval=0.5)
     try:
         source.open()
         polls = [source.poll()]

@@ -12,7 +12,7 @@ import pytest
 
 from agent.record import read_bundle
 from agent.tui.app import StagelensApp
-from agent.tui.replay_source import ReplaySource
+from agent.tui.replay_feed import ReplayFeed
 
 # relative to the repository root (make test runs there), so the path in the top bar is the same in any clone
 BUNDLES = Path(os.path.relpath(Path(__file__).parent / "fixtures" / "bundles"))
@@ -20,7 +20,7 @@ SIZES = [(80, 24), (160, 48)]
 
 
 def replay_app(name: str) -> StagelensApp:
-    return StagelensApp(ReplaySource(read_bundle(str(BUNDLES / f"{name}.jsonl"))), autopoll=False)
+    return StagelensApp(ReplayFeed(read_bundle(str(BUNDLES / f"{name}.jsonl"))), autopoll=False)
 
 
 async def _first_poll(pilot) -> None:

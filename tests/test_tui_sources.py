@@ -15,9 +15,9 @@ from agent.cli import main
 from agent.diagnosis import load_config
 from agent.diagnosis.config import Threshold
 from agent.record import read_bundle
-from agent.tui.remote_source import RemoteSource
+from agent.tui.remote_feed import RemoteFeed
 from agent.tui.render.waterfall import bar_cells, phase_at
-from agent.tui.replay_source import ReplaySource
+from agent.tui.replay_feed import ReplayFeed
 from agent.tui.server_settings import server_settings
 from agent.tui.state import TuiState
 from agent.tui.widgets.gpu_panel import gpu_table
@@ -27,7 +27,7 @@ BUNDLE = Path(__file__).parent / "fixtures" / "bundles" / "hol-blocking.jsonl"
 
 def test_replay_starts_at_the_end_paused_then_plays_one_frame_a_poll_with_its_timelines():
     bundle = read_bundle(str(BUNDLE))
-    source = ReplaySource(bundle)
+    source = ReplayFeed(bundle)
     first = source.poll()
     assert first.reset and len(first.frames) == len(bundle.frames) and first.position == (20, 20)
     assert len(first.timelines) == len(bundle.timelines)
@@ -78,7 +78,7 @@ def stub_server():
 
 
 def test_remote_source_asks_for_frames_since_the_last_it_got(stub_server):
-    source = RemoteSource(stub_server + "/")
+    source = RemoteFeed(stub_server + "/")
     first = source.poll()
     assert first.error is None and first.reset and len(first.frames) == 3
     assert first.timelines[0]["request_id"] == "req-1"
@@ -103,7 +103,7 @@ def test_tui_connect_judges_with_the_servers_thresholds_and_says_when_it_cannot(
 
 
 def test_a_remote_source_that_does_not_answer_reports_an_error_instead_of_raising():
-    poll = RemoteSource("http://127.0.0.1:9", timeout=0.5).poll()
+    poll = RemoteFeed("http://127.0.0.1:9", timeout=0.5).poll()
     assert poll.frames == [] and "could not collect" in poll.error
 
 

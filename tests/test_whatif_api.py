@@ -6,7 +6,7 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from agent.diagnosis.run import judge_run
+from agent.diagnosis.whole_run import judge_run
 from agent.record import read_bundle
 from agent.runtime import AgentRuntime, LabSettings
 from agent.server.app import create_app

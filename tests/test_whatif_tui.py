@@ -8,17 +8,17 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tui_pilot import HOL, FakeSource, frames, inject, make_app, notes
+from test_tui_pilot import HOL, FakeFeed, frames, inject, make_app, notes
 from tui_support import text_of
 
 from agent.record import read_bundle
-from agent.tui.source import Poll
+from agent.tui.feed import Poll
 
 pytestmark = pytest.mark.asyncio
 RUN = Path(__file__).parent / "fixtures" / "bundles" / "hol-blocking.jsonl"
 
 
-class RecordedLab(FakeSource):
+class RecordedLab(FakeFeed):
     """A local source whose engine served the recorded hol-blocking run."""
 
     def whatif_window(self) -> dict:

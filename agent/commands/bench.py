@@ -213,8 +213,8 @@ class _Run:
         def one(value):
             engine, workload = self.configs(_override(variable, value))
             if self.url:
+                from agent.loadtest.http_point import measure_remote
                 from agent.loadtest.loadgen import LoadOptions
-                from agent.loadtest.remote import measure_remote
 
                 o = self.opt
                 opts = LoadOptions(vocab_size=o["vocab_size"], max_model_len=engine.max_model_len,

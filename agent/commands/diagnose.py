@@ -39,7 +39,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
              outside: OutsideFlags, config_path, thresholds, as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from agent.diagnosis.evaluate import NOTHING_OBSERVED
-    from agent.diagnosis.run import judge_run
+    from agent.diagnosis.whole_run import judge_run
 
     if replay_path and url:
         raise UserError("--replay and --connect are alternatives: give one")
@@ -104,7 +104,7 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
 
 def fetch_diagnosis(url: str) -> Diagnosis:
     """The server's diagnosis; CollectError when its answer is none, or has nothing to say."""
-    from agent.remote import get_json
+    from agent.http_get import get_json
 
     data = get_json(url, "/api/v1/diagnosis")
     try:

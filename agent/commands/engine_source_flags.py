@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import click
 
 from agent.errors import UserError
-from agent.remote import redact_url
+from agent.http_get import redact_url
 
 OUTSIDE_ENGINES = ("vllm", "sglang")
 
@@ -83,7 +83,7 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags(), interv
     spans = _receiver(o.otlp_receiver, o.otlp_receiver_grpc, o.otlp_forward) if receiving else None
     subscriber = None
     if o.kv_events:
-        from agent.sources.kv_events import KvEventsSubscriber
+        from agent.sources.kv_events_subscriber import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
     from agent.sources.gauge_poll import POLL_S

@@ -37,7 +37,7 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     dconfig = diagnosis_config(config_path, thresholds)
     engine_cfg, workload_cfg = build_configs(flags, defaults)
 
-    from agent.lab.run import run_lab  # imports torch: only once the flags are known to be good
+    from agent.lab.scenario_run import run_lab  # imports torch: only once the flags are known to be good
     from agent.record import BundleWriter
 
     snapshot = (ctx.obj or {}).get("nvml_snapshot")

@@ -37,7 +37,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind: str, outside: OutsideFlags,
            interval: float, **flags) -> int:
     """Record frames and request timelines of an engine to a bundle that `--replay` reads."""
-    from agent.lab.run import run_lab
+    from agent.lab.scenario_run import run_lab
     from agent.record import BundleWriter
 
     source = open_engine_source(engine_kind, outside, interval)

@@ -69,7 +69,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
 
     from agent.runtime import AgentRuntime, LabSettings
     from agent.server.app import create_app
-    from agent.server.run import listen_socket, serve_until_stopped
+    from agent.server.http_server import listen_socket, serve_until_stopped
 
     prometheus_client.disable_created_metrics()   # `_created` series only double every counter
     host, port = parse_listen(listen)

@@ -20,8 +20,8 @@ from agent.commands.engine_source_flags import (
 from agent.commands.sampling_flags import interval_option
 from agent.diagnosis import load_config
 from agent.errors import UserError
+from agent.http_get import check_url
 from agent.lab.scenarios import SCENARIOS
-from agent.remote import check_url
 from agent.tui.server_settings import server_settings
 
 
@@ -70,21 +70,21 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
 
 def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict, outside=None):
     if outside is not None:
-        from agent.tui.outside_source import OutsideSource
+        from agent.tui.outside_feed import OutsideFeed
 
-        return OutsideSource(outside, (ctx.obj or {}).get("nvml_snapshot"), interval)
+        return OutsideFeed(outside, (ctx.obj or {}).get("nvml_snapshot"), interval)
     if url:
-        from agent.tui.remote_source import RemoteSource
+        from agent.tui.remote_feed import RemoteFeed
 
-        return RemoteSource(url, timeout=max(1.0, min(5.0, interval * 2)))
+        return RemoteFeed(url, timeout=max(1.0, min(5.0, interval * 2)))
     if replay_path:
         from agent.record import read_bundle_warned
-        from agent.tui.replay_source import ReplaySource
+        from agent.tui.replay_feed import ReplayFeed
 
         bundle = read_bundle_warned(replay_path)
         if not bundle.frames:
             raise UserError(f"{replay_path}: the bundle holds no frames")
-        return ReplaySource(bundle)
-    from agent.tui.local_source import LocalSource
+        return ReplayFeed(bundle)
+    from agent.tui.local_feed import LocalFeed
 
-    return LocalSource(flags, scenario, (ctx.obj or {}).get("nvml_snapshot"), interval)
+    return LocalFeed(flags, scenario, (ctx.obj or {}).get("nvml_snapshot"), interval)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from agent.diagnosis.engine_flags import for_engine
 from agent.diagnosis.model import Evidence, Recommendation
+from agent.diagnosis.recommendation_flags import for_engine
 from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
 from agent.frame import Frame
 from agent.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of

@@ -28,13 +28,13 @@ import urllib.parse
 from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from agent.errors import UserError
 from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
+from agent.http_get import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
 from agent.printable import printable
-from agent.remote import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
 from agent.vocabulary import STAGES, STATES
 
 DEFAULT_SELECTOR = '{job="stagelens"}'
 MAX_ANSWER_BYTES = 64 * 2**20     # a thousand nodes answer a few MB; this is the cap, not the expectation
-TAIL_METRIC = "ttft"              # the tail the diagnosis blames a stage for (agent.diagnosis.run)
+TAIL_METRIC = "ttft"              # the tail the diagnosis blames a stage for (agent.diagnosis.whole_run)
 LAST_TIMESTAMP = 253402300799.0   # 9999-12-31T23:59:59Z, the last second a date can be written for
 
 # The series read as they are (one selector, told apart by their names) ...

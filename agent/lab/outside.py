@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from agent.diagnosis import DiagnosisConfig
-from agent.diagnosis.run import RunDiagnosis, judge_run
+from agent.diagnosis.whole_run import RunDiagnosis, judge_run
 from agent.frame import Frame
 from agent.sampler import Sampler
 from agent.sources.gauge_poll import POLL_S

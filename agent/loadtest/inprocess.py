@@ -20,7 +20,7 @@ def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5,
                       nvml_snapshot: str | None = None) -> Point:
     """Run the workload (warm-up included) on a fresh instrumented engine and reduce it to a point."""
     from agent.diagnosis import diagnose
-    from agent.lab.run import run_lab  # imports torch: only when a point really runs here
+    from agent.lab.scenario_run import run_lab  # imports torch: only when a point really runs here
 
     timelines = _Timelines()
     result = run_lab(engine_cfg, workload_cfg, interval=interval, diagnosis_config=diagnosis_config,

@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from agent.errors import CollectError, UserError
+from agent.http_get import EXCHANGE_ERRORS, exchange_reason, redact_url, request
 from agent.printable import printable
-from agent.remote import EXCHANGE_ERRORS, exchange_reason, redact_url, request
 from agent.sources.engine_names import generation
 from agent.sources.families import (
     HistogramDelta,
@@ -268,7 +268,7 @@ class VllmSource:
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
         """The body of /metrics, read within `timeout_s` in all (name lookup, connect, headers and body under one
-        deadline, agent.remote.request: a server dripping its answer cannot hold the sampler past it)."""
+        deadline, agent.http_get.request: a server dripping its answer cannot hold the sampler past it)."""
         target = self._parts.path.rstrip("/") + "/metrics"
         try:
             status, reason, body = request("GET", self._parts, target, {"Accept": "text/plain"},

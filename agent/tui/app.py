@@ -21,12 +21,12 @@ from textual.screen import Screen
 
 from agent.diagnosis import DiagnosisConfig
 from agent.tui.commands import PANELS, stagelens_commands
+from agent.tui.feed import Feed
 from agent.tui.messages import Polled
 from agent.tui.poller import Poller
 from agent.tui.screens.help import HelpScreen
 from agent.tui.screens.runbook import RunbookScreen
 from agent.tui.screens.topology import TopologyScreen
-from agent.tui.source import Source
 from agent.tui.state import TuiState
 from agent.tui.style import CSS
 from agent.tui.widgets.cold_panel import ColdPanel
@@ -83,7 +83,7 @@ class StagelensApp(App[int]):
         Binding("end", "seek_end", show=False, priority=True),
     ]
 
-    def __init__(self, source: Source, *, interval: float = 1.0, config: DiagnosisConfig | None = None,
+    def __init__(self, source: Feed, *, interval: float = 1.0, config: DiagnosisConfig | None = None,
                  autopoll: bool = True, screenshot_dir: str | Path = ".", runbook_dir: Path | None = None,
                  notice: str | None = None) -> None:
         super().__init__()

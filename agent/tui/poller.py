@@ -9,14 +9,14 @@ import logging
 import threading
 from collections.abc import Callable
 
+from agent.tui.feed import Feed, Poll
 from agent.tui.messages import Polled
-from agent.tui.source import Poll, Source
 
 log = logging.getLogger(__name__)
 
 
 class Poller:
-    def __init__(self, source: Source, post: Callable[[Polled], object], interval: float = 1.0) -> None:
+    def __init__(self, source: Feed, post: Callable[[Polled], object], interval: float = 1.0) -> None:
         self.source, self.post, self.interval = source, post, interval
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.config import apply_document
 from agent.errors import CollectError, UserError
-from agent.remote import get_json
+from agent.http_get import get_json
 
 
 def server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:

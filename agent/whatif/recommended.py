@@ -8,7 +8,7 @@ from agent.whatif.workload import Observed
 
 
 def recommended_changes(observed: Observed, config=None) -> dict:
-    from agent.diagnosis.run import judge_run
+    from agent.diagnosis.whole_run import judge_run
     from agent.lab.fixes import fix_flags
     from engine_hooks.records.timeline import RequestTimeline
 

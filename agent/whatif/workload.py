@@ -77,7 +77,7 @@ def from_bundle(path: str) -> Observed:
 def from_agent(url: str) -> Observed:
     """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
     from agent.frame import Frame, FrameError
-    from agent.remote import get_json
+    from agent.http_get import get_json
 
     window = get_json(url, "/api/v1/whatif/window", timeout=15.0)
     frames_data = get_json(url, "/api/v1/frames", timeout=15.0)

@@ -48,15 +48,15 @@ def open_node_tui(url: str) -> bool:
     import click
 
     from agent.diagnosis import load_config
-    from agent.remote import check_url
+    from agent.http_get import check_url
     from agent.tui.fleet.node import NodeApp
-    from agent.tui.remote_source import RemoteSource
+    from agent.tui.remote_feed import RemoteFeed
     from agent.tui.server_settings import server_settings
 
     check_url(url)
     click.echo(f"connecting to {url} …", err=True)
     base, notice = server_settings(url)      # up to 3 s: the agent's thresholds, or a notice that they were not read
-    app = NodeApp(RemoteSource(url, timeout=NODE_INTERVAL * 2), interval=NODE_INTERVAL,
+    app = NodeApp(RemoteFeed(url, timeout=NODE_INTERVAL * 2), interval=NODE_INTERVAL,
                   config=load_config(None, (), base), notice=notice)
     app.run()
     return app.stopped_by_signal

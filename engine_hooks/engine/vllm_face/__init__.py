@@ -5,7 +5,7 @@ them) can attach to it as it would to a real vLLM server.
 - `metrics.py`: vLLM V1's Prometheus families, names, labels and buckets; `server.py` serves them at
   `/metrics` on a port of their own.
 - `spans.py`: vLLM's per-request `llm_request` OTLP span (`--otlp-traces-endpoint`), over OTLP/HTTP.
-- `kv_events.py`: vLLM's KV-cache events (`--kv-events-config`), on ZMQ.
+- `kv_events_publisher.py`: vLLM's KV-cache events (`--kv-events-config`), on ZMQ.
 
 Each is an engine observer (`LLMEngine.add_observer`), the engine's own reporting seam, as vLLM's stat
 loggers are; stagelens's hooks (engine_hooks/hooks/instrumentation.py and the rest) are not involved and need not

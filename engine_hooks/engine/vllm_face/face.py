@@ -21,7 +21,7 @@ class VllmFace:
         VllmSource(face.url)            # reads face.url + "/metrics" as it would a vLLM server's
         face.stop()
 
-    `kv_events_endpoint` adds vLLM's KV-cache events publisher (engine_hooks/engine/vllm_face/kv_events.py,
+    `kv_events_endpoint` adds vLLM's KV-cache events publisher (engine_hooks/engine/vllm_face/kv_events_publisher.py,
     `KvEventsPublisher(endpoint, engine)`) as one more observer."""
 
     def __init__(self, engine, served_model_name: str | None = None, host: str = "127.0.0.1", port: int = 0,
@@ -102,7 +102,7 @@ class VllmFace:
 
 def _kv_events_publisher(endpoint: str):
     """The KV-events publisher, not yet attached: the face adds it as an observer with the others."""
-    from .kv_events import KvEventsPublisher
+    from .kv_events_publisher import KvEventsPublisher
 
     return KvEventsPublisher(endpoint)
 

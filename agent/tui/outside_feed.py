@@ -5,10 +5,10 @@ STALE with the reason."""
 
 from __future__ import annotations
 
-from agent.tui.source import NodeSampling, Poll, Source
+from agent.tui.feed import Feed, NodeSampling, Poll
 
 
-class OutsideSource(Source):
+class OutsideFeed(Feed):
     kind = "outside"
     can_fix = False
 

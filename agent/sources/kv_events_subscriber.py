@@ -1,7 +1,7 @@
 """vLLM's KV-cache events read from outside: block-level KV evidence from a ZMQ subscription.
 
 vLLM started with `--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", ...}'` (and
-the bundled engine with engine_hooks/engine/vllm_face/kv_events.py) publishes one message per step that changed
+the bundled engine with its vLLM face, kv_events_publisher.py) publishes one message per step that changed
 its KV cache: `[topic, sequence number (8 bytes, big-endian), msgpack KVEventBatch]`. The batch is
 `[ts, events, data_parallel_rank?]` (a map `{"ts", "events", "data_parallel_rank"}` is read too). Each
 event is either a tagged array, `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,

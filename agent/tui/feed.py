@@ -1,6 +1,6 @@
-"""What every source gives the TUI: `poll()` returns the frames (and request timelines) that are new.
+"""What every feed gives the TUI: `poll()` returns the frames (and request timelines) that are new.
 
-A source is a plain class, called from the poller's worker thread, never from the UI thread
+A feed is a plain class, called from the poller's worker thread, never from the UI thread
 (`control` methods such as `pause` or `seek` may be called from the UI thread: they only set flags).
 """
 
@@ -22,7 +22,7 @@ class Poll:
     position: tuple[int, int] | None = None   # replay: (frames shown, frames in the bundle)
 
 
-class Source:
+class Feed:
     kind = "source"            # local | remote | replay
     can_fix = False            # whether `apply_fix` restarts an engine with new settings
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import threading
 
-from agent.tui.source import NodeSampling, Poll, Source
+from agent.tui.feed import Feed, NodeSampling, Poll
 
 ENDLESS_S = 24 * 3600.0     # without --duration the workload runs until the TUI exits
 
 
-class LocalSource(Source):
+class LocalFeed(Feed):
     kind = "local"
     can_fix = True
 

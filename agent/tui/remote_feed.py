@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from agent.errors import CollectError
 from agent.frame import Frame, FrameError
-from agent.remote import get_json, redact_url
-from agent.tui.source import Poll, Source
+from agent.http_get import get_json, redact_url
+from agent.tui.feed import Feed, Poll
 
 # The first poll asks for the server's whole history (the sampler keeps 900 frames; one of a busy
-# 8-GPU node runs to tens of KB), so frames may weigh more than remote.py's default cap.
+# 8-GPU node runs to tens of KB), so frames may weigh more than http_get.py's default cap.
 FRAMES_MAX_BYTES = 256 * 2**20
 
 
-class RemoteSource(Source):
+class RemoteFeed(Feed):
     kind = "remote"
 
     def __init__(self, url: str, timeout: float = 2.0, slowest: int = 10) -> None:

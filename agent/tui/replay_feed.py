@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 
 from agent.record import Bundle
-from agent.tui.source import Poll, Source
+from agent.tui.feed import Feed, Poll
 
 
-class ReplaySource(Source):
+class ReplayFeed(Feed):
     kind = "replay"
 
     def __init__(self, bundle: Bundle, start: int | None = None, history: int = 600) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.evaluate import stage_states
 from agent.diagnosis.model import Diagnosis
-from agent.diagnosis.run import RunDiagnosis, judge_run
+from agent.diagnosis.whole_run import RunDiagnosis, judge_run
 from agent.errors import CollectError
 from agent.frame import Frame
 from agent.lab.host import EngineHost
@@ -29,7 +29,7 @@ class LabResult:
     workload: WorkloadConfig
     figures: dict
     frames: list[Frame] = field(default_factory=list)
-    diagnosis: Diagnosis | None = None      # the run's verdict (agent.diagnosis.run)
+    diagnosis: Diagnosis | None = None      # the run's verdict (agent.diagnosis.whole_run)
     started_unix: float = 0.0
     run: RunDiagnosis | None = None          # ... with the tail explained, the episodes and the end's state
     outside: RunDiagnosis | None = None      # with outside=True: the same run through its vLLM interfaces
