@@ -21,8 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
-from agent.commands.listen import parse_listen
+from agent.commands.flags import OutsideFlags, open_engine_source, parse_listen
 from agent.commands.serve import serve
 from tests.test_deploy import ALERTS_FILE, K8S, RECORDING_FILE, serve_args
 from tests.test_deploy import CONTAINER as BASE_CONTAINER

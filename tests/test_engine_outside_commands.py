@@ -7,7 +7,7 @@ import pytest
 from test_engine_sources import DGX, Engine, closed_port_url, fixture
 
 from agent.cli import main
-from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+from agent.commands.flags import OutsideFlags, open_engine_source
 from agent.errors import UserError
 from agent.record import read_bundle
 from agent.tui.outside_feed import OutsideFeed

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hostile_servers import ScriptedServer, answer, drip_body, drip_headers
 
-from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+from agent.commands.flags import OutsideFlags, open_engine_source
 from agent.sources.prometheus_text import ExpositionError, parse_exposition
 from agent.sources.vllm import EngineScrapeError, VllmSource
 

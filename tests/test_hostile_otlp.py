@@ -175,7 +175,7 @@ def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start(capsys)
     from test_engine_sources import DGX
 
     from agent.cli import main
-    from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+    from agent.commands.flags import OutsideFlags, open_engine_source
     from agent.errors import UserError
 
     with OtlpReceiver(http_port=None, grpc_port=0) as first:

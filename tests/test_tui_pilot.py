@@ -287,7 +287,7 @@ async def test_an_engine_read_from_outside_shows_what_is_inferred_and_offers_no_
     gets them: what is inferred says so, what is not observable says so, and there is no fix to apply."""
     from test_engine_sources import DGX, Engine, fixture
 
-    from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+    from agent.commands.flags import OutsideFlags, open_engine_source
     from agent.tui.outside_feed import OutsideFeed
 
     engine = Engine(fixture("vllm_v1_new_names.txt"))

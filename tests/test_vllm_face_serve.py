@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from polling import wait_for
 
 from agent.cli import main
-from agent.commands.engine_source_flags import OutsideFlags, open_engine_source
+from agent.commands.flags import OutsideFlags, open_engine_source
 from agent.runtime import AgentRuntime, LabSettings
 from agent.server.app import create_app
 

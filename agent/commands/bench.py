@@ -13,9 +13,7 @@ from pathlib import Path
 
 import click
 
-from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.commands.engine_flags import engine_options
-from agent.commands.sampling_flags import interval_option
+from agent.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
 from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs

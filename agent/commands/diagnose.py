@@ -6,10 +6,11 @@ import json
 
 import click
 
-from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.commands.engine_source_flags import (
+from agent.commands.flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
+    diagnosis_config,
+    diagnosis_options,
     engine_url_option,
     open_engine_source,
 )

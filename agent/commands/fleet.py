@@ -10,7 +10,7 @@ import json
 
 import click
 
-from agent.commands.sampling_flags import interval_option
+from agent.commands.flags import interval_option
 from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, CollectError, UserError
 from agent.fleet.model import counts
 from agent.fleet.query import DEFAULT_SELECTOR, FleetQuery, parse_filters

@@ -11,9 +11,7 @@ import threading
 
 import click
 
-from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.commands.engine_flags import engine_options
-from agent.commands.sampling_flags import interval_option
+from agent.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
 from agent.lab.fixes import as_flags, fix_flags
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import build_configs

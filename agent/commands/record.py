@@ -14,9 +14,14 @@ from contextlib import contextmanager
 
 import click
 
-from agent.commands.engine_flags import engine_options
-from agent.commands.engine_source_flags import OUTSIDE_ENGINES, OutsideFlags, engine_url_option, open_engine_source
-from agent.commands.sampling_flags import interval_option
+from agent.commands.flags import (
+    OUTSIDE_ENGINES,
+    OutsideFlags,
+    engine_options,
+    engine_url_option,
+    interval_option,
+    open_engine_source,
+)
 from agent.errors import CollectError, UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.lab.settings import build_configs

@@ -6,19 +6,20 @@ import os
 
 import click
 
-from agent.commands.diagnosis_flags import diagnosis_config, diagnosis_options
-from agent.commands.engine_flags import engine_options
-from agent.commands.engine_source_flags import (
+from agent.commands.flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
     check_http_url,
     check_zmq_endpoint,
+    diagnosis_config,
+    diagnosis_options,
+    engine_options,
     engine_url_option,
+    interval_option,
     open_engine_source,
+    parse_listen,
+    token_options,
 )
-from agent.commands.listen import parse_listen
-from agent.commands.sampling_flags import interval_option
-from agent.commands.token_flags import token_options
 from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
 from agent.numbers import Number

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import click
 
-from agent.commands.diagnosis_flags import diagnosis_options
-from agent.commands.engine_flags import engine_options
-from agent.commands.engine_source_flags import (
+from agent.commands.flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
+    diagnosis_options,
+    engine_options,
     engine_url_option,
+    interval_option,
     open_engine_source,
 )
-from agent.commands.sampling_flags import interval_option
 from agent.diagnosis import load_config
 from agent.errors import UserError
 from agent.http_get import check_url

@@ -1,6 +1,6 @@
 """The engine and workload settings of a lab run, built from flags and a scenario's defaults.
 
-Named like vLLM's and the report's; the CLI's flags (agent/commands/engine_flags.py) are typed by the same
+Named like vLLM's and the report's; the CLI's flags (agent/commands/flags.py) are typed by the same
 bounds, and whatever the user typed wins over a scenario's defaults.
 """
 
