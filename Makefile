@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -r $(LOCK)
-	$(BIN)/pip install -q --no-deps -e '.[engine,dev]'
+	$(BIN)/pip install -q --no-deps -e '.[engine,dev,bench]'
 	touch $@
 
 $(LOADGEN_STAMP): Makefile $(LOADGEN_LOCK)
@@ -38,8 +38,8 @@ lock:
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q "$(TORCH_SPEC)"
-	.lock-venv/bin/pip install -q -e '.[engine,dev]'
-	{ echo "# make lock: every dependency of stagelens[engine,dev] at the version tested; torch comes from TORCH_SPEC"; \
+	.lock-venv/bin/pip install -q -e '.[engine,dev,bench]'
+	{ echo "# make lock: every dependency of stagelens[engine,dev,bench] at the version tested; torch comes from TORCH_SPEC"; \
 	  .lock-venv/bin/pip freeze --exclude-editable | grep -v -i '^torch=='; } > $(LOCK)
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv

@@ -150,3 +150,14 @@ def test_whatif_runs_without_torch(bundle, model_dir):
               f"cli.main({args!r}, standalone_mode=False); assert 'torch' not in sys.modules, 'torch was imported'")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp_path):
+    from agent.cli import run
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # what an install without the bench extra sees
+    code = run(["whatif", "--replay", str(tmp_path / "none.jsonl"), "--search", "--plot", str(tmp_path / "f.png")])
+    err = capsys.readouterr().err
+    assert code == 3
+    expected = "stagelens: error: --plot: matplotlib is not installed (pip install 'stagelens[bench]')"
+    assert err.splitlines() == [expected]

@@ -286,7 +286,8 @@ class _Run:
             plot(results, out / "curve.png")
             written.append("curve.png")
         except ImportError:
-            click.echo("stagelens: matplotlib is not installed: no curve.png (pip install matplotlib)", err=True)
+            click.echo("stagelens: matplotlib is not installed: no curve.png (pip install 'stagelens[bench]')",
+                       err=True)
         click.echo(report.table(results) + "\n\n" + report.knee_line(results) + ".")
         click.echo(f"\nwrote {', '.join(str(out / name) for name in written)}")
         return 0

@@ -42,6 +42,8 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
 
     if (slo or plot_path) and not do_search:
         raise UserError("--slo and --plot go with --search")
+    if plot_path:
+        _check_matplotlib()   # before the search, which takes a while
     slo_figures = parse_slo(slo)
     changes = [parse_set([text]) for text in sets]
     today = parse_set(todays, "--today")
@@ -68,11 +70,17 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     return 0
 
 
-def _plot(found, path: str) -> None:
+def _check_matplotlib() -> None:
+    """matplotlib is a benchmark's dependency (the `bench` extra), not the agent's: without it, one line."""
     try:
-        from agent.whatif.plot import plot
+        import matplotlib  # noqa: F401
     except ImportError:
-        raise UserError("--plot: matplotlib is not installed (pip install matplotlib)") from None
+        raise UserError("--plot: matplotlib is not installed (pip install 'stagelens[bench]')") from None
+
+
+def _plot(found, path: str) -> None:
+    from agent.whatif.plot import plot
+
     try:
         plot(found, path)
     except OSError as exc:
