@@ -7,14 +7,14 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed-stamp
 # Every Python dependency at the exact version CI tested (torch apart: TORCH_SPEC picks the CPU or CUDA build).
 LOCK := requirements.lock
-# guidellm, the ecosystem's load generator tests/test_guidellm.py drives the lab with, in a venv of its own:
+# guidellm, the ecosystem's load generator tests/bench/test_guidellm.py drives the lab with, in a venv of its own:
 # it pins click below the release stagelens's CLI is tested with. CPU torch whatever TORCH_SPEC says.
 LOADGEN_VENV := .venv-loadgen
 LOADGEN_STAMP := $(LOADGEN_VENV)/.installed-stamp
 LOADGEN_LOCK := deploy/loadgen/requirements.lock
 LOADGEN_TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench fuzz soak venv loadgen lock clean
+.PHONY: demo test test-unit lint bench fuzz soak venv loadgen lock clean
 
 venv: $(STAMP)
 
@@ -45,7 +45,7 @@ lock:
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install -q "$(LOADGEN_TORCH_SPEC)"
 	.lock-venv/bin/pip install -q guidellm
-	{ echo "# make lock: guidellm and every dependency at the version tested (tests/test_guidellm.py); torch comes from LOADGEN_TORCH_SPEC"; \
+	{ echo "# make lock: guidellm and every dependency at the version tested (tests/bench/test_guidellm.py); torch comes from LOADGEN_TORCH_SPEC"; \
 	  .lock-venv/bin/pip freeze | grep -v -i '^torch=='; } > $(LOADGEN_LOCK)
 	rm -rf .lock-venv
 
@@ -56,13 +56,17 @@ test: $(STAMP) $(LOADGEN_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+# The pure-CPU tier alone: no engine runs, no servers (tests/unit); the rest by folder, e.g. pytest tests/tui.
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Fresh, unseeded cases by the thousand against the API and the engine (not part of `make test`).
 fuzz: $(STAMP)
 	STAGELENS_FUZZ_EXAMPLES=$${STAGELENS_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -p no:cacheprovider \
-		tests/test_serve_schemathesis.py tests/test_engine_fuzz.py
+		tests/serve/test_serve_schemathesis.py tests/engine/test_engine_fuzz.py
 
 # serve --engine lab driven for 10 minutes with normal, streaming, disconnecting and hostile clients.
 soak: $(STAMP)

@@ -6,7 +6,7 @@ every node's stage states and the nodes firing longest, narrowed by cluster, mod
 Built with grafana-foundation-sdk, the Grafana 11 flavour pinned in pyproject.toml's `dev` extra
 (`grafana-foundation-sdk==1769699379!11.6.0`; an unpinned install picks the 10.1 one). A dev-only
 tool: nothing under agent/, probes/ or engine_hooks/ imports it. Run `python dashboards/grafana/generate.py`
-after changing it and commit the three files; tests/test_dashboard_grafana.py fails while they differ.
+after changing it and commit the three files; tests/deploy/test_dashboard_grafana.py fails while they differ.
 The datasource is the import-time input DS_PROMETHEUS (Dashboards > Import asks for it).
 """
 
@@ -35,7 +35,7 @@ SEL = 'instance=~"$instance"'
 FLEET_LABELS = {"cluster": "Cluster", "served_model": "Model", "gpu_type": "GPU type"}
 CLUSTER_SEL = 'cluster=~"$cluster"'   # the recording rules keep cluster and stage only
 FLEET_SEL = ",".join(f'{label}=~"${label}"' for label in FLEET_LABELS)
-# StagelensStageFiringFleetWide's share of a cluster's nodes (tests/test_dashboard_grafana.py keeps them equal)
+# StagelensStageFiringFleetWide's share of a cluster's nodes (tests/deploy/test_dashboard_grafana.py keeps them equal)
 FLEET_SHARE = 0.2
 # stagelens_stage_state encoding
 STATES = [dm.ValueMap(options={
@@ -46,7 +46,7 @@ STATES = [dm.ValueMap(options={
 STATE_STEPS = ((None, "gray"), (0, "green"), (1, "orange"), (2, "red"))
 # The agent's default thresholds (agent/diagnosis/signals.py, docs/stages.md): direction, warn, firing. The panels
 # colour by these; the dashed lines are the thresholds the node's agent really uses (stagelens_signal_threshold),
-# which differ where an operator overrode them. tests/test_dashboard_grafana.py keeps these equal to the agent's.
+# which differ where an operator overrode them. tests/deploy/test_dashboard_grafana.py keeps these equal to the agent's.
 SIGNALS = {
     "kv_fragmentation_ratio": ("above", 0.20, 0.30),
     "kv_access_efficiency": ("below", 0.75, 0.60),

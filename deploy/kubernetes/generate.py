@@ -2,7 +2,7 @@
 recording rules (the alerts read recorded series, so both travel together).
 
 Run `python deploy/kubernetes/generate.py` after changing the rule files and commit the result;
-tests/test_deploy.py fails while they differ. Needs PyYAML (the `dev` extra).
+tests/deploy/test_deploy.py fails while they differ. Needs PyYAML (the `dev` extra).
 """
 
 from __future__ import annotations

@@ -1,0 +1,211 @@
+"""Bundles that are not as written: a crash's torn last line is left out with one warning; any other bad
+input (binary, endless, a directory, fields of the wrong type) is one line and UNKNOWN, never a traceback."""
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.errors import EXIT_UNKNOWN, UserError
+from agent.frame import Frame, FrameError
+from agent.record import MAX_LINE_BYTES, BundleWriter, read_bundle
+from tests.helpers.frame_builders import engine_snapshot, frame
+
+STAGELENS = str(Path(sys.executable).parent / "stagelens")
+HEADER = '{"format": "stagelens-bundle/1", "source": "test"}\n'
+
+
+def _stagelens(*args):
+    return subprocess.run([STAGELENS, *args], capture_output=True, text=True, timeout=120)
+
+
+def _bundle(path, n=3) -> bytes:
+    writer = BundleWriter.open(str(path), source="test")
+    for i in range(n):
+        writer.on_frame(frame(i, engine_snapshot()), [])
+    writer.close()
+    return path.read_bytes()
+
+
+def _frame_dict(**changes) -> dict:
+    data = frame(0, engine_snapshot()).to_dict()
+    data.update(changes)
+    return data
+
+
+def _one_error_line(proc, expected: str) -> None:
+    assert proc.returncode == EXIT_UNKNOWN, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("stagelens: error: ") and expected in proc.stderr, proc.stderr
+
+
+# --- the torn tail -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("keep", [1, 20, 0.5, -2])   # bytes of the last frame's line that reached the disk
+def test_a_torn_last_line_keeps_every_whole_record(tmp_path, keep):
+    path = tmp_path / "crash.jsonl"
+    data = _bundle(path, n=4)
+    last = data.rstrip(b"\n").rfind(b"\n") + 1
+    cut = last + (int((len(data) - last) * keep) if isinstance(keep, float) else keep % (len(data) - last))
+    path.write_bytes(data[:cut])
+    bundle = read_bundle(str(path))
+    assert len(bundle.frames) == 3
+    assert bundle.torn_tail.startswith(f"{path}:5: the last line is cut short ({cut - last} bytes of a")
+    assert "replaying the 3 frames before it" in bundle.torn_tail
+
+
+def test_a_last_line_whole_but_for_its_newline_is_kept(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_bytes(_bundle(path, n=4).rstrip(b"\n"))
+    bundle = read_bundle(str(path))
+    assert len(bundle.frames) == 4 and bundle.torn_tail is None
+
+
+def test_a_torn_tail_replays_with_one_warning_line(tmp_path):
+    path = tmp_path / "crash.jsonl"
+    path.write_bytes(_bundle(path, n=4)[:-30])
+    proc = _stagelens("diagnose", "--replay", str(path))
+    assert proc.returncode == 0 and "verdict: ok" in proc.stdout
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"stagelens: warning: {path}:5: "), proc.stderr
+
+
+def test_a_bad_line_in_the_middle_stays_an_error(tmp_path):
+    path = tmp_path / "b.jsonl"
+    lines = _bundle(path, n=4).splitlines(keepends=True)
+    lines[2] = lines[2][:40] + b"\n"            # frame 2 cut short, frames after it
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(UserError, match=r":3: not valid JSON"):
+        read_bundle(str(path))
+    _one_error_line(_stagelens("diagnose", "--replay", str(path)), f"{path}:3: not valid JSON")
+
+
+def test_a_torn_header_is_not_a_bundle(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(HEADER[:20])
+    with pytest.raises(UserError, match=":1: not valid JSON"):
+        read_bundle(str(path))
+
+
+# --- inputs that are not bundles ---------------------------------------------------------------------------
+def test_a_binary_file_is_one_line(tmp_path):
+    path = tmp_path / "b.jsonl.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) + b"\n")     # what gzip writes first
+    _one_error_line(_stagelens("diagnose", "--replay", str(path)), f"{path}:1: not UTF-8 text")
+
+
+def test_binary_in_a_middle_line_is_one_line(tmp_path):
+    path = tmp_path / "b.jsonl"
+    lines = _bundle(path).splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:2], b"\xff\xfe\n", *lines[2:]]))
+    with pytest.raises(UserError, match=r":3: not UTF-8 text \(byte 0xff at column 1\)"):
+        read_bundle(str(path))
+
+
+def test_an_endless_line_is_refused_without_reading_it_all():
+    with pytest.raises(UserError, match=f"/dev/zero:1: line 1 longer than {MAX_LINE_BYTES // 2**20} MiB"):
+        read_bundle("/dev/zero")
+    _one_error_line(_stagelens("diagnose", "--replay", "/dev/zero"), "/dev/zero:1: line 1 longer than")
+
+
+def test_a_directory_is_one_line(tmp_path):
+    with pytest.raises(UserError, match="is a directory"):
+        read_bundle(str(tmp_path))
+    _one_error_line(_stagelens("diagnose", "--replay", str(tmp_path)), "is a directory")
+
+
+def test_json_nested_too_deeply_is_one_line(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(HEADER + '{"kind": "frame", "frame": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(UserError, match=":2: not valid JSON: nested too deeply"):
+        read_bundle(str(path))
+
+
+# --- frames and timelines of the wrong shape ---------------------------------------------------------------
+WRONG_FRAMES = [
+    ({"engine": "x"}, "engine: must be an object or null, got 'x'"),
+    ({"time_unix": None}, "time_unix: must be a finite number, got null"),
+    ({"time_unix": "1800000000"}, "time_unix: must be a finite number, got '1800000000'"),
+    ({"time_monotonic": "12.5"}, "time_monotonic: must be a finite number, got '12.5'"),
+    ({"time_unix": True}, "time_unix: must be a finite number, got True"),
+    ({"time_unix": -1e300}, "time_unix: must be seconds since 1970"),
+    ({"node": 7}, "node: must be a string, got 7"),
+    ({"node_sample": [1, 2]}, "node_sample: must be an object or null, got [1, 2]"),
+    ({"node_sample": {"gpus": "GPU0"}}, "node_sample.gpus: must be a list or null, got 'GPU0'"),
+    ({"node_sample": {"gpus": [3]}}, "node_sample.gpus[0]: must be an object, got 3"),
+    ({"collectors": {"name": "node"}}, "collectors: must be a list, got {'name': 'node'}"),
+    ({"collectors": None}, "collectors: must be a list, got null"),
+    ({"version": True}, "frame version True is not 1"),
+    ({"engine": {}}, "engine.engine: must be an object, got null"),
+    ({"engine": {**engine_snapshot(), "window": None}}, "engine.window: must be an object, got null"),
+    ({"engine": {**engine_snapshot(), "counters": {"preemptions_total": "3"}}},
+     "engine.counters.preemptions_total: must be a finite number, got '3'"),
+    ({"engine": engine_snapshot(kv={"fragmentation_ratio": "0.4"})},
+     "engine.window.kv.fragmentation_ratio: must be a number or null, got '0.4'"),
+    ({"engine": engine_snapshot(kv={"sequence_lengths": [12, None]})},
+     "engine.window.kv.sequence_lengths: must be a list of numbers"),
+    ({"engine": engine_snapshot(scheduler={"wait_seconds_by_reason": {"no_free_blocks": None}})},
+     "engine.window.scheduler.wait_seconds_by_reason.no_free_blocks: must be a finite number, got null"),
+]
+
+
+@pytest.mark.parametrize("changes, message", WRONG_FRAMES)
+def test_a_frame_field_of_the_wrong_type_is_named(changes, message):
+    with pytest.raises(FrameError, match=f"^{re.escape(message)}"):
+        Frame.from_dict(_frame_dict(**changes))
+
+
+@pytest.mark.parametrize("field, value", [("time_unix", math.nan), ("time_monotonic", math.inf),
+                                          ("time_unix", -math.inf)])
+def test_nan_and_infinity_in_a_time_are_named(tmp_path, field, value):
+    """Python's json writes and reads NaN and Infinity, which JSON has not: a bundle may hold them."""
+    line = json.dumps({"kind": "frame", "frame": _frame_dict(**{field: value})})
+    assert "NaN" in line or "Infinity" in line
+    path = tmp_path / "b.jsonl"
+    path.write_text(HEADER + line + "\n")
+    with pytest.raises(UserError, match=f":2: bad frame: {field}: must be a finite number, got -?(nan|inf)"):
+        read_bundle(str(path))
+
+
+@pytest.mark.parametrize("changes, message", [WRONG_FRAMES[0], WRONG_FRAMES[1], WRONG_FRAMES[2], WRONG_FRAMES[7],
+                                              WRONG_FRAMES[10]])
+def test_diagnose_replay_names_a_wrong_frame_in_one_line(tmp_path, changes, message):
+    path = tmp_path / "b.jsonl"
+    good = [json.dumps({"kind": "frame", "frame": frame(i, engine_snapshot()).to_dict()}) for i in range(2)]
+    bad = json.dumps({"kind": "frame", "frame": _frame_dict(**changes)})
+    path.write_text(HEADER + "\n".join([*good, bad]) + "\n")
+    _one_error_line(_stagelens("diagnose", "--replay", str(path)), f"{path}:4: bad frame: {message}")
+
+
+TIMELINE = {"request_id": "req-0", "prompt_tokens": 20, "output_tokens": 8, "arrival": 1.0, "finished": 2.0,
+            "first_token": 1.5, "ttft_s": 0.5, "latency_s": 1.0,
+            "waits": [{"start": 1.0, "end": 1.2, "reason": "no_free_blocks"}], "chunks": [{"start": 1.2, "end": 1.4}]}
+
+
+@pytest.mark.parametrize("timeline, message", [
+    ("req-0", "a timeline record needs a 'timeline' object"),
+    ({**TIMELINE, "arrival": None}, "arrival: must be a finite number, got null"),
+    ({**TIMELINE, "finished": "2.0"}, "finished: must be a finite number or null, got '2.0'"),
+    ({**TIMELINE, "latency_s": [1]}, "latency_s: must be a finite number or null, got [1]"),
+    ({**TIMELINE, "waits": {"start": 1}}, "waits: must be a list"),
+    ({**TIMELINE, "waits": [{"start": 1.0, "end": 1.2}]}, "waits[0]: must be an object with start, end, reason"),
+    ({**TIMELINE, "chunks": [{"start": "1.2", "end": 1.4}]}, "chunks[0]: must be an object with start, end"),
+])
+def test_a_timeline_without_what_replay_reads_is_named(tmp_path, timeline, message):
+    path = tmp_path / "b.jsonl"
+    lines = [json.dumps({"kind": "frame", "frame": _frame_dict()}),
+             json.dumps({"kind": "timeline", "timeline": timeline})]
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=f":3: bad timeline: {re.escape(message)}"):
+        read_bundle(str(path))
+
+
+def test_a_timeline_as_recorded_is_read(tmp_path):
+    path = tmp_path / "b.jsonl"
+    lines = [json.dumps({"kind": "frame", "frame": _frame_dict()}),
+             json.dumps({"kind": "timeline", "timeline": TIMELINE}),
+             json.dumps({"kind": "timeline", "timeline": {**TIMELINE, "finished": None, "waits": None}})]
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    assert len(read_bundle(str(path)).timelines) == 2

@@ -1,0 +1,163 @@
+"""`stagelens whatif` end to end on a bundle recorded by a short lab run (tiny model, CPU): the JSON document,
+today's prediction beside what was measured, candidates, and bad input as one line with exit 3."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+STAGELENS = [str(Path(sys.executable).parent / "stagelens")]
+OLD_BUNDLE = Path(__file__).parents[1] / "fixtures" / "bundles" / "healthy.jsonl"   # recorded before steps were
+
+
+def _run(args, model_dir, timeout=120):
+    env = dict(os.environ, XDG_CACHE_HOME=str(Path(model_dir).parent))
+    return subprocess.run(STAGELENS + args, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def bundle(model_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("whatif") / "lab.jsonl"
+    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "3", "--rate", "12", "--max-model-len", "256",
+                 "--prompt-len", "uniform:8:120", "--output-len", "uniform:4:16", "--max-num-seqs", "8",
+                 "--seed", "3", "--model-dir", model_dir, "--record", str(path)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    return path, json.loads(proc.stdout)
+
+
+def test_whatif_json_has_the_fit_today_and_candidates(bundle, model_dir):
+    path, lab = bundle
+    proc = _run(["whatif", "--replay", str(path), "--json", "--set", "max-num-seqs=1"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert set(doc) >= {"fit", "today", "candidates"}
+    assert doc["fit"]["steps"] > 10 and all(v >= 0 for v in doc["fit"]["coefficients"].values())
+    today = doc["today"]
+    assert today["measured"]["requests_finished"] == lab["requests_finished"] == doc["requests"]
+    assert today["predicted"]["requests_finished"] == lab["requests_finished"]
+    for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "latency_p99_s", "throughput_tokens_per_s"):
+        assert today["predicted"][key] > 0 and key in today["relative_error"]
+    # what was measured from the bundle is what lab measured of the same requests
+    assert today["measured"]["ttft_p99_s"] == pytest.approx(lab["ttft_p99_s"], rel=1e-6)
+    assert set(today["predicted"]["stages"]) == {"kv_cache", "scheduler", "cold_path"}
+    (candidate,) = doc["candidates"]
+    assert candidate["set"] == {"max-num-seqs": 1}
+    # one request at a time: the others queue behind it
+    assert candidate["predicted"]["ttft_p99_s"] > today["predicted"]["ttft_p99_s"]
+
+
+def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
+    path, _ = bundle
+    proc = _run(["whatif", "--replay", str(path), "--set", "enable-chunked-prefill=false,max-num-batched-tokens=256",
+                 "--set", "policy=short-first"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "today measured" in proc.stdout
+    assert "candidate 1: --no-enable-chunked-prefill --max-num-batched-tokens 256" in proc.stdout
+    assert "candidate 2: --policy short-first" in proc.stdout
+    assert "ttft_p99_s" in proc.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--set", "max-num-seqs=0"], "--max-num-seqs"),
+    (["--set", "warp-speed=9"], "warp-speed"),
+    (["--set", "enable-chunked-prefill=maybe"], "true or false"),
+    # without chunked prefill a step's budget must hold a whole prompt of max_model_len
+    (["--set", "enable-chunked-prefill=false,max-num-batched-tokens=128"], "--max-num-batched-tokens"),
+])
+def test_bad_flags_are_one_line_and_exit_3(bundle, model_dir, args, words):
+    path, _ = bundle
+    proc = _run(["whatif", "--replay", str(path), *args], model_dir)
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stagelens: error:") and words in lines[0], proc.stderr
+
+
+def test_a_bundle_without_steps_is_fitted_on_its_request_intervals(model_dir):
+    proc = _run(["whatif", "--replay", str(OLD_BUNDLE), "--json", "--today", "max-num-seqs=8"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["fit"]["on"] == "request intervals"
+    # the settings the snapshot published, with --today on top
+    assert doc["today"]["settings"]["max_model_len"] == 2048 and doc["today"]["settings"]["max_num_seqs"] == 8
+    assert doc["today"]["predicted"]["requests_finished"] == doc["today"]["measured"]["requests_finished"]
+
+
+def test_a_bundle_with_neither_steps_nor_intervals_says_how_to_record_one(model_dir, tmp_path):
+    lines = []
+    for line in OLD_BUNDLE.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "timeline":
+            record["timeline"]["chunks"] = []
+        lines.append(json.dumps(record))
+    stripped = tmp_path / "no-intervals.jsonl"
+    stripped.write_text("\n".join(lines) + "\n")
+    proc = _run(["whatif", "--replay", str(stripped)], model_dir)
+    assert proc.returncode == 3
+    assert "record it again" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_diagnose_replay_shows_the_fixs_predicted_effect(model_dir):
+    bundle = OLD_BUNDLE.parent / "hol-blocking.jsonl"
+    proc = _run(["diagnose", "--replay", str(bundle), "--json"], model_dir)
+    assert proc.returncode == 2, proc.stderr          # the verdict's status, as before
+    fix = json.loads(proc.stdout)["fix"]
+    assert fix["set"]["enable-chunked-prefill"] is True
+    before, after = fix["predicted"]["ttft_p99_s"]
+    assert before > 0 and after > 0
+    text = _run(["diagnose", "--replay", str(bundle)], model_dir).stdout
+    assert "predicted effect of --" in text and "ttft_p99" in text
+
+
+def test_a_step_record_with_a_bad_figure_is_one_line(bundle, model_dir, tmp_path):
+    path, _ = bundle
+    lines = path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('{"kind": "steps"'))
+    record = json.loads(lines[at])
+    record["steps"][0]["prefill_tokens"] = "many"
+    lines[at] = json.dumps(record)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n")
+    proc = _run(["whatif", "--replay", str(broken)], model_dir)
+    assert proc.returncode == 3
+    assert f"broken.jsonl:{at + 1}: bad steps: steps[0].prefill_tokens" in proc.stderr, proc.stderr
+
+
+def test_search_finds_the_configurations_meeting_the_slo_and_plots_the_front(bundle, model_dir, tmp_path):
+    path, _ = bundle
+    png = tmp_path / "front.png"
+    proc = _run(["whatif", "--replay", str(path), "--json", "--search", "--slo", "ttft_p99=10,tpot_p99=1",
+                 "--plot", str(png)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["search"]
+    assert found["evaluated"] == 50 and found["slo"] == {"ttft_p99": 10.0, "tpot_p99": 1.0}
+    meeting = [c["predicted"] for c in found["meeting"]]
+    assert meeting and all(p["ttft_p99_s"] <= 10 and p["tpot_p99_s"] <= 1 for p in meeting)
+    throughputs = [p["throughput_tokens_per_s"] for p in meeting]
+    assert throughputs == sorted(throughputs, reverse=True)
+    front = [(c["predicted"]["ttft_p99_s"], c["predicted"]["throughput_tokens_per_s"]) for c in found["pareto"]]
+    assert all(a[0] <= b[0] and a[1] < b[1] for a, b in zip(front, front[1:], strict=False))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_whatif_runs_without_torch(bundle, model_dir):
+    """The simulator is its own module with no torch in it: whatif on a recording never imports it."""
+    path, _ = bundle
+    args = ["whatif", "--replay", str(path), "--set", "max-num-seqs=2", "--search", "--json"]
+    script = ("import sys; from agent.cli import _register, cli; _register(); "
+              f"cli.main({args!r}, standalone_mode=False); assert 'torch' not in sys.modules, 'torch was imported'")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp_path):
+    from agent.cli import run
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # what an install without the bench extra sees
+    code = run(["whatif", "--replay", str(tmp_path / "none.jsonl"), "--search", "--plot", str(tmp_path / "f.png")])
+    err = capsys.readouterr().err
+    assert code == 3
+    expected = "stagelens: error: --plot: matplotlib is not installed (pip install 'stagelens[bench]')"
+    assert err.splitlines() == [expected]

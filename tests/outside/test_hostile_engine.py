@@ -1,0 +1,158 @@
+"""A hostile engine's /metrics (issue 24): what it sends is bounded in time and size, checked for plausibility,
+never followed elsewhere, and the URL's credentials are never shown. Real sockets on loopback throughout."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.commands.flags import OutsideFlags, open_engine_source
+from agent.sources.prometheus_text import ExpositionError, parse_exposition
+from agent.sources.vllm import EngineScrapeError, VllmSource
+from tests.helpers.hostile_servers import ScriptedServer, answer, drip_body, drip_headers
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "engines"
+BODY = (FIXTURES / "vllm_v1_new_names.txt").read_text()
+NEXT = (FIXTURES / "vllm_v1_new_names.next.txt").read_text()
+DGX = str(Path(__file__).parents[1] / "fixtures" / "nvml" / "dgx_a100.json")
+GENERATION_0 = 'vllm:generation_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+
+
+def serving(*bodies: str) -> ScriptedServer:
+    """An engine whose /metrics answers each of `bodies` in turn (the last one from then on)."""
+    def script(server, conn):
+        server.read_head(conn)
+        answer(conn, bodies[min(len(server.heads), len(bodies)) - 1])
+    return ScriptedServer(script)
+
+
+def _stagelens(*args: str) -> subprocess.CompletedProcess:
+    """The command's run; it fails the test by TimeoutExpired if it outlasts the dripping servers' 40 s."""
+    return subprocess.run([sys.executable, "-m", "agent.cli", "--nvml-snapshot", DGX, *args],
+                          capture_output=True, text=True, timeout=35)
+
+
+# --- 2: a dripping engine never holds the sampler past the scrape's deadline ----------------------------------
+@pytest.mark.parametrize("script", [drip_body, drip_headers], ids=["body", "headers"])
+def test_a_dripping_engine_metrics_is_given_up_at_the_scrape_deadline(script):
+    with ScriptedServer(script) as engine:
+        source = VllmSource(engine.url, timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(EngineScrapeError, match="answer within 0.5 ?s"):
+            source.snapshot(1.0)
+        assert time.monotonic() - started < 8     # the drip lasts 40 s: only the deadline ends it sooner
+
+
+def test_a_dripping_engine_delays_a_frame_by_one_sampling_interval_at_most():
+    with ScriptedServer(drip_body) as engine:
+        source = open_engine_source("vllm", OutsideFlags(engine.url), interval=0.5)
+        assert source.timeout_s == 0.5
+        assert open_engine_source("vllm", OutsideFlags(engine.url), interval=5.0).timeout_s == 2.0
+        with pytest.raises(EngineScrapeError, match="answer within 0.5 s"):
+            source.snapshot(1.0)
+
+
+def test_diagnose_on_a_dripping_engine_exits_unknown():
+    with ScriptedServer(drip_body) as engine:
+        done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", engine.url, "--duration", "3")
+    assert done.returncode == 3, done
+    assert "no complete answer within" in done.stderr and "Traceback" not in done.stderr
+
+
+# --- 10: a huge exposition is refused before it is parsed; the parse has a deadline ---------------------------
+def test_a_huge_exposition_is_refused_unparsed_with_a_clear_error():
+    huge = "# TYPE x gauge\n" + "".join(f'x{{i="{i}"}} 1\n' for i in range(20_001))
+    with pytest.raises(ExpositionError, match="has 20001 series, more than the 20000"):
+        parse_exposition(huge)
+    assert parse_exposition(huge, max_series=30_000).family("x") is not None
+
+
+def test_a_huge_exposition_parse_gives_up_at_its_deadline():
+    many = "".join(f"# TYPE f{n} gauge\n" + "".join(f'f{n}{{i="{i}"}} 1\n' for i in range(100)) for n in range(100))
+    with pytest.raises(ExpositionError, match="longer than 0 s to parse"):
+        parse_exposition(many, deadline_s=0.0)
+
+
+# --- 13: implausible figures are refused, counted and never exported -----------------------------------------
+def test_a_negative_gauge_and_an_implausible_kv_configuration_are_refused_and_counted():
+    hostile = (BODY.replace('engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.0',
+                            'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} -2e9', 1)
+               .replace('num_gpu_blocks="1000"', 'num_gpu_blocks="2e29"', 1))
+    with serving(hostile) as engine:
+        source = VllmSource(engine.url)
+        snap = source.snapshot(1.0)
+    with serving(BODY) as engine:
+        plain = VllmSource(engine.url).snapshot(1.0)
+    assert snap.window.scheduler.running is None and snap.usage is None
+    assert snap.engine.block_size is None
+    assert source.refused == {"running": 1, "cache_config": 1}
+    assert snap.intake["metrics.refused_running"] == 1 and snap.intake["metrics.refused_cache_config"] == 1
+    assert plain.window.scheduler.running == 4 and plain.usage.num_blocks == 2000
+    assert snap.window.scheduler.waiting == plain.window.scheduler.waiting   # the plausible families as ever
+    assert snap.counters == plain.counters
+
+
+def test_a_duplicated_series_is_read_once_not_added_up():
+    def doubled(text: str) -> str:
+        line = next(x for x in text.splitlines() if x.startswith(GENERATION_0))
+        return text.replace(line, f"{line}\n{line}")
+
+    rates = []
+    for first, second in ((BODY, NEXT), (doubled(BODY), doubled(NEXT))):
+        with serving(first, second) as engine:
+            source = VllmSource(engine.url)
+            source.snapshot(100.0)
+            rates.append(source.snapshot(110.0).window.scheduler.decode_tokens_per_s)
+    assert rates[0] is not None and rates[1] == rates[0]
+    assert source.refused == {"duplicate_series": 2}
+
+
+def test_a_redirect_to_another_host_is_not_followed_nor_blamed_on_it():
+    with serving(BODY) as elsewhere:
+        def redirect(server, conn):
+            server.read_head(conn)
+            answer(conn, status="302 Found", headers={"Location": f"{elsewhere.url}/metrics"})
+
+        with ScriptedServer(redirect) as engine, pytest.raises(EngineScrapeError) as caught:
+            VllmSource(engine.url).snapshot(1.0)
+        assert elsewhere.heads == []
+    message = str(caught.value)
+    assert message.startswith(f"{engine.url}/metrics: HTTP 302 Found") and "not followed" in message
+    assert elsewhere.url not in message
+
+
+def test_a_redirect_loop_is_one_line():
+    def loop(server, conn):
+        server.read_head(conn)
+        answer(conn, status="301 Moved\x1b]0;owned\x07", headers={"Location": "/metrics"})
+
+    with ScriptedServer(loop) as engine, pytest.raises(EngineScrapeError) as caught:
+        VllmSource(engine.url).snapshot(1.0)
+    message = str(caught.value)
+    assert "\n" not in message and "\x1b" not in message and "\x07" not in message
+    assert len(engine.heads) == 1
+
+
+# --- 15: credentials in --engine-url are used, never shown -----------------------------------------------------
+def test_engine_url_credentials_go_as_basic_auth_and_are_never_shown():
+    with serving(BODY) as engine:
+        source = VllmSource(engine.url.replace("http://", "http://ops:s%3Ecret@"))
+        source.snapshot(1.0)
+        assert b"Authorization: Basic " + base64.b64encode(b"ops:s>cret") in engine.heads[0]
+    assert "cret" not in source.url and source.url == engine.url.replace("http://", "http://***@")
+    with pytest.raises(EngineScrapeError) as caught:
+        source.snapshot(2.0)      # the engine is gone: the error names the URL, not its password
+    assert "cret" not in str(caught.value) and "***@127.0.0.1" in str(caught.value)
+
+
+def test_diagnose_never_echoes_the_engine_url_password():
+    with ScriptedServer(drip_headers) as engine:
+        url = engine.url.replace("http://", "http://ops:hunter2@")
+        done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", url, "--duration", "1")
+    assert done.returncode == 3, done
+    assert "hunter2" not in done.stderr + done.stdout and "***@" in done.stderr

@@ -1,0 +1,95 @@
+"""The layers, checked over the imports (every import statement, function-level ones included): the engine
+imports neither the hooks nor the agent; the records import nothing above them; the agent reaches the engine
+only through the lab, which hosts it; the fleet does not import the TUI; nothing below the CLI imports the
+commands."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
+    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones resolved."""
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def modules_under(folder: str) -> dict[str, set[str]]:
+    return {module_name(p): imported_modules(p) for p in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def breaches(importers: dict[str, set[str]], forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(f"{importer} imports {target}" for importer, targets in importers.items()
+                  for target in targets if any(within(target, f) for f in forbidden))
+
+
+AGENT = modules_under("agent")
+ENGINE_HOOKS = modules_under("engine_hooks")
+
+
+def test_the_rule_sees_a_function_level_and_a_relative_import(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    mod = tmp_path / "pkg" / "sub" / "mod.py"
+    mod.write_text("def f():\n    from ..other import thing\n    import agent.tui\n")
+    assert {"pkg.other", "pkg.other.thing", "agent.tui"} <= imported_modules(mod, tmp_path)
+
+
+def test_the_engine_imports_neither_the_hooks_nor_the_agent():
+    engine = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "engine_hooks.engine")}
+    assert engine, "no engine modules found"
+    assert breaches(engine, ("engine_hooks.hooks", "agent", "probes")) == []
+
+
+def test_the_records_import_nothing_above_them():
+    records = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "engine_hooks.records")}
+    assert records, "no record modules found"
+    assert breaches(records, ("engine_hooks.engine", "engine_hooks.hooks", "agent", "probes")) == []
+
+
+def test_the_shared_helpers_import_nothing_of_stagelens_above_them():
+    shared = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "engine_hooks.shared")}
+    assert breaches(shared, ("engine_hooks.engine", "engine_hooks.hooks", "engine_hooks.records", "agent")) == []
+
+
+def test_no_agent_module_imports_the_engine_outside_the_lab_that_hosts_it():
+    outside_the_lab = {m: t for m, t in AGENT.items() if not within(m, "agent.lab")}
+    assert breaches(outside_the_lab, ("engine_hooks.engine", "engine_hooks.hooks")) == []
+
+
+def test_the_fleet_does_not_import_the_tui():
+    fleet = {m: t for m, t in AGENT.items() if within(m, "agent.fleet")}
+    assert fleet, "no fleet modules found"
+    assert breaches(fleet, ("agent.tui",)) == []
+
+
+@pytest.mark.parametrize("folder", ["agent", "probes", "engine_hooks"])
+def test_nothing_below_the_cli_imports_the_commands(folder):
+    below = {m: t for m, t in modules_under(folder).items()
+             if not (within(m, "agent.commands") or m == "agent.cli")}
+    assert breaches(below, ("agent.commands",)) == []
