@@ -8,7 +8,6 @@ then the diagnosis, published with its frame, and the exposition rendered for th
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -18,10 +17,9 @@ from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.evaluate import LiveDiagnosis
 from agent.diagnosis.model import Diagnosis
 from agent.diagnosis.tail import with_stages
-from agent.errors import UserError
 from agent.frame import Frame
 from agent.metrics.exporter import MetricsExporter
-from agent.sampler import Sampler
+from agent.node_sampling import NodeSampling
 
 log = logging.getLogger(__name__)
 TRACE_MEMORY = 4096      # request id -> trace id / traceparent, for exemplars and HTTP clients' parents
@@ -40,27 +38,20 @@ class AgentRuntime:
     def __init__(self, diagnosis_config: DiagnosisConfig | None = None, interval: float = 1.0,
                  nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None, engine_source=None,
                  vllm_names: bool = False, request_timeout: float = 600.0, history: int = 900) -> None:
-        from probes.sample import NodeProbe, open_backend
-
         self.diagnosis_config = diagnosis_config or DiagnosisConfig()
         self.nvml_snapshot = nvml_snapshot
         self.interval = interval
         self.request_timeout = request_timeout   # seconds a hosted engine request may live
-        try:
-            self.backend = open_backend(nvml_snapshot)
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-        self.probe = NodeProbe(self.backend, pid=os.getpid())
         self.lab_settings = lab
         self.lab = None            # the hosted engine (agent.lab.host.EngineHost), when there is one
         if lab is not None:
             from agent.lab.host import EngineHost
 
             self.lab = EngineHost(face=lab.vllm_face)
-        # the hosted engine, or one read from outside (agent/sources), or none
-        self.engine_source = engine_source
-        self.sampler = Sampler(node_probe=self.probe, engine_source=self.lab or engine_source, interval=interval,
-                               history=history)
+        # the hosted engine, or one read from outside (agent/sources), or none: sampled alike
+        self.sampling = NodeSampling(self.lab or engine_source, nvml_snapshot, interval, history=history)
+        self.sampler = self.sampling.sampler
+        self.backend = self.sampling.probe.backend
         self.tracer = tracer
         self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
         self._lock = threading.Lock()
@@ -78,9 +69,7 @@ class AgentRuntime:
     def start(self) -> None:
         if self.lab_settings:
             self.start_lab(self.lab_settings.scenario)
-        if self.engine_source is not None:    # its span receiver and KV-events subscriber, beside the scrape
-            self.engine_source.start()
-        self.sampler.start()
+        self.sampling.start()
 
     def start_lab(self, scenario: str | None, overrides: dict | None = None) -> None:
         """(Re)start the hosted engine with the base flags, a scenario's defaults (its workload then runs in
@@ -96,13 +85,10 @@ class AgentRuntime:
         tracer drains and the probes close."""
         if self.lab:
             self.lab.stop(grace_s)
-        self.sampler.stop()
-        self.sampler.tick()      # the requests that ended while stopping reach the traces and the record
-        if self.engine_source is not None:
-            self.engine_source.close()
+        self.sampling.stop()     # its last frame: the requests that ended while stopping reach the traces and record
+        self.sampling.close()
         if self.tracer:
             self.tracer.shutdown()
-        self.probe.close()
 
     # --- what every surface reads ----------------------------------------------------------------------
     def latest_frame(self) -> Frame | None:
@@ -115,20 +101,14 @@ class AgentRuntime:
         return self.sampler.frames(since)
 
     def slowest_requests(self, n: int) -> list[dict]:
-        source = self.lab.recorder if self.lab else self.engine_source   # an outside engine's come from its spans
-        if source is None:
-            return []
-        timelines = [t for t in source.recent_timelines() if t.finished is not None]
+        timelines = [t for t in self.sampling.recent_timelines() if t.finished is not None]
         timelines.sort(key=lambda t: t.finished - t.arrival, reverse=True)
         return [with_stages(t.to_dict()) for t in timelines[:n]]
 
     def whatif_window(self) -> dict:
         """What `whatif --connect` replays: the recent request timelines, and of the hosted engine its settings,
         steps and model loads (an engine read from outside has only its spans' timelines)."""
-        if self.lab:
-            return self.lab.whatif_window()
-        timelines = self.engine_source.recent_timelines() if self.engine_source is not None else []
-        return {"timelines": [t.to_dict() for t in timelines], "engine_config": None, "steps": [], "loads": []}
+        return self.sampling.whatif_window()
 
     def predicted_fix(self, diagnosis: Diagnosis) -> dict | None:
         """The diagnosis's fix with its predicted effect on the recent window (agent.whatif.fix_effect), as last

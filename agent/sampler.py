@@ -120,34 +120,3 @@ class Sampler:
 def _status(name: str, success: bool, started: float, exc: Exception | None = None) -> dict:
     return {"name": name, "success": success, "duration_seconds": time.perf_counter() - started,
             "error": None if exc is None else f"{type(exc).__name__}: {exc}"}
-
-
-def sample_for(nvml_snapshot: str | None, duration: float, interval: float = 1.0, engine_source=None,
-               listeners: tuple = (), stop: threading.Event | None = None) -> list[Frame]:
-    """The node (with `engine_source`: its engine too) sampled every `interval` seconds for `duration`, or until
-    `stop` is set; the history's frames. An engine read from outside runs its span receiver and KV-events
-    subscriber only meanwhile. UserError for an NVML snapshot that cannot be read."""
-    from agent.errors import UserError
-    from probes.sample import NodeProbe, open_backend
-
-    try:
-        probe = NodeProbe(open_backend(nvml_snapshot))
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    sampler = Sampler(node_probe=probe, engine_source=engine_source, interval=interval)
-    sampler.listeners.extend(listeners)
-    stop = stop or threading.Event()
-    try:
-        if engine_source is not None:
-            engine_source.start()
-        deadline = time.monotonic() + duration
-        while not stop.is_set():
-            sampler.tick()
-            if time.monotonic() + interval > deadline:
-                break
-            stop.wait(interval)
-    finally:
-        if engine_source is not None:
-            engine_source.close()
-        probe.close()
-    return sampler.frames()

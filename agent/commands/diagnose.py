@@ -63,7 +63,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
             raise UserError(f"{replay_path}: the bundle holds no frames")
         frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
-        from agent.sampler import sample_for
+        from agent.node_sampling import sample_for
 
         frames = sample_for((ctx.obj or {}).get("nvml_snapshot"), duration, engine_source=engine_source)
         _require_engine(frames, engine_source)

@@ -69,8 +69,8 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
 
 def _record_outside(ctx: click.Context, source, out_path: str, interval: float, flags: dict) -> int:
     """Sample the node and the engine read from outside for --duration seconds (30 by default)."""
+    from agent.node_sampling import sample_for
     from agent.record import BundleWriter
-    from agent.sampler import sample_for
 
     given = sorted(k for k, v in flags.items() if v is not None and k != "duration")
     if ctx.params.get("scenario"):

@@ -8,17 +8,14 @@ diagnoses of the same requests can be compared (tests/engine/test_scenarios.py, 
 
 from __future__ import annotations
 
-import os
-
 from agent.diagnosis import DiagnosisConfig
 from agent.diagnosis.whole_run import RunDiagnosis, judge_run
 from agent.frame import Frame
-from agent.sampler import Sampler
+from agent.node_sampling import NodeSampling
 from agent.sources.gauge_poll import POLL_S
 from agent.sources.otlp_receiver import OtlpReceiver
 from agent.sources.vllm import VllmSource
 from engine_hooks.engine import LLMEngine
-from probes.sample import NodeProbe, open_backend
 
 
 class OutsideView:
@@ -31,25 +28,26 @@ class OutsideView:
                              otlp_schedule_delay_s=1.0)
         self.face.start()
         self.source = VllmSource(self.face.url, spans=self.receiver, poll_s=POLL_S)
-        self.probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())   # the process the hooks' run sees
-        self.sampler = Sampler(node_probe=self.probe, engine_source=self.source, interval=interval)
+        # the receiver runs already (the face exports to it): the source's services are this view's to run
+        self.sampling = NodeSampling(self.source, nvml_snapshot, interval, run_source_services=False)
 
     def start(self) -> None:
         self.source.poller.start()
-        self.sampler.start()
+        self.sampling.start()
 
     def stop(self) -> None:
         """Stop sampling; the engine's last spans are flushed and received before the last frame."""
-        self.sampler.stop()
-        self.source.poller.stop()
-        self.face.spans.flush()
-        self.sampler.tick()
+        self.sampling.stop(before_last_frame=self._drain)
         self.face.stop()
         self.receiver.stop()
-        self.probe.close()
+        self.sampling.close()
+
+    def _drain(self) -> None:
+        self.source.poller.stop()
+        self.face.spans.flush()
 
     def judge(self, until_unix: float, config: DiagnosisConfig | None = None) -> RunDiagnosis:
         """The run as seen from outside, judged as the hooks' run is: the loaded frames, every request."""
-        frames: list[Frame] = self.sampler.frames()
+        frames: list[Frame] = self.sampling.frames()
         loaded = [f for f in frames if f.time_unix <= until_unix] or frames
         return judge_run(loaded, self.source.recent_timelines(), config)

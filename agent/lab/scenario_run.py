@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -17,10 +16,9 @@ from agent.frame import Frame
 from agent.lab.host import EngineHost
 from agent.lab.summary import summarize
 from agent.lab.workload import WorkloadConfig
-from agent.sampler import Sampler
+from agent.node_sampling import NodeSampling
 from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
 from engine_hooks.records.stats import percentile
-from probes.sample import NodeProbe, open_backend
 
 
 @dataclass
@@ -81,9 +79,7 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again.
     `on_start(host, engine_cfg)` is called once the engine runs (a bundle writer follows its steps)."""
     host = EngineHost()
-    probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
-    sampler = Sampler(node_probe=probe, engine_source=host, interval=interval)
-    sampler.listeners.extend(listeners)
+    sampling = NodeSampling(host, nvml_snapshot, interval, listeners=listeners)
     engine = host.start(engine_cfg)
     if on_start is not None:
         on_start(host, engine_cfg)
@@ -94,7 +90,7 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
         view = OutsideView(engine, nvml_snapshot, interval)
     line = ProgressLine(engine, workload_cfg.duration) if progress else None
     started = time.time()
-    sampler.start()
+    sampling.start()
     if view:
         view.start()
     try:
@@ -102,15 +98,14 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     except EngineStopped as exc:     # its loop died: every request has already failed with the reason
         raise CollectError(f"the lab engine stopped serving: {exc}") from None
     finally:
-        sampler.stop()
-        sampler.tick()          # one last frame with the drained state
+        sampling.stop()         # one last frame with the drained state
         if view:
             view.stop()
         host.stop()
-        probe.close()
+        sampling.close()
         if line:
             line.close()
-    frames = sampler.frames()
+    frames = sampling.frames()
     figures = summarize(run.requests, run.elapsed, run.window_s, run.window_tokens)
     figures.update(_engine_figures(engine, host.recorder, run.elapsed))
     # The windows are judged on the loaded engine, as the report's steady-state method: the drain is left out;

@@ -6,7 +6,6 @@ A feed is a plain class, called from the poller's worker thread, never from the 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from agent.frame import Frame
@@ -54,23 +53,7 @@ class Feed:
         return None
 
 
-class NodeSampling:
-    """This node's probes and an engine source (the hosted lab, one read from outside) sampled in-process, for
-    the sources that take one sample a poll: `tick()` is the frame and the request timelines finished since."""
-
-    def __init__(self, engine_source, nvml_snapshot: str | None, interval: float) -> None:
-        from agent.sampler import Sampler
-        from probes.sample import NodeProbe, open_backend
-
-        self.probe = NodeProbe(open_backend(nvml_snapshot), pid=os.getpid())
-        self.sampler = Sampler(node_probe=self.probe, engine_source=engine_source, interval=interval)
-        self._timelines: list = []
-        self.sampler.listeners.append(lambda _frame, timelines: self._timelines.extend(timelines))
-
-    def tick(self) -> Poll:
-        frame = self.sampler.tick()
-        timelines, self._timelines = self._timelines, []
-        return Poll([frame], [t.to_dict() for t in timelines])
-
-    def close(self) -> None:
-        self.probe.close()
+def sampled(sampling) -> Poll:
+    """One sample of an in-process NodeSampling (agent/node_sampling.py) as a poll: its frame and timelines."""
+    frame, timelines = sampling.tick()
+    return Poll([frame], [t.to_dict() for t in timelines])

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 
-from agent.tui.feed import Feed, NodeSampling, Poll
+from agent.node_sampling import NodeSampling
+from agent.tui.feed import Feed, Poll, sampled
 
 ENDLESS_S = 24 * 3600.0     # without --duration the workload runs until the TUI exits
 
@@ -64,7 +65,7 @@ class LocalFeed(Feed):
             return Poll(note="engine restarted with the fix")
         if self.paused or self._sampling is None:
             return Poll()
-        return self._sampling.tick()
+        return sampled(self._sampling)
 
     def close(self) -> None:
         if self._host is not None:

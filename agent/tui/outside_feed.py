@@ -5,7 +5,8 @@ STALE with the reason."""
 
 from __future__ import annotations
 
-from agent.tui.feed import Feed, NodeSampling, Poll
+from agent.node_sampling import NodeSampling
+from agent.tui.feed import Feed, Poll, sampled
 
 
 class OutsideFeed(Feed):
@@ -25,18 +26,17 @@ class OutsideFeed(Feed):
 
     def open(self) -> Poll:
         self._sampling = NodeSampling(self.engine_source, self.nvml_snapshot, self.interval)
-        self.engine_source.start()
+        self._sampling.start_source()
         return Poll(note=f"reading {self.label}")
 
     def poll(self) -> Poll:
         if self.paused or self._sampling is None:
             return Poll()
-        poll = self._sampling.tick()
+        poll = sampled(self._sampling)
         engine = next((c for c in poll.frames[0].collectors if c["name"] == "engine"), None)
         poll.error = None if engine is None or engine["success"] else f"{self.label}: {engine['error']}"
         return poll
 
     def close(self) -> None:
-        self.engine_source.close()
         if self._sampling is not None:
             self._sampling.close()

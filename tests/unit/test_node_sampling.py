@@ -1,0 +1,63 @@
+"""One lifecycle for the probes, the engine source and the sampler (agent/node_sampling.py): a source's own
+services run exactly while the sampling does, unless the caller runs them; a bad NVML snapshot is a UserError."""
+
+import pytest
+
+from agent.errors import UserError
+from agent.node_sampling import NodeSampling, sample_for
+from engine_hooks.records.source import EngineSource
+
+DGX = "tests/fixtures/nvml/dgx_a100.json"
+
+
+class ServicedSource:
+    """An engine source with services of its own, as one read from outside is; it fails every snapshot."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def snapshot(self, now_monotonic):
+        self.calls.append("snapshot")
+        raise OSError("no engine here")
+
+    def recent_timelines(self, since=None):
+        return []
+
+
+def test_a_sources_services_run_exactly_while_it_is_sampled():
+    source = ServicedSource()
+    assert isinstance(source, EngineSource)
+    frames = sample_for(DGX, duration=0.0, interval=0.1, engine_source=source)
+    assert source.calls == ["start", "snapshot", "close"]
+    assert [c["name"] for c in frames[0].collectors][-1] == "engine"
+    assert frames[0].collectors[-1]["success"] is False
+
+
+def test_the_caller_may_run_the_sources_services_itself():
+    source = ServicedSource()
+    sampling = NodeSampling(source, DGX, interval=0.1, run_source_services=False)
+    sampling.start_source()
+    frame, timelines = sampling.tick()
+    sampling.stop(before_last_frame=lambda: source.calls.append("drained"))
+    sampling.close()
+    assert source.calls == ["snapshot", "drained", "snapshot"]
+    assert frame.engine is None and timelines == []
+
+
+def test_the_outside_window_holds_the_timelines_only():
+    sampling = NodeSampling(ServicedSource(), DGX)
+    assert sampling.whatif_window() == {"timelines": [], "engine_config": None, "steps": [], "loads": []}
+    sampling.close()
+
+
+def test_an_unreadable_nvml_snapshot_is_a_user_error(tmp_path):
+    bad = tmp_path / "nvml.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError):
+        NodeSampling(None, str(bad))
