@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from engine_hooks.records.vllm_names import REQUEST_QUEUE_TIME_SECONDS
+
 WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -32,7 +34,7 @@ class WaitMetrics:
                                  ["reason"], registry=registry)
         self.vllm_queue = None
         if vllm_names:   # opt-in: vLLM's name and meaning, so existing vLLM dashboards read our figures
-            self.vllm_queue = Histogram("vllm:request_queue_time_seconds",
+            self.vllm_queue = Histogram(REQUEST_QUEUE_TIME_SECONDS,
                                         "Time requests spent in the WAITING phase before first scheduled.",
                                         ["model_name"], buckets=WAIT_BUCKETS, registry=registry)
 

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 from agent.errors import CollectError
 from agent.sources.prometheus_text import Exposition
+from engine_hooks.records.vllm_names import (
+    CPU_CACHE_USAGE_PERC,
+    GPU_CACHE_USAGE_PERC,
+    GPU_PREFIX_CACHE_HIT_RATE,
+    KV_CACHE_USAGE_PERC,
+    NUM_REQUESTS_SWAPPED,
+)
 
 PREFIX = {"vllm": "vllm:", "sglang": "sglang:"}
 ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}
 _METRICS_OFF = {"vllm": "vLLM turns them off with --disable-log-stats",
                 "sglang": "SGLang publishes them only with --enable-metrics"}
 # Families only vLLM's V0 engine published (V1 dropped swapping and the CPU cache)
-_V0_ONLY = ("vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc", "vllm:gpu_prefix_cache_hit_rate")
+_V0_ONLY = (NUM_REQUESTS_SWAPPED, CPU_CACHE_USAGE_PERC, GPU_PREFIX_CACHE_HIT_RATE)
 _RANK_LABELS = ("engine_type", "tp_rank", "dp_rank", "pp_rank")
 
 
@@ -60,9 +67,9 @@ def _labels(ex: Exposition, prefix: str, name: str) -> set[str]:
 def _vllm(ex: Exposition) -> str:
     if any(n in ex.families for n in _V0_ONLY):
         said = "vLLM V0 (gpu_cache_usage_perc, no engine label)"
-    elif "vllm:kv_cache_usage_perc" in ex.families and "vllm:gpu_cache_usage_perc" in ex.families:
+    elif KV_CACHE_USAGE_PERC in ex.families and GPU_CACHE_USAGE_PERC in ex.families:
         said = "vLLM V1 (0.10-style names)"
-    elif "vllm:gpu_cache_usage_perc" in ex.families:
+    elif GPU_CACHE_USAGE_PERC in ex.families:
         said = "vLLM V1 (0.8/0.9-style names)"
     else:
         said = "vLLM V1 (0.11+ names)"

@@ -41,21 +41,27 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from engine_hooks.records.attribution import components
 from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from engine_hooks.records.vllm_names import (
+    FINISH_REASONS,
+    LLM_REQUEST,
+    REQUEST_ID,
+    REQUEST_MODEL,
+    RESPONSE_MODEL,
+    TIME_IN_MODEL_PREFILL,
+    TIME_IN_QUEUE,
+    TIME_TO_FIRST_TOKEN,
+    USAGE_COMPLETION_TOKENS,
+    USAGE_INPUT_TOKENS,
+    USAGE_OUTPUT_TOKENS,
+    USAGE_PROMPT_TOKENS,
+)
 
 __all__ = ["LLM_REQUEST", "QUEUED", "timeline_from_span"]
 
-LLM_REQUEST = "llm_request"
 UNKNOWN_MODEL = "unknown"
 
-REQUEST_ID = "gen_ai.request.id"
-RESPONSE_MODEL = "gen_ai.response.model"
-REQUEST_MODEL = "gen_ai.request.model"
-PROMPT_TOKENS = ("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens")
-COMPLETION_TOKENS = ("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")
-TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
-TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
-TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
-FINISH_REASONS = "gen_ai.response.finish_reasons"
+PROMPT_TOKENS = (USAGE_PROMPT_TOKENS, USAGE_INPUT_TOKENS)             # vLLM's name, then the conventions'
+COMPLETION_TOKENS = (USAGE_COMPLETION_TOKENS, USAGE_OUTPUT_TOKENS)
 
 _TOLERANCE_S = 1e-3      # a latency attribute may overshoot the span's own duration by this much (rounding)
 _MAX_TOKENS = 1 << 40

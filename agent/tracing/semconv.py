@@ -4,7 +4,23 @@ from __future__ import annotations
 
 from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
 
-ROOT = "llm_request"
+# GenAI semantic conventions and vLLM's request-span attributes (engine_hooks/records/vllm_names.py)
+from engine_hooks.records.vllm_names import (  # noqa: F401  (the names spans.py reads from here)
+    E2E,
+    FINISH_REASONS,
+    OPERATION_NAME,
+    PROVIDER_NAME,
+    REQUEST_ID,
+    REQUEST_MODEL,
+    RESPONSE_MODEL,
+    SYSTEM,
+    TIME_IN_QUEUE,
+    TIME_TO_FIRST_TOKEN,
+)
+from engine_hooks.records.vllm_names import LLM_REQUEST as ROOT  # noqa: F401
+from engine_hooks.records.vllm_names import USAGE_INPUT_TOKENS as INPUT_TOKENS
+from engine_hooks.records.vllm_names import USAGE_OUTPUT_TOKENS as OUTPUT_TOKENS
+
 QUEUE_WAIT = "queue_wait"
 PREFILL_CHUNK = "prefill_chunk"
 DECODE = "decode"
@@ -13,20 +29,6 @@ PREEMPTED = "preempted"
 PROVIDER = "stagelens-lab"
 OPERATION = "text_completion"
 
-# GenAI semantic conventions (current names, plus gen_ai.system which older backends still read)
-OPERATION_NAME = "gen_ai.operation.name"
-PROVIDER_NAME = "gen_ai.provider.name"
-SYSTEM = "gen_ai.system"
-REQUEST_MODEL = "gen_ai.request.model"
-RESPONSE_MODEL = "gen_ai.response.model"
-INPUT_TOKENS = "gen_ai.usage.input_tokens"
-OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-FINISH_REASONS = "gen_ai.response.finish_reasons"
-# vLLM's request-span attributes, same meaning
-REQUEST_ID = "gen_ai.request.id"
-TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
-TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
-E2E = "gen_ai.latency.e2e"
 # ours
 SCHEDULER_WAIT_S = "stagelens.scheduler_wait_s"
 PREEMPTIONS = "stagelens.preemptions"

@@ -43,26 +43,29 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from engine_hooks.records.vllm_names import (
+    E2E,
+    FINISH_REASONS,
+    MAX_TOKENS,
+    REQUEST_ID,
+    REQUEST_N,
+    RESPONSE_MODEL,
+    TEMPERATURE,
+    TIME_IN_MODEL_DECODE,
+    TIME_IN_MODEL_INFERENCE,
+    TIME_IN_MODEL_PREFILL,
+    TIME_IN_QUEUE,
+    TIME_TO_FIRST_TOKEN,
+)
+from engine_hooks.records.vllm_names import LLM_REQUEST as SPAN_NAME
+from engine_hooks.records.vllm_names import USAGE_COMPLETION_TOKENS as COMPLETION_TOKENS
+from engine_hooks.records.vllm_names import USAGE_PROMPT_TOKENS as PROMPT_TOKENS
+
 from .metrics import request_phases
 
-SPAN_NAME = "llm_request"
 TRACES_PATH = "/v1/traces"
 INSTRUMENTING_MODULE = "vllm.llm_engine"     # the tracer name vLLM's engine front end uses
 
-REQUEST_ID = "gen_ai.request.id"
-RESPONSE_MODEL = "gen_ai.response.model"
-PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
-COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
-MAX_TOKENS = "gen_ai.request.max_tokens"
-TEMPERATURE = "gen_ai.request.temperature"
-REQUEST_N = "gen_ai.request.n"
-TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
-TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
-TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
-TIME_IN_MODEL_DECODE = "gen_ai.latency.time_in_model_decode"
-TIME_IN_MODEL_INFERENCE = "gen_ai.latency.time_in_model_inference"
-E2E = "gen_ai.latency.e2e"
-FINISH_REASONS = "gen_ai.response.finish_reasons"
 
 
 def traces_url(endpoint: str) -> str:
