@@ -2,7 +2,8 @@
 
 The sampler makes frames; diagnosis, the Prometheus collector, the HTTP API, the TUI and
 record/replay all read them. Plain data, JSON-serialisable, versioned. The engine snapshot is typed
-(engine_hooks.records.snapshot, which reads and checks its JSON); the node sample stays the probe's JSON.
+(engine_hooks.records.snapshot, which reads and checks its JSON), and so are the collector statuses
+(probes.sample.CollectorStatus); the node sample stays the probe's JSON.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from agent.numbers import is_finite_number, shown
 from engine_hooks.records.snapshot import EngineSnapshot, SnapshotError, Window
+from probes.sample import CollectorStatus
 
 FRAME_VERSION = 1
 MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show
@@ -33,7 +35,7 @@ class Frame:
     node: str
     node_sample: dict | None = None       # probes.sample.NodeSample.to_dict(), or None when not probed
     engine: EngineSnapshot | None = None  # the engine snapshot (stagelens-engine/1), or None without an engine
-    collectors: list[dict] = field(default_factory=list)   # {name, success, duration_seconds, error}
+    collectors: list[CollectorStatus] = field(default_factory=list)   # how each collector fared this tick
     version: int = FRAME_VERSION
 
     def to_dict(self) -> dict:
@@ -42,7 +44,7 @@ class Frame:
         return {"time_unix": self.time_unix, "time_monotonic": self.time_monotonic, "node": self.node,
                 "node_sample": self.node_sample,
                 "engine": self.engine.to_dict() if self.engine is not None else None,
-                "collectors": [dict(c) for c in self.collectors], "version": self.version}
+                "collectors": [c.to_dict() for c in self.collectors], "version": self.version}
 
     @classmethod
     def from_dict(cls, data: dict) -> Frame:
@@ -58,12 +60,21 @@ class Frame:
         _check_shape(known)
         if known.get("engine") is not None:
             known["engine"] = _read_engine(known["engine"])
+        if "collectors" in known:
+            known["collectors"] = [_read_collector(c, i) for i, c in enumerate(known["collectors"])]
         return cls(**known)
 
     # --- convenient readers; None when the frame lacks the data -------------------------------------
     @property
     def window(self) -> Window | None:
         return self.engine.window if self.engine is not None else None
+
+    def collector(self, name: str) -> CollectorStatus | None:
+        """The named collector's status this tick (node, nvml, ..., engine); None when it did not run."""
+        return next((c for c in self.collectors if c.name == name), None)
+
+    def failed_collectors(self) -> list[CollectorStatus]:
+        return [c for c in self.collectors if not c.success]
 
     def gpus(self) -> list[dict]:
         if not self.node_sample:
@@ -96,6 +107,19 @@ def _read_engine(data: dict) -> EngineSnapshot:
         return EngineSnapshot.from_dict(data)
     except SnapshotError as exc:
         raise FrameError(f"engine.{exc}") from None
+
+
+def _read_collector(data: dict, i: int) -> CollectorStatus:
+    where = f"collectors[{i}]"
+    _check(data.get("name"), f"{where}.name", str)
+    if not isinstance(data.get("success"), bool):
+        raise FrameError(f"{where}.success: must be true or false, got {shown(data.get('success'))}")
+    duration = data.get("duration_seconds")
+    if duration is not None:
+        _check_number(duration, f"{where}.duration_seconds")
+    error = data.get("error")
+    _check(error, f"{where}.error", str, optional=True)
+    return CollectorStatus(data["name"], data["success"], duration, error)
 
 
 def _check(value, where: str, kind: type, optional: bool = False) -> None:

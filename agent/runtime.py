@@ -145,8 +145,8 @@ class AgentRuntime:
         age = time.time() - frame.time_unix
         if age > STALE_AFTER_INTERVALS * self.interval:
             return False, f"the latest sample is {age:.0f} s old: sampling is stuck"
-        if frame.collectors and not any(c["success"] for c in frame.collectors):
-            failed = "; ".join(f"{c['name']}: {c.get('error')}" for c in frame.collectors)
+        if frame.collectors and len(frame.failed_collectors()) == len(frame.collectors):
+            failed = "; ".join(f"{c.name}: {c.error}" for c in frame.collectors)
             return False, f"every collector failed ({failed})"
         trouble = self.lab.trouble() if self.lab else None
         if trouble:

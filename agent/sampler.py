@@ -14,6 +14,7 @@ from collections.abc import Callable
 from agent.errors import CollectError
 from agent.frame import Frame
 from engine_hooks.records.source import EngineSource
+from probes.sample import CollectorStatus
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class Sampler:
             try:
                 sample = self._node_sample()
                 frame.node_sample = sample
-                frame.collectors.extend(sample.get("collectors", []))
+                frame.collectors.extend(CollectorStatus(**c) for c in sample.get("collectors", []))
             except Exception as exc:  # a probe bug must not stop sampling
                 frame.collectors.append(_status("node", False, t, exc))
         if self.engine_source is not None:
@@ -117,6 +118,6 @@ class Sampler:
             self._stop.wait(delay)
 
 
-def _status(name: str, success: bool, started: float, exc: Exception | None = None) -> dict:
-    return {"name": name, "success": success, "duration_seconds": time.perf_counter() - started,
-            "error": None if exc is None else f"{type(exc).__name__}: {exc}"}
+def _status(name: str, success: bool, started: float, exc: Exception | None = None) -> CollectorStatus:
+    return CollectorStatus(name, success, time.perf_counter() - started,
+                           None if exc is None else f"{type(exc).__name__}: {exc}")

@@ -53,6 +53,10 @@ class CollectorStatus:
     duration_seconds: float
     error: str | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "success": self.success, "duration_seconds": self.duration_seconds,
+                "error": self.error}
+
 
 @dataclass
 class DriverStatus:

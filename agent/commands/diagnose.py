@@ -122,9 +122,9 @@ def _require_engine(frames: list, engine_source) -> None:
     """An engine named on the command line that never answered is a failure to collect, said as such."""
     if engine_source is None:
         return
-    failed = [c for f in frames for c in f.collectors if c["name"] == "engine" and not c["success"]]
+    failed = [c for f in frames for c in f.failed_collectors() if c.name == "engine"]
     if len(failed) == len(frames):
-        kind, _, reason = failed[-1]["error"].partition(": ")    # the reason without the exception's type
+        kind, _, reason = (failed[-1].error or "").partition(": ")    # the reason without the exception's type
         if kind == "EngineMismatchError":    # it answered, with none of the engine's metrics
             raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
                                f"{reason}")

@@ -15,10 +15,10 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     out.gauge("stagelens_frame_timestamp_seconds", "When the frame this scrape reads was sampled (Unix time).",
               frame.time_unix)
     for c in frame.collectors:
-        out.flag("stagelens_collector_success", "1 when the collector succeeded in the latest frame.", c["success"],
-                 collector=c["name"])
+        out.flag("stagelens_collector_success", "1 when the collector succeeded in the latest frame.", c.success,
+                 collector=c.name)
         out.gauge("stagelens_collector_duration_seconds", "How long the collector took in the latest frame.",
-                  c.get("duration_seconds"), collector=c["name"])
+                  c.duration_seconds, collector=c.name)
     driver = (frame.node_sample or {}).get("driver")
     if driver:
         for state in DRIVER_STATES:

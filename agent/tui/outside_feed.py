@@ -33,8 +33,8 @@ class OutsideFeed(Feed):
         if self.paused or self._sampling is None:
             return Poll()
         poll = sampled(self._sampling)
-        engine = next((c for c in poll.frames[0].collectors if c["name"] == "engine"), None)
-        poll.error = None if engine is None or engine["success"] else f"{self.label}: {engine['error']}"
+        engine = poll.frames[0].collector("engine")
+        poll.error = None if engine is None or engine.success else f"{self.label}: {engine.error}"
         return poll
 
     def close(self) -> None:

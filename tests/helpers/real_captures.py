@@ -63,7 +63,7 @@ def judged(serving: Serving, kind: str):
     try:
         for _ in range(SAMPLES):
             frame = sampler.tick()
-            assert all(c["success"] for c in frame.collectors if c["name"] == "engine"), frame.collectors
+            assert all(c.success for c in frame.collectors if c.name == "engine"), frame.collectors
             live.add(frame)
     finally:
         probe.close()

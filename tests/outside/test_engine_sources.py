@@ -234,8 +234,8 @@ def test_the_sampler_records_a_failed_engine_collector_and_goes_on(case, engine)
             slow.close()
     for f in frames:
         assert f.engine is None
-        (collector,) = [c for c in f.collectors if c["name"] == "engine"]
-        assert collector["success"] is False and "\n" not in collector["error"]
+        (collector,) = [c for c in f.collectors if c.name == "engine"]
+        assert collector.success is False and "\n" not in collector.error
     Frame.from_dict(frames[0].to_dict())      # still a frame every surface reads
 
 
@@ -246,7 +246,7 @@ def _frames_from(engine: Engine, bodies: list[str], kind: str = "vllm") -> list[
     for body in bodies:
         engine.body = body
         frames.append(sampler.tick())
-    assert all(c["success"] for f in frames for c in f.collectors)
+    assert all(c.success for f in frames for c in f.collectors)
     return frames
 
 
@@ -326,7 +326,7 @@ def test_the_agent_reads_a_vllm_engine_attached_by_url(engine):
     frame = runtime.sampler.tick()
     expected = VllmSource(engine.url)
     expected.snapshot(0.0)
-    assert [c for c in frame.collectors if c["name"] == "engine"][0]["success"]
+    assert frame.collector("engine").success
     assert frame.engine.usage.used_blocks == expected.snapshot(1.0).usage.used_blocks is not None
     client = TestClient(create_app(runtime, token=None))
     exposition = client.get("/metrics").text

@@ -96,9 +96,9 @@ def test_every_gpu_link_and_topology_pair_of_the_dgx(lab):
 def test_collector_status_of_the_frame_and_of_the_scrape(lab):
     frames, _, _, samples, _, _ = lab
     for c in frames[-1].collectors:
-        assert value(samples, "stagelens_collector_success", collector=c["name"]) == int(c["success"])
-        assert value(samples, "stagelens_collector_duration_seconds", collector=c["name"]) == pytest.approx(
-            c["duration_seconds"])
+        assert value(samples, "stagelens_collector_success", collector=c.name) == int(c.success)
+        assert value(samples, "stagelens_collector_duration_seconds", collector=c.name) == pytest.approx(
+            c.duration_seconds)
     sections = {d["collector"] for d in names(samples, "stagelens_scrape_collector_success")}
     assert sections == {name for name, _ in SECTIONS} | {"read_frame", "read_diagnosis"}
 

@@ -35,8 +35,8 @@ def test_a_sources_services_run_exactly_while_it_is_sampled():
     assert isinstance(source, EngineSource)
     frames = sample_for(DGX, duration=0.0, interval=0.1, engine_source=source)
     assert source.calls == ["start", "snapshot", "close"]
-    assert [c["name"] for c in frames[0].collectors][-1] == "engine"
-    assert frames[0].collectors[-1]["success"] is False
+    assert [c.name for c in frames[0].collectors][-1] == "engine"
+    assert frames[0].collector("engine").success is False
 
 
 def test_the_caller_may_run_the_sources_services_itself():
@@ -61,3 +61,19 @@ def test_an_unreadable_nvml_snapshot_is_a_user_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(UserError):
         NodeSampling(None, str(bad))
+
+
+def test_collector_statuses_are_typed_and_read_back_as_written():
+    from agent.frame import Frame, FrameError
+    from probes.sample import CollectorStatus
+
+    frame = NodeSampling(ServicedSource(), DGX).tick()[0]
+    assert all(isinstance(c, CollectorStatus) for c in frame.collectors)
+    data = frame.to_dict()
+    assert data["collectors"][-1] == {"name": "engine", "success": False,
+                                      "duration_seconds": frame.collector("engine").duration_seconds,
+                                      "error": "OSError: no engine here"}
+    assert Frame.from_dict(data).collectors == frame.collectors
+    data["collectors"][0]["success"] = "yes"
+    with pytest.raises(FrameError, match=r"collectors\[0\].success"):
+        Frame.from_dict(data)
