@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine_hooks.engine.request import Request
-from engine_hooks.records.stats import percentile
+from engine_hooks.records.stats import latency_summary
 
 
 def summarize(requests: list[Request], elapsed: float, window_s: float, window_tokens: int) -> dict:
@@ -22,11 +22,6 @@ def summarize(requests: list[Request], elapsed: float, window_s: float, window_t
         "requests_failed": sum(1 for r in requests if r.finish_reason == "error"),
         "output_tokens": out_tokens,
         "throughput_tokens_per_s": window_tokens / window_s if window_s > 0 else 0.0,
-        "ttft_p50_s": percentile(ttft, 50),
-        "ttft_p99_s": percentile(ttft, 99),
-        "tpot_p50_s": percentile(tpot, 50),
-        "tpot_p99_s": percentile(tpot, 99),
-        "latency_p50_s": percentile(latency, 50),
-        "latency_p99_s": percentile(latency, 99),
+        **latency_summary(ttft=ttft, tpot=tpot, latency=latency),
         "preemptions": sum(r.num_preemptions for r in requests),
     }

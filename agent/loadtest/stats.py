@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_hooks.records.stats import percentile
+from engine_hooks.records.stats import latency_summary
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,5 @@ def window_figures(samples: list[Sample]) -> dict:
     return {
         "requests": len(done),
         "requests_failed": len(samples) - len(done),
-        "latency_p50_s": percentile(latency, 50),
-        "latency_p99_s": percentile(latency, 99),
-        "ttft_p50_s": percentile(ttft, 50),
-        "ttft_p99_s": percentile(ttft, 99),
+        **latency_summary(latency=latency, ttft=ttft),
     }

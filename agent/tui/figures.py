@@ -4,7 +4,7 @@ and the requests that finished in it."""
 from __future__ import annotations
 
 from agent.frame import Frame
-from engine_hooks.records.stats import percentile
+from engine_hooks.records.stats import latency_summary
 
 # (label, key, format, lower is better)
 COMPARED = (
@@ -27,10 +27,7 @@ def frame_figures(frame: Frame | None, timelines: list[dict] = ()) -> dict:
     w = frame.window
     kv, sched, cold = w.kv, w.scheduler, w.cold_path
     span = w.span_s or 10.0
-    recent = [t for t in timelines if t.get("finished") is not None
-              and frame.time_monotonic - span <= t["finished"] <= frame.time_monotonic]
-    ttft = [t["ttft_s"] for t in recent if t.get("ttft_s") is not None]
-    latency = [t["latency_s"] for t in recent if t.get("latency_s") is not None]
+    recent = _finished_within(timelines, frame.time_monotonic - span, frame.time_monotonic)
     return {
         "waiting": sched.waiting, "running": sched.running,
         "wait_p50_s": sched.decided_wait_p50_s, "wait_p99_s": sched.decided_wait_p99_s,
@@ -40,8 +37,7 @@ def frame_figures(frame: Frame | None, timelines: list[dict] = ()) -> dict:
         "bandwidth_ratio": kv.effective_bandwidth_ratio,
         "step_time_inflation": cold.step_time_inflation,
         "decode_tokens_per_s": sched.decode_tokens_per_s,
-        "ttft_p50_s": percentile(ttft, 50) if ttft else None,
-        "latency_p99_s": percentile(latency, 99) if latency else None,
+        **_shown_latencies(recent),
         "finished": len(recent),
     }
 
@@ -60,10 +56,18 @@ def period_figures(frames: list[Frame], timelines: list[dict] = ()) -> dict:
         for key in missing:
             out[key] = older.get(key)
     start, end = frames[0].time_monotonic, frames[-1].time_monotonic
-    done = [t for t in timelines if t.get("finished") is not None and start <= t["finished"] <= end]
-    ttft = [t["ttft_s"] for t in done if t.get("ttft_s") is not None]
-    latency = [t["latency_s"] for t in done if t.get("latency_s") is not None]
-    out["ttft_p50_s"] = percentile(ttft, 50) if ttft else None
-    out["latency_p99_s"] = percentile(latency, 99) if latency else None
+    done = _finished_within(timelines, start, end)
+    out.update(_shown_latencies(done))
     out["finished"] = len(done)
     return out
+
+
+def _finished_within(timelines: list[dict], start: float, end: float) -> list[dict]:
+    return [t for t in timelines if t.get("finished") is not None and start <= t["finished"] <= end]
+
+
+def _shown_latencies(timelines: list[dict]) -> dict:
+    """The two the TUI compares, TTFT p50 and latency p99, from the summary every surface uses."""
+    summary = latency_summary(ttft=[t["ttft_s"] for t in timelines if t.get("ttft_s") is not None],
+                              latency=[t["latency_s"] for t in timelines if t.get("latency_s") is not None])
+    return {"ttft_p50_s": summary["ttft_p50_s"], "latency_p99_s": summary["latency_p99_s"]}
