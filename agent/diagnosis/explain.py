@@ -7,6 +7,7 @@ import math
 from agent.diagnosis.model import Evidence, Recommendation
 from agent.diagnosis.recommendation_flags import for_engine
 from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
+from agent.diagnosis.wording import main_wait_reason
 from agent.frame import Frame
 from agent.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
 from engine_hooks.records.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
@@ -31,13 +32,19 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
                     f"{', '.join(unseen)} not observable on this engine"), []
         return f"{STAGE_NAMES[stage]} healthy: {rows}", []
     sentences = [_inferred_sentence(e) if e.provenance == "inferred" else _tail_sentence(e, ctx)
-                 if e.signal.endswith("_tail_share") else _SENTENCES[stage](e, ctx) for e in bad[:2]]
+                 if e.signal.endswith("_tail_share") else _sentence(e, ctx) for e in bad[:2]]
     return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source)
 
 
 def _inferred_sentence(e: Evidence) -> str:
     """An engine read from outside: the value and what it was inferred from, not the hooks' account of why."""
     return f"{_head(e)}, inferred from {e.how}"
+
+
+def _sentence(e: Evidence, ctx: _Context) -> str:
+    """The value against its threshold, then what the signal says of it (its `says` in the SIGNALS table)."""
+    says = SIGNALS_BY_ID[e.signal].says
+    return _head(e) + (says(e, ctx) if says is not None else "")
 
 
 def _tail_sentence(e: Evidence, ctx: _Context) -> str:
@@ -92,30 +99,6 @@ def _head(e: Evidence) -> str:
 
 
 # --- KV cache -------------------------------------------------------------------------------------
-def _kv_sentence(e: Evidence, ctx: _Context) -> str:
-    cfg = ctx.cfg
-    if e.signal == "kv_fragmentation_ratio":
-        if cfg.allocator == "contiguous":
-            used = f"requests use {ctx.mean_length:.0f} on average" if ctx.mean_length else "requests use far fewer"
-            return (f"{_head(e)}: the contiguous allocator reserves {cfg.max_model_len} slots per request "
-                    f"and {used}")
-        return f"{_head(e)}: blocks of {cfg.block_size} tokens leave their last slots empty"
-    if e.signal == "kv_access_efficiency":
-        return (f"{_head(e)}: attention moves whole blocks of {cfg.block_size} tokens and pads decode groups, "
-                f"so {1 - (e.value or 0):.0%} of the KV bytes it reads hold no useful token")
-    if e.signal == "effective_bandwidth_ratio":
-        achieved = ctx.kv.read_bandwidth_bytes_per_s or 0
-        return (f"{_head(e)}: attention reads KV at {achieved / 1e9:.2f} GB/s, {e.value:.0%} of what it reaches "
-                f"on this device with the same bytes laid out ideally (whole blocks, consecutive, unpadded)")
-    if e.signal == "bandwidth_swing_cv":
-        return f"{_head(e)}: achieved KV bandwidth swings from step to step although memory looks free"
-    if e.signal == "preemption_with_free_memory":
-        return f"{_head(e)}: requests were preempted or refused while at least 10% of KV memory was free"
-    if e.signal == "kv_full_while_waiting":
-        return f"{_head(e)}: the KV cache had no room for one more request while requests queued or were preempted"
-    return _head(e)
-
-
 def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     cfg = ctx.cfg
     out = []
@@ -163,18 +146,9 @@ def choose_block_size(lengths: list[int], current: int | None) -> int | None:
 
 
 # --- scheduler ------------------------------------------------------------------------------------
-def _main_wait_reason(ctx: _Context) -> tuple[str, float] | None:
-    reasons = {k: v for k, v in (ctx.sched.wait_seconds_by_reason or {}).items() if stage_of(k) is not None}
-    total = sum(reasons.values())
-    if not total:
-        return None
-    reason = max(reasons, key=reasons.get)
-    return reason, reasons[reason] / total
-
-
 def _consequence(ctx: _Context) -> tuple[str, Recommendation] | None:
     """(the stage, the advice) when most of the window's wait is charged to another stage than the scheduler."""
-    main = _main_wait_reason(ctx)
+    main = main_wait_reason(ctx)
     cause = stage_of(main[0]) if main else None
     if cause in (None, SCHEDULER):
         return None
@@ -188,29 +162,11 @@ def consequence_advice(frame: Frame | None) -> tuple[str, Recommendation] | None
     return _consequence(_Context(frame))
 
 
-def _sched_sentence(e: Evidence, ctx: _Context) -> str:
-    cfg = ctx.cfg
-    if e.signal == "scheduler_wait_p99":
-        main = _main_wait_reason(ctx)
-        why = f", mostly {main[0]} ({main[1]:.0%} of the wait)" if main else ""
-        return f"{_head(e)}{why}"
-    if e.signal == "head_of_line_blocking":
-        mode = ("without chunked prefill" if not cfg.enable_chunked_prefill
-                else f"with a {cfg.max_num_batched_tokens}-token budget")
-        return f"{_head(e)}: short requests spend {e.value:.0%} of their wait behind long prefills ({mode})"
-    if e.signal == "compute_utilisation":
-        return f"{_head(e)}: compute sits idle while requests are queued"
-    if e.signal == "token_budget_use":
-        return (f"{_head(e)}: steps fill {e.value:.0%} of the {cfg.max_num_batched_tokens}-token budget "
-                f"while requests wait")
-    return _head(e)
-
-
 def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     cfg = ctx.cfg
     out = []
     signals = {e.signal for e in bad}
-    main = _main_wait_reason(ctx)
+    main = main_wait_reason(ctx)
     chain = _consequence(ctx)
     if chain is not None:
         out.append(chain[1])
@@ -235,24 +191,6 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
 
 
 # --- cold path --------------------------------------------------------------------------------------
-def _cold_sentence(e: Evidence, ctx: _Context) -> str:
-    cold = ctx.cold
-    if e.signal == "step_time_inflation":
-        during, without = cold.step_time_during_load_s, cold.step_time_without_load_s
-        if during and without:
-            return (f"{_head(e)}: decode steps take {during * 1000:.0f} ms while a model loads against "
-                    f"{without * 1000:.0f} ms without")
-    if e.signal == "requests_waiting_on_model":
-        return (f"{_head(e)}: {cold.loads_in_window if cold.loads_in_window is not None else '?'} model loads "
-                f"({(cold.load_bytes_in_window or 0) / 1e6:.0f} MB) in the window kept on average "
-                f"{e.value:.2f} requests waiting")
-    if e.signal == "pcie_backpressure":
-        return f"{_head(e)}: a PCIe link runs at {e.value:.0%} of its bandwidth"
-    if e.signal == "threads_blocked_on_data":
-        return f"{_head(e)}: engine threads block on I/O"
-    return _head(e)
-
-
 def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     models = ctx.cfg.models or 1
     return [
@@ -263,5 +201,4 @@ def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     ]
 
 
-_SENTENCES = {KV_CACHE: _kv_sentence, SCHEDULER: _sched_sentence, COLD_PATH: _cold_sentence}
 _RECOMMEND = {KV_CACHE: _kv_recommend, SCHEDULER: _sched_recommend, COLD_PATH: _cold_recommend}

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.diagnosis import wording
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame, busier_direction
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
@@ -74,6 +75,7 @@ class Signal:
     unit: str
     read: Callable[[Frame, list[Frame]], object]   # (this frame, the frames of the window up to it)
     reads: tuple[str, ...] = ()   # the engine snapshot's figures it reads (paths); none: a node signal
+    says: Callable[[object, object], str] | None = None   # (evidence, context): its sentence after its value
 
     def provenance(self, frame: Frame | None, value) -> tuple[str | None, str | None]:
         """(measured | inferred | not observable, how it was inferred) of this signal's value in `frame`;
@@ -314,51 +316,65 @@ _TAIL_LABEL = "share of the P99 TTFT tail's time"
 SIGNALS: tuple[Signal, ...] = (
     Signal("kv_fragmentation_ratio", KV_CACHE, "KV fragmentation", "above", 0.20, 0.30, "ratio",
            lambda f, _w: _kv(f, lambda w: w.kv.fragmentation_ratio),
-           reads=("window.kv.fragmentation_ratio",)),
+           reads=("window.kv.fragmentation_ratio",),
+           says=wording.kv_fragmentation),
     Signal("kv_access_efficiency", KV_CACHE, "KV access efficiency", "below", 0.75, 0.60, "ratio",
            lambda f, _w: _kv(f, lambda w: w.kv.access_efficiency),
-           reads=("window.kv.access_efficiency",)),
+           reads=("window.kv.access_efficiency",),
+           says=wording.kv_access_efficiency),
     Signal("effective_bandwidth_ratio", KV_CACHE, "effective KV read bandwidth", "below", 0.75, 0.60, "ratio",
            _memory_bound_only(lambda w: w.kv.effective_bandwidth_ratio),
-           reads=("window.kv.effective_bandwidth_ratio",)),
+           reads=("window.kv.effective_bandwidth_ratio",),
+           says=wording.effective_bandwidth),
     Signal("bandwidth_swing_cv", KV_CACHE, "KV bandwidth swing", "above", 0.25, 0.40, "ratio",
            _memory_bound_only(lambda w: w.kv.bandwidth_swing_cv),
-           reads=("window.kv.bandwidth_swing_cv",)),
+           reads=("window.kv.bandwidth_swing_cv",),
+           says=wording.bandwidth_swing),
     Signal("memory_bandwidth_utilisation", KV_CACHE, "device memory busy", "above", 0.85, 0.95, "ratio",
            memory_bandwidth_utilisation),
     Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
            "share of samples", preemption_with_free_memory,
-           reads=("counters.preemptions_with_free_memory_total",)),
+           reads=("counters.preemptions_with_free_memory_total",),
+           says=wording.preempted_with_free_memory),
     # from outside: the KV cache full while a queue waits (or requests are preempted) is the KV cache's doing
     Signal("kv_full_while_waiting", KV_CACHE, "KV cache full with requests queued or preempted", "above", 0.2, 0.5,
            "share of samples", kv_full_while_waiting,
-           reads=("window.kv.full_while_waiting_share",)),
+           reads=("window.kv.full_while_waiting_share",),
+           says=wording.kv_full_while_waiting),
     Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE),
            reads=("window.tail",)),
     Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
            lambda f, _w: _figure(f, _decided_wait_p99, _no_request),
-           reads=("window.scheduler.decided_wait_p99_s",)),
+           reads=("window.scheduler.decided_wait_p99_s",),
+           says=wording.scheduler_wait),
     Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
            compute_utilisation,
-           reads=("window.scheduler.waiting_share", "window.scheduler.busy_ratio_while_waiting")),
+           reads=("window.scheduler.waiting_share", "window.scheduler.busy_ratio_while_waiting"),
+           says=wording.compute_idle),
     Signal("head_of_line_blocking", SCHEDULER, "head-of-line blocking", "above", 0.30, 0.50, "ratio",
            head_of_line_blocking,
-           reads=("window.scheduler.head_of_line_share",)),
+           reads=("window.scheduler.head_of_line_share",),
+           says=wording.head_of_line_blocking),
     Signal("token_budget_use", SCHEDULER, "token budget use while requests wait", "below", 0.50, None, "ratio",
            token_budget_use,
-           reads=("window.scheduler.waiting_share", "window.scheduler.budget_use_while_waiting")),
+           reads=("window.scheduler.waiting_share", "window.scheduler.budget_use_while_waiting"),
+           says=wording.token_budget_use),
     Signal(TAIL_SHARE.format(SCHEDULER), SCHEDULER, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(SCHEDULER),
            reads=("window.tail",)),
-    Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure),
+    Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure,
+           says=wording.pcie_backpressure),
     Signal("step_time_inflation", COLD_PATH, "step-time inflation during model loads", "above", 1.20, 1.50, "ratio",
            step_time_inflation,
-           reads=("window.cold_path.step_time_inflation",)),
+           reads=("window.cold_path.step_time_inflation",),
+           says=wording.step_time_inflation),
     # "any" warns; "sustained" (docs/stages.md) read as: on average 0.3 requests waiting through the window
     Signal("requests_waiting_on_model", COLD_PATH, "requests waiting on a model load", "above", 0.0, 0.3,
            "requests", requests_waiting_on_model,
-           reads=("window.scheduler.wait_seconds_by_reason",)),
+           reads=("window.scheduler.wait_seconds_by_reason",),
+           says=wording.waiting_on_model),
     Signal("threads_blocked_on_data", COLD_PATH, "threads blocked on data", "above", 0.10, 0.25, "ratio",
-           threads_blocked_on_data),
+           threads_blocked_on_data,
+           says=wording.threads_blocked),
     Signal(TAIL_SHARE.format(COLD_PATH), COLD_PATH, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(COLD_PATH),
            reads=("window.tail",)),
 )
