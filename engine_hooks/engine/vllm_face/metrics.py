@@ -29,30 +29,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from engine_hooks.records.vllm_names import (
-    CACHE_CONFIG_INFO,
-    E2E_REQUEST_LATENCY_SECONDS,
-    GENERATION_TOKENS,
-    INTER_TOKEN_LATENCY_SECONDS,
-    ITERATION_TOKENS,
-    KV_CACHE_USAGE_PERC,
-    LORA_REQUESTS_INFO,
-    NUM_PREEMPTIONS,
-    NUM_REQUESTS_RUNNING,
-    NUM_REQUESTS_WAITING,
-    NUM_REQUESTS_WAITING_BY_REASON,
-    PROMPT_TOKENS,
-    REQUEST_DECODE_TIME_SECONDS,
-    REQUEST_GENERATION_TOKENS,
-    REQUEST_INFERENCE_TIME_SECONDS,
-    REQUEST_PARAMS_MAX_TOKENS,
-    REQUEST_PREFILL_TIME_SECONDS,
-    REQUEST_PROMPT_TOKENS,
-    REQUEST_QUEUE_TIME_SECONDS,
-    REQUEST_SUCCESS,
-    REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
-    TIME_TO_FIRST_TOKEN_SECONDS,
-)
+from engine_hooks.records import vllm_names as vllm
 from engine_hooks.records.waits import MODEL_LOADING
 
 ENGINE_INDEX = "0"
@@ -153,54 +130,54 @@ class VllmMetrics:
             return Histogram(name, doc, LABELS, registry=r, buckets=buckets).labels(*values)
 
         # scheduler state
-        self.running = gauge(NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
-        self.waiting = gauge(NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
-        by_reason = Gauge(NUM_REQUESTS_WAITING_BY_REASON,
+        self.running = gauge(vllm.NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
+        self.waiting = gauge(vllm.NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
+        by_reason = Gauge(vllm.NUM_REQUESTS_WAITING_BY_REASON,
                           "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
                           "scheduling capacity; 'deferred' = deferred by transient constraints (here: its "
                           "model is not resident). Sum of all reasons equals vllm:num_requests_waiting.",
                           (*LABELS, "reason"), registry=r)
         self.waiting_capacity = by_reason.labels(*values, CAPACITY)
         self.waiting_deferred = by_reason.labels(*values, DEFERRED)
-        self.kv_usage = gauge(KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.")
+        self.kv_usage = gauge(vllm.KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.")
 
         # counters
-        self.preemptions = counter(NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.")
-        self.prompt_tokens = counter(PROMPT_TOKENS, "Number of prefill tokens processed.")
-        self.generation_tokens = counter(GENERATION_TOKENS, "Number of generation tokens processed.")
-        success = Counter(REQUEST_SUCCESS, "Count of successfully processed requests.",
+        self.preemptions = counter(vllm.NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter(vllm.PROMPT_TOKENS, "Number of prefill tokens processed.")
+        self.generation_tokens = counter(vllm.GENERATION_TOKENS, "Number of generation tokens processed.")
+        success = Counter(vllm.REQUEST_SUCCESS, "Count of successfully processed requests.",
                           (*LABELS, "finished_reason"), registry=r)
         self.request_success = {reason: success.labels(*values, reason) for reason in FINISHED_REASONS}
 
         # histograms of counts
         token_buckets = build_1_2_5_buckets(config.max_model_len)
-        self.request_prompt_tokens = histogram(REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.",
+        self.request_prompt_tokens = histogram(vllm.REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.",
                                                token_buckets)
-        self.request_generation_tokens = histogram(REQUEST_GENERATION_TOKENS,
+        self.request_generation_tokens = histogram(vllm.REQUEST_GENERATION_TOKENS,
                                                    "Number of generation tokens processed.", token_buckets)
-        self.request_max_tokens = histogram(REQUEST_PARAMS_MAX_TOKENS,
+        self.request_max_tokens = histogram(vllm.REQUEST_PARAMS_MAX_TOKENS,
                                             "Histogram of the max_tokens request parameter.", token_buckets)
-        self.iteration_tokens = histogram(ITERATION_TOKENS,
+        self.iteration_tokens = histogram(vllm.ITERATION_TOKENS,
                                           "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
 
         # histograms of time
-        self.ttft = histogram(TIME_TO_FIRST_TOKEN_SECONDS, "Histogram of time to first token in seconds.",
+        self.ttft = histogram(vllm.TIME_TO_FIRST_TOKEN_SECONDS, "Histogram of time to first token in seconds.",
                               TTFT_BUCKETS)
-        self.inter_token = histogram(INTER_TOKEN_LATENCY_SECONDS,
+        self.inter_token = histogram(vllm.INTER_TOKEN_LATENCY_SECONDS,
                                      "Histogram of inter-token latency in seconds.", INTER_TOKEN_BUCKETS)
-        self.time_per_output_token = histogram(REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
+        self.time_per_output_token = histogram(vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
                                                "Histogram of time_per_output_token_seconds per request.",
                                                INTER_TOKEN_BUCKETS)
-        self.e2e = histogram(E2E_REQUEST_LATENCY_SECONDS, "Histogram of e2e request latency in seconds.",
+        self.e2e = histogram(vllm.E2E_REQUEST_LATENCY_SECONDS, "Histogram of e2e request latency in seconds.",
                              REQUEST_LATENCY_BUCKETS)
-        self.queue_time = histogram(REQUEST_QUEUE_TIME_SECONDS,
+        self.queue_time = histogram(vllm.REQUEST_QUEUE_TIME_SECONDS,
                                     "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.inference_time = histogram(REQUEST_INFERENCE_TIME_SECONDS,
+        self.inference_time = histogram(vllm.REQUEST_INFERENCE_TIME_SECONDS,
                                         "Histogram of time spent in RUNNING phase for request.",
                                         REQUEST_LATENCY_BUCKETS)
-        self.prefill_time = histogram(REQUEST_PREFILL_TIME_SECONDS,
+        self.prefill_time = histogram(vllm.REQUEST_PREFILL_TIME_SECONDS,
                                       "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
-        self.decode_time = histogram(REQUEST_DECODE_TIME_SECONDS,
+        self.decode_time = histogram(vllm.REQUEST_DECODE_TIME_SECONDS,
                                      "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
 
         # vllm:cache_config_info: vLLM's CacheConfig.metrics_info() as labels of a gauge set to 1 (vLLM emulates
@@ -221,7 +198,7 @@ class VllmMetrics:
             "sliding_window": "None",
             "engine": ENGINE_INDEX,
         }
-        Gauge(CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig", tuple(info),
+        Gauge(vllm.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig", tuple(info),
               registry=r).labels(**info).set(1)
 
         # vllm:lora_requests_info exists only when vLLM serves LoRA adapters. The bundled engine serves
@@ -232,7 +209,7 @@ class VllmMetrics:
         # the base model's slot.
         self._lora = None
         if len(engine.model_names) > 1:
-            self._lora = Gauge(LORA_REQUESTS_INFO, "Running stats on lora requests.",
+            self._lora = Gauge(vllm.LORA_REQUESTS_INFO, "Running stats on lora requests.",
                                ("max_lora", "waiting_lora_adapters", "running_lora_adapters"), registry=r)
             self._max_lora = str(max(1, engine.residency.capacity - 1))
 
