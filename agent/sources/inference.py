@@ -169,7 +169,9 @@ def held_tokens(counted: Counted) -> float | None:
     requests that finished (their histograms' sums); plus, for the running requests still in their prefill
     (running less those past their first token and not finished: the TTFT and e2e histograms' counts), half a
     prompt each, as far as a chunked prefill has got on average: a prompt found in its prefill, which is
-    longer than a mean prompt (a long prompt spends longer in prefill: `prompt_in_prefill`).
+    longer than a mean prompt (a long prompt spends longer in prefill: `prompt_in_prefill`). Before any
+    request finished (the counts say 0), the finished sums are 0 whether published or not, and a prompt in
+    prefill is as long as the prompts counted so far; with no prompt counted either, not known (None).
 
     The bookkeeping drifts over a server's life: a request that got its first token and never finished
     (aborted, timed out) stays counted for ever. So it is bounded by what is running now: nothing when no
@@ -180,21 +182,37 @@ def held_tokens(counted: Counted) -> float | None:
     the short ones, and the long ones running would be cut to their length. The prompt tokens served from the
     prefix cache (its hit share) sit in blocks shared with other requests: they need no slots of their own."""
     c = counted
+    if 0 in (c.ended, c.finished_prompts) and not c.ended and not c.finished_prompts:
+        # a count published says no request has finished yet: their sums are 0, published yet or not
+        c = dataclasses.replace(c, finished_prompt_tokens=c.finished_prompt_tokens or 0.0,
+                                finished_generated_tokens=c.finished_generated_tokens or 0.0)
     parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
     if any(p is None for p in parts):
         return None
     if c.running is not None and c.running <= 0:
         return 0.0
     held = max(0.0, c.prompt_tokens + c.generated_tokens - c.finished_prompt_tokens - c.finished_generated_tokens)
-    if None not in (c.running, c.first_tokens, c.ended) and c.finished_prompts:
+    if None not in (c.running, c.first_tokens, c.ended):
         in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
-        prompt = c.prompt_in_prefill or c.finished_prompt_tokens / c.finished_prompts
-        held += in_prefill * prompt / 2
+        prompt = _prompt_length(c)
+        if in_prefill and prompt is None:
+            return None   # requests hold prompts of no known length: not judged, rather than read as empty
+        held += in_prefill * (prompt or 0.0) / 2
     if drifted(c) and c.longest_request is not None:
         held = min(held, c.running * c.longest_request)
     if c.running is not None and c.finished_prompts and c.prefix_hit_share:
         held = max(0.0, held - c.running * c.finished_prompt_tokens / c.finished_prompts * c.prefix_hit_share)
     return held
+
+
+def _prompt_length(c: Counted) -> float | None:
+    """The length of a prompt found in its prefill: length-weighted over the finished prompts, or their mean;
+    before any request finished, the mean of the prompts counted at their first token."""
+    if c.prompt_in_prefill:
+        return c.prompt_in_prefill
+    if c.finished_prompts:
+        return c.finished_prompt_tokens / c.finished_prompts
+    return c.prompt_tokens / c.first_tokens if c.first_tokens else None
 
 
 def drifted(c: Counted) -> bool:
