@@ -146,8 +146,9 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
 
 
 def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
-    """The share of scrapes (each against the one before) that found the KV cache with no room for one more
-    request (_kv_full) while requests waited or were preempted since: a queue the KV cache holds back, the
+    """The share of samples, scrapes and the gauge polls between them (each against the one before), that found
+    the KV cache with no room for one more request (_kv_full) while requests waited or were preempted since (an
+    engine sets its KV usage once a step, so one scrape a window can miss it): a queue the KV cache holds back, the
     KV cache's evidence that the scheduler's queue is its consequence. The same test charges the queue's wait
     to `no_free_blocks` (wait_seconds_by_reason), so the stage that fires and the charge agree."""
     seen = []

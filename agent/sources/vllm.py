@@ -147,7 +147,7 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
-POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora")   # what the gauge poll reads
+POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora", "preemptions")   # what the gauge poll reads
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
@@ -420,8 +420,8 @@ class VllmSource:
                 + (", requests waiting at every scrape)" if share_waiting == 1.0 else ")"))
         kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(gauges, capacity)),
                        full_while_waiting_share=infer("window.kv.full_while_waiting_share",
-                                                      full_while_waiting([w.gauges for w in ([before] if before
-                                                                                              else []) + window])),
+                                                      full_while_waiting(([before.gauges] if before else [])
+                                                                         + gauges)),
                        sequence_lengths=lengths)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
