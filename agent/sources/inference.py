@@ -63,7 +63,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
     for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
     `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
-    found the KV cache full (_kv_full) is charged to `no_free_blocks`, the rest to `queued` (the scheduler's);
+    found the KV cache full (kv_full) is charged to `no_free_blocks`, the rest to `queued` (the scheduler's);
     `deferred` counts as waiting on a model only where the engine serves LoRA adapters (loading one is what
     defers a request there) and the engine publishes who it deferred."""
     if span <= 0:
@@ -72,7 +72,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     if not seen:
         return None
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
-    full = [g for g in seen if _kv_full(g)]
+    full = [g for g in seen if kv_full(g)]
     on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
     rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
     by_scrape = len(seen)
@@ -93,7 +93,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
 
 
-def _kv_full(g: Gauges) -> bool:
+def kv_full(g: Gauges) -> bool:
     """Whether the scrape found no room in the KV cache for one more request like those running: under
     10% free, or less free than a running request holds on average (an allocator reserving much per
     request is full long before 90%)."""
@@ -147,7 +147,7 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
 
 def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
     """The share of samples, scrapes and the gauge polls between them (each against the one before), that found
-    the KV cache with no room for one more request (_kv_full) while requests waited or were preempted since (an
+    the KV cache with no room for one more request (kv_full) while requests waited or were preempted since (an
     engine sets its KV usage once a step, so one scrape a window can miss it): a queue the KV cache holds back, the
     KV cache's evidence that the scheduler's queue is its consequence. The same test charges the queue's wait
     to `no_free_blocks` (wait_seconds_by_reason), so the stage that fires and the charge agree."""
@@ -157,7 +157,7 @@ def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
                      else g.preemptions > before.preemptions)
         if g.kv_ratio is None or (g.waiting is None and preempted is None):
             continue
-        seen.append(_kv_full(g) and bool((g.waiting or 0) > 0 or preempted))
+        seen.append(kv_full(g) and bool((g.waiting or 0) > 0 or preempted))
     if not seen:
         return None
     return Inferred(sum(seen) / len(seen), f"the KV cache had no room for one more request while requests waited or "

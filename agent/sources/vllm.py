@@ -51,6 +51,8 @@ from agent.sources.inference import (
     full_while_waiting,
     head_of_line_share,
     held_tokens,
+    kv_full,
+    ordinary_step_p99,
     queued_mean_wait,
     step_period,
     wait_seconds_by_reason,
@@ -58,7 +60,8 @@ from agent.sources.inference import (
 )
 from agent.sources.plausible import refuse_implausible, rule_for
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
-from agent.sources.wait_bounds import queue_wait_p99_bounds
+from agent.sources.step_stall import StepWatch, stalled_wait
+from agent.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 from engine_hooks.attribution import tail as attribution_tail
 from engine_hooks.snapshot import (
     Clock,
@@ -206,6 +209,7 @@ class VllmSource:
         self.generation: str | None = None     # the metric names' generation the latest scrape showed
         self._scrapes: deque[_Scrape] = deque()
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
+        self._steps = StepWatch()                        # a step outlasting scrapes (agent.sources.step_stall)
         self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
                        for name in (m.vllm if kind == "vllm" else m.sglang)}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
@@ -393,6 +397,15 @@ class VllmSource:
                                            period)
             if bounds is not None:
                 inferred["window.scheduler.decided_wait_p99_s"] = bounds.how
+        still = self._steps.still_for(now.at, histogram_part(family("iteration_tokens"), "_count"),
+                                      bool(now.gauges.running or now.gauges.waiting))
+        if still is not None:   # the figures above are the last step's: they are only a floor now
+            ordinary = max(period or 0.0, ordinary_step_p99(itl, timelines, steps) or 0.0)
+            seen = decided if decided is not None else None if bounds is None or not bounds.at_least else \
+                Inferred(bounds.at_least, bounds.how)
+            grown = stalled_wait(still, now.gauges.waiting, ordinary, kv_full(now.gauges), seen)
+            decided, bounds = None, (None if grown.value is None else WaitBounds(grown.value, None, grown.how))
+            inferred["window.scheduler.decided_wait_p99_s"] = grown.how
         for q in ("p50", "p99"):
             said = quantile_said(queue, 0.5 if q == "p50" else 0.99)
             if said is not None and quantile(queue, 0.5 if q == "p50" else 0.99) is None:
@@ -413,7 +426,7 @@ class VllmSource:
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
             waiting_share=share_waiting,
             wait_seconds_by_reason=by_reason,
-            step_time_mean_s=period)
+            step_time_mean_s=period, no_step_for_s=still)
         if busy is not None:
             inferred["window.scheduler.busy_ratio_while_waiting"] = (
                 f"GPU execution {busy:.0%} of the window (gpu_execution_seconds_total over {span:.1f} s"
