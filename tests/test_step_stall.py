@@ -9,7 +9,7 @@ from metrics_server import MetricsServer
 
 from agent.diagnosis.evaluate import diagnose
 from agent.sources.inference import Inferred
-from agent.sources.step_stall import NO_STEP, StepWatch, stalled_wait
+from agent.sources.step_stall import NO_STEP, StepWatch, growing_wait, stalled_wait
 from agent.sources.vllm import VllmSource
 from engine_hooks.snapshot import EngineSnapshot
 
@@ -72,21 +72,34 @@ def test_requests_still_waiting_with_no_step_finished_have_waited_at_least_that_
     assert "still wait" in snaps[2].inferred["window.scheduler.decided_wait_p99_s"]
 
 
-def test_a_stalled_wait_needs_two_requests_and_a_free_kv_cache():
-    assert stalled_wait(3.0, 4, 0.1, kv_full=False).value == pytest.approx(2.9)
-    assert stalled_wait(3.0, 1, 0.1, kv_full=False).value is None           # one request is no P99
-    assert stalled_wait(0.05, 4, 0.1, kv_full=False).value is None          # within one ordinary step
-    full = stalled_wait(3.0, 4, 0.1, kv_full=True)
-    assert full.value is None and "KV cache is full" in full.how
+def test_a_growing_wait_needs_two_requests_and_a_free_kv_cache():
+    assert growing_wait(3.0, 4, 0.1, kv_full=False).value == pytest.approx(2.9)
+    assert growing_wait(3.0, 1, 0.1, kv_full=False) is None           # one request is no P99
+    assert growing_wait(0.05, 4, 0.1, kv_full=False) is None          # within one ordinary step
+    assert growing_wait(3.0, 4, 0.1, kv_full=True) is None            # the queue waits for blocks
+    assert "KV cache is full" in stalled_wait(3.0, True, []).how
 
 
 def test_what_the_window_showed_is_a_floor_while_no_step_finishes():
     """The requests unseen behind the step can only add to the P99: the window's figure stays, as a floor."""
     seen = Inferred(0.4, "the queue-time histogram's P99")
-    assert stalled_wait(3.0, 0, 0.1, kv_full=False, seen=seen).value == pytest.approx(0.4)
-    assert "queue-time histogram" in stalled_wait(3.0, 0, 0.1, kv_full=False, seen=seen).how
-    assert stalled_wait(3.0, 4, 0.1, kv_full=False, seen=seen).value == pytest.approx(2.9)   # the most of both
-    assert stalled_wait(3.0, 0, 0.1, kv_full=False, seen=Inferred(0.0, "none waited")).value is None
+    floor = stalled_wait(3.0, False, [seen, None])
+    assert floor.value == pytest.approx(0.4) and floor.how.startswith("the queue-time histogram's P99")
+    assert stalled_wait(3.0, False, [seen, growing_wait(3.0, 4, 0.1, False)]).value == pytest.approx(2.9)
+    assert stalled_wait(3.0, False, [Inferred(0.0, "none waited")]).value is None
+
+
+def test_a_wait_seen_growing_stays_the_windows_floor_once_steps_move(engine):
+    """The 4 requests seen waiting through a stall are admitted when the step ends; their spans come when they
+    finish, so the windows after the step still hold the wait seen growing (2 s, less one step: 10 in 3 s), until it
+    leaves the window (10 s)."""
+    source = VllmSource(engine.url)
+    texts = [body(100, 1, 0), body(110, 2, 4), body(110, 2, 4), body(110, 2, 4), body(120, 6, 0)]
+    after = scrapes(engine, source, texts)[-1].window.scheduler
+    assert after.no_step_for_s is None
+    assert after.decided_wait_p99_at_least_s == pytest.approx(2.0 - 3.0 / 10)
+    engine.body = body(130, 6, 0)
+    assert source.snapshot(100.0 + 20).window.scheduler.decided_wait_p99_at_least_s is None   # out of the window
 
 
 def test_the_step_watch_restarts_where_the_count_moves_or_goes():

@@ -15,17 +15,34 @@ make a request wait, as decided_waits takes it out), that is a wait the schedule
 
 from __future__ import annotations
 
+from collections import deque
+
 from agent.sources.inference import Inferred
 
 NO_STEP = "no engine step finished in the window"
 
 
 class StepWatch:
-    """The engine's step count over successive scrapes: how long it has stood still."""
+    """The engine's step count over successive scrapes: how long it has stood still; and the waits seen
+    growing while it did, which stay the window's floor once the step ends (the requests admitted then carry
+    that wait, and their spans come only when they finish)."""
 
     def __init__(self) -> None:
         self._count: float | None = None
         self._since: float | None = None     # monotonic: the first scrape that saw the count where it is
+        self._grown: deque[tuple[float, float, str]] = deque()   # (at, seconds, how) of each wait seen growing
+
+    def saw_growing(self, at: float, seconds: float, how: str) -> None:
+        self._grown.append((at, seconds, how))
+
+    def grown_since(self, start: float) -> Inferred | None:
+        """The longest wait seen growing after `start` (the window's base), forgetting older ones."""
+        while self._grown and self._grown[0][0] <= start:
+            self._grown.popleft()
+        if not self._grown:
+            return None
+        at, seconds, how = max(self._grown, key=lambda g: g[1])
+        return Inferred(seconds, f"a wait seen growing while no step finished, {how}")
 
     def still_for(self, at: float, steps_total: float | None, busy: bool) -> float | None:
         """Seconds since the first scrape that saw this step count, when the count did not advance and requests
@@ -40,22 +57,26 @@ class StepWatch:
         return at - self._since if busy else None
 
 
-def stalled_wait(still_s: float, waiting: float | None, ordinary_step_s: float, kv_full: bool,
-                 seen: Inferred | None = None) -> Inferred:
-    """What the scheduler's decided-wait P99 is known to be while no step finishes: a floor, never the whole
-    (the requests queued behind the step are not seen yet). The floor is the most of what the window's finished
-    requests showed (`seen`, its value and how it was found) and the time the requests seen waiting have waited
-    since (less one ordinary step), when two or more wait for the scheduler (the P99 two requests reach:
-    sustained_p99). Value None when neither is above 0, saying why."""
-    why = f"{NO_STEP} ({still_s:.1f} s since the engine's step count last moved, requests running or waiting)"
-    floors = []
+def growing_wait(still_s: float, waiting: float | None, ordinary_step_s: float, kv_full: bool) -> Inferred | None:
+    """The time the requests seen waiting have kept waiting while no step finished, less one ordinary step,
+    when two or more wait for the scheduler (the P99 two requests reach: sustained_p99) and the KV cache is
+    not what holds them back; None otherwise."""
     grown = still_s - ordinary_step_s
+    if kv_full or waiting is None or waiting < 2 or grown <= 0:
+        return None
+    return Inferred(grown, f"the {waiting:.0f} requests waiting at the last step's end still waited {still_s:.1f} s "
+                           f"on, less one ordinary step ({ordinary_step_s * 1000:.0f} ms)")
+
+
+def stalled_wait(still_s: float, kv_full: bool, floors: list[Inferred | None]) -> Inferred:
+    """What the scheduler's decided-wait P99 is known to be while no step finishes: a floor, never the whole
+    (the requests queued behind the step are not seen yet): the most of `floors` (what the window's finished
+    requests showed, the waits seen growing in it), value None when none is above 0, saying why."""
+    why = f"{NO_STEP} ({still_s:.1f} s since the engine's step count last moved, requests running or waiting)"
     if kv_full:
         why += "; the KV cache is full: the queue waits for blocks, not for the scheduler"
-    elif waiting is not None and waiting >= 2 and grown > 0:
-        floors.append((grown, f"{why}: the {waiting:.0f} requests waiting at the last step's end still wait, "
-                              f"{still_s:.1f} s on, less one ordinary step ({ordinary_step_s * 1000:.0f} ms): at "
-                              "least that"))
-    if seen is not None and seen.value:
-        floors.append((seen.value, f"{seen.how}; at least that, as {why}"))
-    return Inferred(*max(floors)) if floors else Inferred(None, why)
+    known = [f for f in floors if f is not None and f.value]
+    if not known:
+        return Inferred(None, why)
+    top = max(known, key=lambda f: f.value)
+    return Inferred(top.value, f"{top.how}; at least that, as {why}")

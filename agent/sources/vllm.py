@@ -60,7 +60,7 @@ from agent.sources.inference import (
 )
 from agent.sources.plausible import refuse_implausible, rule_for
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
-from agent.sources.step_stall import StepWatch, stalled_wait
+from agent.sources.step_stall import StepWatch, growing_wait, stalled_wait
 from agent.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 from engine_hooks.attribution import tail as attribution_tail
 from engine_hooks.snapshot import (
@@ -399,13 +399,8 @@ class VllmSource:
                 inferred["window.scheduler.decided_wait_p99_s"] = bounds.how
         still = self._steps.still_for(now.at, histogram_part(family("iteration_tokens"), "_count"),
                                       bool(now.gauges.running or now.gauges.waiting))
-        if still is not None:   # the figures above are the last step's: they are only a floor now
-            ordinary = max(period or 0.0, ordinary_step_p99(itl, timelines, steps) or 0.0)
-            seen = decided if decided is not None else None if bounds is None or not bounds.at_least else \
-                Inferred(bounds.at_least, bounds.how)
-            grown = stalled_wait(still, now.gauges.waiting, ordinary, kv_full(now.gauges), seen)
-            decided, bounds = None, (None if grown.value is None else WaitBounds(grown.value, None, grown.how))
-            inferred["window.scheduler.decided_wait_p99_s"] = grown.how
+        decided, bounds = self._with_stalls(still, decided, bounds, now, before, inferred,
+                                            max(period or 0.0, ordinary_step_p99(itl, timelines, steps) or 0.0))
         for q in ("p50", "p99"):
             said = quantile_said(queue, 0.5 if q == "p50" else 0.99)
             if said is not None and quantile(queue, 0.5 if q == "p50" else 0.99) is None:
@@ -479,6 +474,28 @@ class VllmSource:
             e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99),
             said={k: t for k, (h, level) in quantiles.items() if (t := quantile_said(h, level)) is not None} or None)
         return snap, reading
+
+    def _with_stalls(self, still: float | None, decided: Inferred | None, bounds: WaitBounds | None, now: _Scrape,
+                     before: _Scrape | None, inferred: dict, ordinary: float,
+                     ) -> tuple[Inferred | None, WaitBounds | None]:
+        """The decided-wait P99 (or its bounds) with what a step outlasting the scrapes says (agent.sources.
+        step_stall): while no step finishes, the window's figures are a floor only, with a wait seen growing;
+        once steps move again, a wait seen growing in the window still bounds it from below."""
+        seen = decided if decided is not None else None if bounds is None or not bounds.at_least else \
+            Inferred(bounds.at_least, bounds.how)
+        if still is not None:
+            growing = growing_wait(still, now.gauges.waiting, ordinary, kv_full(now.gauges))
+            if growing is not None:
+                self._steps.saw_growing(now.at, growing.value, growing.how)
+        carried = self._steps.grown_since(before.at if before else now.at)
+        if still is not None:
+            floor = stalled_wait(still, kv_full(now.gauges), [seen, carried])
+        elif carried is not None and carried.value > (seen.value if seen is not None else 0.0):
+            floor = carried
+        else:
+            return decided, bounds
+        inferred["window.scheduler.decided_wait_p99_s"] = floor.how
+        return None, (None if floor.value is None else WaitBounds(floor.value, None, floor.how))
 
     def _busy(self, executed: float | None, span: float, ex: Exposition) -> float | None:
         """SGLang's GPU execution seconds in the window over the window, per data-parallel rank."""
