@@ -208,7 +208,16 @@ def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:
     return _share_of_frames(window, _free_memory_refusals)
 
 
+def _stalled(frame: Frame) -> bool:
+    """Whether, read from outside, no engine step finished in the window while requests ran or waited: the
+    scheduler's figures are then the last step's (agent.sources.step_stall), not the window's."""
+    w = frame.window
+    return w is not None and w.scheduler.no_step_for_s is not None
+
+
 def compute_utilisation(frame: Frame, _window) -> object:
+    if _stalled(frame):
+        return UNKNOWN
     waited = _requests_waited(frame)
     if waited is None:
         return UNKNOWN
@@ -221,6 +230,8 @@ def compute_utilisation(frame: Frame, _window) -> object:
 
 
 def token_budget_use(frame: Frame, _window) -> object:
+    if _stalled(frame):
+        return UNKNOWN
     waited = _requests_waited(frame)
     if waited is None:
         return UNKNOWN
@@ -234,6 +245,8 @@ def _while_waiting(value: float | None) -> object:
 
 def head_of_line_blocking(frame: Frame, _window) -> object:
     """The share of short requests' wait spent behind long prefills; None when none of them waited."""
+    if _stalled(frame):
+        return UNKNOWN
     return _figure(frame, lambda w: w.scheduler.head_of_line_share, _no_wait)
 
 
@@ -301,8 +314,8 @@ def tail_share(stage: str):
     """The share of the window's P99 TTFT tail charged to `stage`; judged only when the tail is slow."""
     def read(frame: Frame, _window) -> object:
         w = frame.window
-        if w is None or w.tail is None:
-            return UNKNOWN     # no engine, or a source that does not split requests' time
+        if w is None or w.tail is None or (stage == SCHEDULER and _stalled(frame)):
+            return UNKNOWN     # no engine, a source that does not split requests' time, or no step in the window
         if w.tail.ttft is None:
             return NOT_APPLICABLE if _none_counted(w.scheduler.requests_finished) else UNKNOWN
         tail = window_tail(frame)

@@ -17,6 +17,8 @@ from agent.sources.otlp_receiver import OtlpReceiver
 from agent.sources.vllm import VllmSource
 from engine_hooks.engine import LLMEngine
 
+SPAN_DELAY_S = 1.0
+
 
 class OutsideView:
     def __init__(self, engine: LLMEngine, nvml_snapshot: str | None, interval: float) -> None:
@@ -25,7 +27,9 @@ class OutsideView:
         self.receiver = OtlpReceiver(http_port=0).start()
         # spans sent each second, as vLLM does with OTEL_BSP_SCHEDULE_DELAY=1000 (the SDK's default is 5 s)
         self.face = VllmFace(engine, otlp_traces_endpoint=f"{self.receiver.http_url}/v1/traces",
-                             otlp_schedule_delay_s=1.0)
+                             otlp_schedule_delay_s=SPAN_DELAY_S)
+        # what the outside learns of a moment reaches it up to one span export and one scrape later
+        self.settle_s = SPAN_DELAY_S + interval
         self.face.start()
         self.source = VllmSource(self.face.url, spans=self.receiver, poll_s=POLL_S)
         # the receiver runs already (the face exports to it): the source's services are this view's to run
@@ -47,7 +51,9 @@ class OutsideView:
         self.face.spans.flush()
 
     def judge(self, until_unix: float, config: DiagnosisConfig | None = None) -> RunDiagnosis:
-        """The run as seen from outside, judged as the hooks' run is: the loaded frames, every request."""
+        """The run as seen from outside, judged as the hooks' run is: the loaded frames, every request; the
+        loaded frames' end is `settle_s` later than the hooks', as the outside's evidence of the load's last
+        seconds comes that much later (a step's gauges when it ends, a request's span up to an export later)."""
         frames: list[Frame] = self.sampling.frames()
-        loaded = [f for f in frames if f.time_unix <= until_unix] or frames
+        loaded = [f for f in frames if f.time_unix <= until_unix + self.settle_s] or frames
         return judge_run(loaded, self.source.recent_timelines(), config)

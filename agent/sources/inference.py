@@ -63,7 +63,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
     for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
     `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
-    found the KV cache full (_kv_full) is charged to `no_free_blocks`, the rest to `queued` (the scheduler's);
+    found the KV cache full (kv_full) is charged to `no_free_blocks`, the rest to `queued` (the scheduler's);
     `deferred` counts as waiting on a model only where the engine serves LoRA adapters (loading one is what
     defers a request there) and the engine publishes who it deferred."""
     if span <= 0:
@@ -72,7 +72,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     if not seen:
         return None
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
-    full = [g for g in seen if _kv_full(g)]
+    full = [g for g in seen if kv_full(g)]
     on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
     rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
     by_scrape = len(seen)
@@ -93,7 +93,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
 
 
-def _kv_full(g: Gauges) -> bool:
+def kv_full(g: Gauges) -> bool:
     """Whether the scrape found no room in the KV cache for one more request like those running: under
     10% free, or less free than a running request holds on average (an allocator reserving much per
     request is full long before 90%)."""
@@ -146,8 +146,9 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
 
 
 def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
-    """The share of scrapes (each against the one before) that found the KV cache with no room for one more
-    request (_kv_full) while requests waited or were preempted since: a queue the KV cache holds back, the
+    """The share of samples, scrapes and the gauge polls between them (each against the one before), that found
+    the KV cache with no room for one more request (kv_full) while requests waited or were preempted since (an
+    engine sets its KV usage once a step, so one scrape a window can miss it): a queue the KV cache holds back, the
     KV cache's evidence that the scheduler's queue is its consequence. The same test charges the queue's wait
     to `no_free_blocks` (wait_seconds_by_reason), so the stage that fires and the charge agree."""
     seen = []
@@ -156,7 +157,7 @@ def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
                      else g.preemptions > before.preemptions)
         if g.kv_ratio is None or (g.waiting is None and preempted is None):
             continue
-        seen.append(_kv_full(g) and bool((g.waiting or 0) > 0 or preempted))
+        seen.append(kv_full(g) and bool((g.waiting or 0) > 0 or preempted))
     if not seen:
         return None
     return Inferred(sum(seen) / len(seen), f"the KV cache had no room for one more request while requests waited or "
@@ -169,7 +170,9 @@ def held_tokens(counted: Counted) -> float | None:
     requests that finished (their histograms' sums); plus, for the running requests still in their prefill
     (running less those past their first token and not finished: the TTFT and e2e histograms' counts), half a
     prompt each, as far as a chunked prefill has got on average: a prompt found in its prefill, which is
-    longer than a mean prompt (a long prompt spends longer in prefill: `prompt_in_prefill`).
+    longer than a mean prompt (a long prompt spends longer in prefill: `prompt_in_prefill`). Before any
+    request finished (the counts say 0), the finished sums are 0 whether published or not, and a prompt in
+    prefill is as long as the prompts counted so far; with no prompt counted either, not known (None).
 
     The bookkeeping drifts over a server's life: a request that got its first token and never finished
     (aborted, timed out) stays counted for ever. So it is bounded by what is running now: nothing when no
@@ -180,21 +183,37 @@ def held_tokens(counted: Counted) -> float | None:
     the short ones, and the long ones running would be cut to their length. The prompt tokens served from the
     prefix cache (its hit share) sit in blocks shared with other requests: they need no slots of their own."""
     c = counted
+    if 0 in (c.ended, c.finished_prompts) and not c.ended and not c.finished_prompts:
+        # a count published says no request has finished yet: their sums are 0, published yet or not
+        c = dataclasses.replace(c, finished_prompt_tokens=c.finished_prompt_tokens or 0.0,
+                                finished_generated_tokens=c.finished_generated_tokens or 0.0)
     parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
     if any(p is None for p in parts):
         return None
     if c.running is not None and c.running <= 0:
         return 0.0
     held = max(0.0, c.prompt_tokens + c.generated_tokens - c.finished_prompt_tokens - c.finished_generated_tokens)
-    if None not in (c.running, c.first_tokens, c.ended) and c.finished_prompts:
+    if None not in (c.running, c.first_tokens, c.ended):
         in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
-        prompt = c.prompt_in_prefill or c.finished_prompt_tokens / c.finished_prompts
-        held += in_prefill * prompt / 2
+        prompt = _prompt_length(c)
+        if in_prefill and prompt is None:
+            return None   # requests hold prompts of no known length: not judged, rather than read as empty
+        held += in_prefill * (prompt or 0.0) / 2
     if drifted(c) and c.longest_request is not None:
         held = min(held, c.running * c.longest_request)
     if c.running is not None and c.finished_prompts and c.prefix_hit_share:
         held = max(0.0, held - c.running * c.finished_prompt_tokens / c.finished_prompts * c.prefix_hit_share)
     return held
+
+
+def _prompt_length(c: Counted) -> float | None:
+    """The length of a prompt found in its prefill: length-weighted over the finished prompts, or their mean;
+    before any request finished, the mean of the prompts counted at their first token."""
+    if c.prompt_in_prefill:
+        return c.prompt_in_prefill
+    if c.finished_prompts:
+        return c.finished_prompt_tokens / c.finished_prompts
+    return c.prompt_tokens / c.first_tokens if c.first_tokens else None
 
 
 def drifted(c: Counted) -> bool:

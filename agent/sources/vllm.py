@@ -51,6 +51,8 @@ from agent.sources.inference import (
     full_while_waiting,
     head_of_line_share,
     held_tokens,
+    kv_full,
+    ordinary_step_p99,
     queued_mean_wait,
     step_period,
     wait_seconds_by_reason,
@@ -58,7 +60,8 @@ from agent.sources.inference import (
 )
 from agent.sources.plausible import refuse_implausible, rule_for
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
-from agent.sources.wait_bounds import queue_wait_p99_bounds
+from agent.sources.step_stall import StepWatch, growing_wait, stalled_wait
+from agent.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 from engine_hooks.records.attribution import tail as attribution_tail
 from engine_hooks.records.snapshot import (
     Clock,
@@ -173,7 +176,7 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
-POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora")   # what the gauge poll reads
+POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora", "preemptions")   # what the gauge poll reads
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
@@ -232,6 +235,7 @@ class VllmSource:
         self.generation: str | None = None     # the metric names' generation the latest scrape showed
         self._scrapes: deque[_Scrape] = deque()
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
+        self._steps = StepWatch()                        # a step outlasting scrapes (agent.sources.step_stall)
         self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
                        for name in (m.vllm if kind == "vllm" else m.sglang)}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
@@ -419,6 +423,10 @@ class VllmSource:
                                            period)
             if bounds is not None:
                 inferred["window.scheduler.decided_wait_p99_s"] = bounds.how
+        still = self._steps.still_for(now.at, histogram_part(family("iteration_tokens"), "_count"),
+                                      bool(now.gauges.running or now.gauges.waiting))
+        decided, bounds = self._with_stalls(still, decided, bounds, now, before, inferred,
+                                            max(period or 0.0, ordinary_step_p99(itl, timelines, steps) or 0.0))
         for q in ("p50", "p99"):
             said = quantile_said(queue, 0.5 if q == "p50" else 0.99)
             if said is not None and quantile(queue, 0.5 if q == "p50" else 0.99) is None:
@@ -439,15 +447,15 @@ class VllmSource:
             head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
             waiting_share=share_waiting,
             wait_seconds_by_reason=by_reason,
-            step_time_mean_s=period)
+            step_time_mean_s=period, no_step_for_s=still)
         if busy is not None:
             inferred["window.scheduler.busy_ratio_while_waiting"] = (
                 f"GPU execution {busy:.0%} of the window (gpu_execution_seconds_total over {span:.1f} s"
                 + (", requests waiting at every scrape)" if share_waiting == 1.0 else ")"))
         kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(gauges, capacity)),
                        full_while_waiting_share=infer("window.kv.full_while_waiting_share",
-                                                      full_while_waiting([w.gauges for w in ([before] if before
-                                                                                              else []) + window])),
+                                                      full_while_waiting(([before.gauges] if before else [])
+                                                                         + gauges)),
                        sequence_lengths=lengths)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
@@ -492,6 +500,28 @@ class VllmSource:
             e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99),
             said={k: t for k, (h, level) in quantiles.items() if (t := quantile_said(h, level)) is not None} or None)
         return snap, reading
+
+    def _with_stalls(self, still: float | None, decided: Inferred | None, bounds: WaitBounds | None, now: _Scrape,
+                     before: _Scrape | None, inferred: dict, ordinary: float,
+                     ) -> tuple[Inferred | None, WaitBounds | None]:
+        """The decided-wait P99 (or its bounds) with what a step outlasting the scrapes says (agent.sources.
+        step_stall): while no step finishes, the window's figures are a floor only, with a wait seen growing;
+        once steps move again, a wait seen growing in the window still bounds it from below."""
+        seen = decided if decided is not None else None if bounds is None or not bounds.at_least else \
+            Inferred(bounds.at_least, bounds.how)
+        if still is not None:
+            growing = growing_wait(still, now.gauges.waiting, ordinary, kv_full(now.gauges))
+            if growing is not None:
+                self._steps.saw_growing(now.at, growing.value, growing.how)
+        carried = self._steps.grown_since(before.at if before else now.at)
+        if still is not None:
+            floor = stalled_wait(still, kv_full(now.gauges), [seen, carried])
+        elif carried is not None and carried.value > (seen.value if seen is not None else 0.0):
+            floor = carried
+        else:
+            return decided, bounds
+        inferred["window.scheduler.decided_wait_p99_s"] = floor.how
+        return None, (None if floor.value is None else WaitBounds(floor.value, None, floor.how))
 
     def _busy(self, executed: float | None, span: float, ex: Exposition) -> float | None:
         """SGLang's GPU execution seconds in the window over the window, per data-parallel rank."""

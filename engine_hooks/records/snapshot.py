@@ -133,6 +133,7 @@ class SchedulerFigures(_Section):
     tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
     step_time_mean_s: float | None = None
+    no_step_for_s: float | None = None   # from outside: no step finished for this long while requests ran
 
 
 @dataclass(slots=True, kw_only=True)

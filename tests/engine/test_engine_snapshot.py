@@ -115,7 +115,8 @@ def test_every_recorded_bundle_reads_and_writes_back_as_recorded(name):
         assert [kv.pop(k) for k in ("blocks_stored", "blocks_removed", "blocks_restored", "block_lifetime_p50_s",
                                     "full_while_waiting_share")] == [None] * 5
         scheduler, info = again["engine"]["window"]["scheduler"], again["engine"]["engine"]
-        assert [scheduler.pop(k) for k in ("decided_wait_p99_at_least_s", "decided_wait_p99_at_most_s")] == [None] * 2
+        assert [scheduler.pop(k) for k in ("decided_wait_p99_at_least_s", "decided_wait_p99_at_most_s",
+                                           "no_step_for_s")] == [None] * 3
         assert [info.pop(k) for k in ("generation", "kv_capacity_tokens", "block_size_forced")] == [None] * 3
         assert again == original
 

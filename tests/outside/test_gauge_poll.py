@@ -7,7 +7,7 @@ import time
 import pytest
 
 from agent.sources.vllm import VllmSource
-from engine_hooks.records.waits import MODEL_LOADING
+from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
 from tests.helpers.engine_stub import Engine
 
 
@@ -79,3 +79,30 @@ def test_the_poll_runs_on_its_own_thread_until_stopped(engine):
     assert taken >= 3 and source.poller.counts["failed"] == 0
     assert source.poller.counts["polls"] == taken      # stopped: no more polls
     source.close()                                     # closing twice is harmless
+
+
+def kv_body(kv_usage: float, waiting: int, preempted: int) -> str:
+    """vLLM's queue and KV gauges with no adapters: `waiting` queued, the cache `kv_usage` full."""
+    labels = 'engine="0",model_name="m"'
+    return (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{{labels}}} 4\n"
+            f"# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{{labels}}} {waiting}\n"
+            f"# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{labels}}} {kv_usage}\n"
+            f"# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{{{labels}}} {preempted}\n")
+
+
+def test_a_full_kv_cache_between_scrapes_is_the_kv_caches_evidence(engine):
+    """The face sets KV usage after each step, so a scrape can land where the cache reads free and nothing waits
+    while the polls in between found it full with a queue and preemptions: the KV cache's evidence (the share
+    of samples full while requests waited) must count the polls, as the charge of the wait to no free blocks
+    (wait_seconds_by_reason) already does."""
+    source = VllmSource(engine.url, poll_s=0.25)
+    engine.body = kv_body(0.2, 0, 0)
+    source.snapshot(time.monotonic())
+    for preempted in (1, 2, 3):
+        engine.body = kv_body(0.97, 3, preempted)
+        assert source.poller.poll() is not None
+    engine.body = kv_body(0.2, 0, 3)
+    snap = source.snapshot(time.monotonic())
+    # 4 samples after the first: 3 polls full with a queue, the closing scrape free with none
+    assert snap.window.kv.full_while_waiting_share == pytest.approx(3 / 4)
+    assert snap.window.scheduler.wait_seconds_by_reason[NO_FREE_BLOCKS] > 0

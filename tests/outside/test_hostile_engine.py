@@ -7,11 +7,13 @@ import base64
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 from agent.commands.flags import OutsideFlags, open_engine_source
+from agent.sources import prometheus_text
 from agent.sources.prometheus_text import ExpositionError, parse_exposition
 from agent.sources.vllm import EngineScrapeError, VllmSource
 from tests.helpers.hostile_servers import ScriptedServer, answer, drip_body, drip_headers
@@ -76,6 +78,17 @@ def test_a_huge_exposition_parse_gives_up_at_its_deadline():
     many = "".join(f"# TYPE f{n} gauge\n" + "".join(f'f{n}{{i="{i}"}} 1\n' for i in range(100)) for n in range(100))
     with pytest.raises(ExpositionError, match="longer than 0 s to parse"):
         parse_exposition(many, deadline_s=0.0)
+
+
+def test_the_parse_deadline_counts_cpu_time_not_the_wait_for_a_core(monkeypatch):
+    """On a busy host the parsing thread waits for a core between families: 10 s of wall time go by between
+    each, and a sound scrape must still parse (test_the_agent_reads_a_vllm_engine_attached_by_url failed under
+    load while the wall clock was the deadline's)."""
+    wall = iter(range(0, 10**6, 10))
+    monkeypatch.setattr(prometheus_text, "time",
+                        types.SimpleNamespace(monotonic=lambda: float(next(wall)), thread_time=time.thread_time))
+    sound = "".join(f"# TYPE f{n} gauge\nf{n} 1\n" for n in range(5))
+    assert parse_exposition(sound).family("f4") is not None
 
 
 # --- 13: implausible figures are refused, counted and never exported -----------------------------------------

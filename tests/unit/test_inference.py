@@ -229,3 +229,22 @@ def test_a_queue_that_hardly_moves_bounds_the_wait_before_any_of_it_ends():
     # finished requests that waited longer keep their own figure
     waited = [span(f"w{i}", 0.0, 12.0, 0.05, 50, 13.0) for i in range(3)]
     assert decided_wait_p99(waited, 0.05, queued=(10.0, 6)).value == pytest.approx(12.0 - 0.05)
+
+
+def test_before_any_request_finished_the_prompts_in_prefill_are_held():
+    """hol-blocking's first scrape: 4 running, 1 past its first token (a 100-token prompt, 5 generated), none
+    finished. The 3 in prefill hold half a prompt each as the one counted: 105 + 3 x 50, not 105 (read as
+    fragmentation against the slots their prefill holds)."""
+    first = Counted(prompt_tokens=100, generated_tokens=5, finished_prompt_tokens=0, finished_generated_tokens=0,
+                    finished_prompts=0, running=4, first_tokens=1, ended=0)
+    assert held_tokens(first) == pytest.approx(105 + 3 * 100 / 2)
+    # the finished requests' histograms not published yet: no request finished, so their sums are 0 all the same
+    absent = dataclasses.replace(first, finished_prompt_tokens=None, finished_generated_tokens=None,
+                                 finished_prompts=None)
+    assert held_tokens(absent) == pytest.approx(105 + 3 * 100 / 2)
+    # nothing past its first token yet: the prompts' lengths are not known, so neither are the tokens held
+    assert held_tokens(Counted(prompt_tokens=0, generated_tokens=0, finished_prompt_tokens=0,
+                               finished_generated_tokens=0, finished_prompts=0, running=4, first_tokens=0,
+                               ended=0)) is None
+    # no count published at all (an engine without these histograms): still not known
+    assert held_tokens(dataclasses.replace(absent, ended=None)) is None
