@@ -86,6 +86,15 @@ def test_the_bytes_are_given_back_when_a_request_ends_well_or_not():
         assert r.bodies.held_by("127.0.0.1") == r.bodies.held_by(SECOND_HOST) == 0
 
 
+def test_the_bytes_are_given_back_before_the_answer_so_a_sender_s_next_body_is_taken():
+    # one host may hold 1.5 MiB: a 1 MiB body's bytes still held once it is answered would refuse the next
+    with OtlpReceiver(max_body_bytes=MIB, max_inflight_bytes=2 * MIB) as r:
+        big = b"\xff" * MIB                               # refused as malformed once read whole
+        for _ in range(20):
+            assert post(r.http_url + "/v1/traces", big)[0] == 400
+        assert r.counts["busy_peer"] == r.counts["busy"] == 0
+
+
 # -- the gRPC call slots
 
 

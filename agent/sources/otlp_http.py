@@ -81,6 +81,7 @@ class _Handler(BoundedHandler):
         content_type = self.headers.get("Content-Type", "")
         kind: str | None = None
         held, body, peer = 0, None, peer_key(self.client_address[0])
+        answer, refusal = b"", None
         try:
             kind = content_kind(content_type)
             length = self._length()
@@ -92,16 +93,19 @@ class _Handler(BoundedHandler):
             answer = receiver.accept(body, content_type, self.headers.get("Content-Encoding"))
         except RequestRejected as e:
             receiver.rejected(e)
-            self._refuse(e.status, e.reason, kind)
-            return
+            refusal = e.status, e.reason
         except Exception as e:                             # never a traceback to the engine
             log.warning("OTLP/HTTP request failed: %s: %s", type(e).__name__, one_line(e))
-            self._refuse(500, f"internal error: {one_line(e)}", kind)
-            return
+            refusal = 500, f"internal error: {one_line(e)}"
         finally:
-            body = None                 # the bytes are given back once they are no longer held
+            # given back before the answer: a sender's next body, sent once it has this answer, must find
+            # the bytes free
+            body = None
             receiver.bodies.give(peer, held)
-        self._send(200, answer, kind)
+        if refusal is not None:
+            self._refuse(*refusal, kind)
+        else:
+            self._send(200, answer, kind)
 
     def do_GET(self) -> None:
         self._body = "pending"
