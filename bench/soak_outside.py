@@ -1,16 +1,18 @@
 """Soak, outside mode (`python bench/soak.py --outside`): `stagelens serve --engine vllm` fed for 10 minutes by
 a misbehaving engine, span sender and KV publisher, each doing issue 24's hostile things interleaved with
 normal traffic; prints the agent's RSS over time against the DaemonSet's memory limit, its /metrics p99
-(target <= 10 ms), the oldest frame age (target <= 3 intervals) and the normal spans lost (target 0).
+(target <= 10 ms) beside a do-nothing HTTP server's (the machine's floor, scraped in turn with the agent), the
+oldest frame age (target <= 3 intervals) and the normal spans lost (target 0).
 
 - the engine's /metrics (a loopback server, the vLLM exposition fixture): half the scrapes normal, the rest a
   body or headers dripped a byte every 0.5 s, 450k series (26 MB), a negative gauge, num_gpu_blocks 2e29, a
   duplicated series, a redirect to another host, a redirect loop, terminal escapes in model_name, an HTTP 500;
-- spans: a normal batch of vLLM's llm_request spans every second, over HTTP and gRPC in turn, retried on 503 /
-  UNAVAILABLE as OTel's exporters do (so a span is lost only if the agent never took it); every few seconds one
-  of: 2M empty spans over gRPC, eight HTTP senders of them at once, their JSON form, four gRPC Exports that never
-  send their message, 200 connections that never finish their headers, a batch of 50 normal spans with one whose
-  finish_reasons nest 100,000 deep (the 50 count as normal);
+- spans: a normal batch of vLLM's llm_request spans every second from 127.0.0.1, over HTTP and gRPC in turn,
+  retried on 503 / UNAVAILABLE as OTel's exporters do (so a span is lost only if the agent never took it);
+  every few seconds, from a second host address (127.0.0.2, so the intake's per-host fair share works as on a
+  real network), one of: 2M empty spans over gRPC, eight HTTP senders of them at once, their JSON form, four
+  gRPC Exports that never send their message, 200 connections that never finish their headers; and from
+  127.0.0.1 a batch of 50 normal spans with one whose finish_reasons nest 100,000 deep (the 50 count as normal);
 - KV events (ZMQ PUB): a normal batch every 0.1 s (blocks stored and removed); every few seconds one of: one
   hash stored 20,000 times, 2,000 removals of it, a sequence jump to 2**64-1, a malformed payload, a 20 MiB
   message.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import http.client
 import json
 import multiprocessing
 import os
@@ -41,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))          # second_host: the tests' second sending host
 
 from _agent import wait_for_route  # noqa: E402  (bench/ is the script's own directory)
 from _report import free_port  # noqa: E402
@@ -54,6 +58,7 @@ from otlp_intake import (  # noqa: E402
     empty_spans_protobuf,
     normal_batch,
 )
+from second_host import SECOND_HOST, Relay  # noqa: E402
 
 from agent.server.api import MAX_FRAMES_LIMIT  # noqa: E402
 
@@ -151,6 +156,18 @@ def _post(url: str, body: bytes, content_type: str, timeout: float = 60.0) -> in
         return 0
 
 
+def _post_from(source: str, port: int, body: bytes, content_type: str, timeout: float = 60.0) -> int:
+    """`_post` to 127.0.0.1:port/v1/traces from the address `source`."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
+    try:
+        connection.request("POST", "/v1/traces", body, {"Content-Type": content_type})
+        return connection.getresponse().status
+    except OSError:
+        return 0
+    finally:
+        connection.close()
+
+
 def _export(address: str, body: bytes, timeout: float = 60.0) -> str:
     import grpc
 
@@ -173,6 +190,7 @@ class SpanSender:
         self.normal_sent = self.normal_given_up = 0
         self.hostile, self.answers = Counter(), Counter()
         self.pool = concurrent.futures.ThreadPoolExecutor(24)
+        self.second_host = Relay(grpc_port, SECOND_HOST)     # the hostile gRPC calls come from 127.0.0.2
         self.empty_pb, self.empty_json = empty_spans_protobuf(EMPTY_SPANS), empty_spans_json(JSON_SPANS)
 
     def normal(self, n: int, over_grpc: bool, body: bytes | None = None) -> None:
@@ -193,13 +211,13 @@ class SpanSender:
     def hostile_one(self, kind: str) -> None:
         self.hostile[kind] += 1
         if kind == "grpc_2m_empty":
-            self.answers[f"{kind}_{_export(self.grpc, self.empty_pb)}"] += 1
+            self.answers[f"{kind}_{_export(self.second_host.address, self.empty_pb)}"] += 1
         elif kind == "http_8_senders":
-            for status in self.pool.map(lambda _: _post(self.traces, self.empty_pb, "application/x-protobuf"),
-                                        range(SENDERS)):
+            for status in self.pool.map(lambda _: _post_from(SECOND_HOST, self.http_port, self.empty_pb,
+                                                             "application/x-protobuf"), range(SENDERS)):
                 self.answers[f"{kind}_{status}"] += 1
         elif kind == "json_4mib":
-            self.answers[f"{kind}_{_post(self.traces, self.empty_json, 'application/json')}"] += 1
+            self.answers[f"{kind}_{_post_from(SECOND_HOST, self.http_port, self.empty_json, 'application/json')}"] += 1
         elif kind == "grpc_stalled_exports":
             self._stalled_exports(4, 15.0)
         elif kind == "slow_connections":
@@ -218,7 +236,7 @@ class SpanSender:
             return
             yield  # noqa: B901  (a generator that sends nothing)
 
-        channel = grpc.insecure_channel(self.grpc)
+        channel = grpc.insecure_channel(self.second_host.address)
         calls = [channel.stream_unary(EXPORT).future(never(), timeout=hold_s + 5) for _ in range(n)]
 
         def close() -> None:
@@ -233,7 +251,8 @@ class SpanSender:
         socks = []
         for _ in range(n):
             with contextlib.suppress(OSError):
-                s = socket.create_connection(("127.0.0.1", self.http_port), timeout=2)
+                s = socket.create_connection(("127.0.0.1", self.http_port), timeout=2,
+                                             source_address=(SECOND_HOST, 0))
                 s.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")
                 socks.append(s)
 
@@ -317,12 +336,13 @@ class KvPublisher:
 
 
 # --- measuring --------------------------------------------------------------------------------------------------
-def scrape(url: str, every_s: float, seconds: float, results) -> None:
+def scrape(url: str, floor_url: str, every_s: float, seconds: float, results) -> None:
     """In a process of its own (the generator's threads would delay its clock): /metrics every `every_s`, its
-    latency and the age of the agent's latest frame at each answer."""
+    latency and the age of the agent's latest frame at each answer; between two, the do-nothing server's
+    answer time (the floor: what the busy machine costs any HTTP server)."""
     from agent.loadtest.http_point import metric_value
 
-    latencies, ages, failures = [], [], 0
+    latencies, floor, ages, failures = [], [], [], 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t0 = time.perf_counter()
@@ -335,8 +355,40 @@ def scrape(url: str, every_s: float, seconds: float, results) -> None:
                 ages.append(time.time() - frame)
         except OSError:
             failures += 1
-        time.sleep(every_s)
-    results.put((latencies, ages, failures))
+        time.sleep(every_s / 2)
+        t0 = time.perf_counter()
+        with contextlib.suppress(OSError), urllib.request.urlopen(floor_url, timeout=30) as answer:
+            answer.read()
+            floor.append(time.perf_counter() - t0)
+        time.sleep(every_s / 2)
+    results.put((latencies, floor, ages, failures))
+
+
+def do_nothing_server(port: int) -> None:
+    """In a process of its own, as the agent is: an HTTP server answering every GET with a short 200."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+
+        def log_message(self, *args):
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def _wait_answering(url: str, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2):
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"the do-nothing server at {url} did not answer within {deadline_s:g} s")
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -370,8 +422,13 @@ def run(duration: float, seed: int, history: int | None = None) -> dict:
         wait_for_route(base, "/healthz", agent, deadline_s=90)   # its engine is hostile: /readyz may never say ready
         figures["rss_start_mib"] = round(_status(agent.pid, "VmRSS"), 1)
         ctx = multiprocessing.get_context("spawn")
+        floor_port = free_port()
+        floor_server = ctx.Process(target=do_nothing_server, args=(floor_port,), daemon=True)
+        floor_server.start()
+        floor_url = f"http://127.0.0.1:{floor_port}/"
+        _wait_answering(floor_url)
         results = ctx.Queue()
-        scraper = ctx.Process(target=scrape, args=(base + "/metrics", 0.5, duration, results), daemon=True)
+        scraper = ctx.Process(target=scrape, args=(base + "/metrics", floor_url, 0.5, duration, results), daemon=True)
         scraper.start()
         workers = [threading.Thread(target=w, daemon=True) for w in (spans.run, kv.run)]
         for w in workers:
@@ -381,14 +438,17 @@ def run(duration: float, seed: int, history: int | None = None) -> dict:
             rss.append((time.monotonic() - t0, _status(agent.pid, "VmRSS")))
             time.sleep(2.0)
         stop.set()
-        latencies, ages, failures = results.get(timeout=60)
+        latencies, floor, ages, failures = results.get(timeout=60)
         scraper.join(timeout=5)
+        floor_server.terminate()
         spans.pool.shutdown(wait=True, cancel_futures=False)     # the normal batches' retries finish
         figures.update(_rss_figures(rss, _status(agent.pid, "VmHWM") if agent.poll() is None else None))
         figures.update({
             "metrics_scrapes": len(latencies), "metrics_failures": failures,
             "metrics_p50_ms": _ms(_pct(latencies, 0.5)), "metrics_p99_ms": _ms(_pct(latencies, 0.99)),
             "metrics_max_ms": _ms(max(latencies, default=None)), "metrics_p99_target_ms": 10,
+            "floor_p50_ms": _ms(_pct(floor, 0.5)), "floor_p99_ms": _ms(_pct(floor, 0.99)),
+            "load_average_1_5_15": " ".join(f"{x:.2f}" for x in os.getloadavg()),
             "frame_age_max_s": _round(max(ages, default=None)), "frame_age_p99_s": _round(_pct(ages, 0.99)),
             "frame_age_max_intervals": _round(max(ages, default=0) / INTERVAL_S), "frame_age_target_intervals": 3,
         })
@@ -414,6 +474,7 @@ def run(duration: float, seed: int, history: int | None = None) -> dict:
             agent.wait(timeout=30)
         engine.shutdown()
         kv.close()
+        spans.second_host.close()
         log.close()
         text = Path(log.name).read_text(errors="replace")
         os.unlink(log.name)

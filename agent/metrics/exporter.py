@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,6 +25,8 @@ class MetricsExporter:
         self._latest_frame = latest_frame
         self._cache: dict[str, tuple[object, bytes, str]] = {}   # accept header -> (frame, body, content type)
         self._asked: dict[str, float] = {}                       # accept header -> when a scraper last asked
+        self._rendering: dict[str, int] = {}                     # accept header -> renders under way
+        self._lock = threading.Lock()
 
     def on_frame(self, frame, timelines: list) -> None:
         self.waits.on_frame(frame, timelines)
@@ -31,12 +34,24 @@ class MetricsExporter:
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
         """The exposition as of the latest frame. Everything in it changes only when a frame arrives
         (the trace counters excepted, which lag by at most one interval), so each frame is rendered once
-        per format and scrapes in between are served from that rendering."""
+        per format and scrapes in between are served from that rendering. A scrape arriving while the
+        page is being rendered gets the previous one rather than wait."""
+        return self._rendered(self._asking(accept))
+
+    def ready(self, accept: str | None = None) -> tuple[bytes, str] | None:
+        """`render`'s page when it needs no rendering: the latest frame's once rendered, or the previous one
+        while a render is under way (a scrape never waits on one); None when there is none to give yet.
+        Cheap enough for an event loop."""
+        key = self._asking(accept)
+        with self._lock:
+            return self._ready(key, self._latest_frame())
+
+    def _asking(self, accept: str | None) -> str:
         key = accept or ""
         if len(self._asked) > 8:
             self._asked.clear()
         self._asked[key] = time.monotonic()
-        return self._rendered(key)
+        return key
 
     def prerender(self, recent_s: float = 60.0) -> None:
         """Render the latest frame now (on the sampler's thread) in every format a scraper asked for in the
@@ -46,13 +61,30 @@ class MetricsExporter:
             if now - asked <= recent_s:
                 self._rendered(key)
 
+    def _ready(self, key: str, frame) -> tuple[bytes, str] | None:
+        cached = self._cache.get(key)
+        if cached is None:
+            return None
+        if (cached[0] is frame and frame is not None) or self._rendering.get(key):
+            return cached[1], cached[2]
+        return None
+
     def _rendered(self, key: str) -> tuple[bytes, str]:
         frame = self._latest_frame()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] is frame and frame is not None:
-            return cached[1], cached[2]
-        body, content_type = render(self.registry, key or None)
-        if len(self._cache) > 8:
-            self._cache.clear()
-        self._cache[key] = (frame, body, content_type)
+        with self._lock:
+            page = self._ready(key, frame)
+            if page is not None:
+                return page
+            self._rendering[key] = self._rendering.get(key, 0) + 1
+        try:
+            body, content_type = render(self.registry, key or None)
+        finally:
+            with self._lock:
+                self._rendering[key] -= 1
+                if not self._rendering[key]:
+                    del self._rendering[key]
+        with self._lock:
+            if len(self._cache) > 8:
+                self._cache.clear()
+            self._cache[key] = (frame, body, content_type)
         return body, content_type

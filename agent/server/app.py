@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from agent.server import api, chat, completions, control, errors, models
 from agent.server.limits import MAX_BODY_BYTES, BodyLimit
@@ -17,9 +18,13 @@ def create_app(runtime, token: str | None = None, max_body_bytes: int = MAX_BODY
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
 
     @app.get("/metrics", tags=["metrics"], response_class=Response)
-    def metrics(request: Request) -> Response:
+    async def metrics(request: Request) -> Response:
         """Prometheus exposition; OpenMetrics (with trace-id exemplars) when the scraper asks for it."""
-        body, content_type = runtime.metrics.render(request.headers.get("accept"))
+        accept = request.headers.get("accept")
+        # a page already rendered (the sampler renders each frame's) is served from the event loop: a hop to
+        # a worker thread waited on the GIL behind the intake's decoding
+        page = runtime.metrics.ready(accept)
+        body, content_type = page if page is not None else await run_in_threadpool(runtime.metrics.render, accept)
         return Response(body, media_type=content_type)
 
     app.include_router(api.router)

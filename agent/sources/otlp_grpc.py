@@ -17,6 +17,7 @@ from concurrent import futures
 from typing import TYPE_CHECKING
 
 from agent.sources.otlp_decode import PROTOBUF, RequestRejected, one_line
+from engine_hooks.shared.fair_share import FairShare, grpc_peer_key
 
 if TYPE_CHECKING:
     from agent.sources.otlp_receiver import OtlpReceiver
@@ -24,8 +25,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-MAX_CALLS = 6               # served at once (each ~10 MB while its 4 MiB message is taken); a stalled
-                            # one holds a slot for read_timeout_s at most
+MAX_CALLS = 6               # served at once (each ~10 MB while its 4 MiB message is taken), 3/4 of them
+                            # for one host; a stalled one holds a slot for read_timeout_s at most
+MAX_OPEN_CALLS = 64         # gRPC's own bound, past which it answers RESOURCE_EXHAUSTED: the calls over
+                            # MAX_CALLS are answered UNAVAILABLE at once, before their message is read
+RETRY_AFTER_S = 1
 DECODE_THREADS = 2
 EMPTY_RESPONSE = b""        # an ExportTraceServiceResponse with nothing in it, serialized
 
@@ -39,6 +43,7 @@ class GrpcIntake:
         self._thread: threading.Thread | None = None
         self._server = None
         self._pool: futures.ThreadPoolExecutor | None = None
+        self.calls = FairShare(MAX_CALLS)
 
     def start(self) -> int:
         """Binds and serves; the bound port. OSError when the address cannot be listened on."""
@@ -56,7 +61,7 @@ class GrpcIntake:
     async def _serve(self) -> int:
         import grpc
 
-        server = grpc.aio.server(maximum_concurrent_rpcs=MAX_CALLS, options=[
+        server = grpc.aio.server(maximum_concurrent_rpcs=MAX_OPEN_CALLS, options=[
             ("grpc.max_receive_message_length", self.receiver.max_body_bytes),
             ("grpc.so_reuseport", 0)])
         # a stream of bytes in (no deserializer): the call's messages are read here, under a deadline, and
@@ -76,7 +81,19 @@ class GrpcIntake:
         return bound
 
     async def _export(self, messages, context) -> bytes:
-        failure = await self._refusal(messages)
+        peer = grpc_peer_key(context.peer())
+        busy = self.calls.take(peer)
+        if busy is None:
+            try:
+                failure = await self._refusal(messages, peer)
+            finally:
+                self.calls.give(peer)
+        else:
+            self.receiver.count("received_requests")
+            self.receiver.count(busy)
+            self.receiver.count("rejected")
+            whose = "this host's share of " if busy == "busy_peer" else ""
+            failure = _retry_later(f"busy: {whose}{MAX_CALLS} calls already in flight; retry")
         if failure is not None:
             # aborted here, not inside an `except`: an exception raised while another is handled keeps that
             # one, its traceback and the frames holding the 4 MiB body alive until the cycle collector runs
@@ -84,8 +101,8 @@ class GrpcIntake:
             await context.abort(*failure)
         return EMPTY_RESPONSE
 
-    async def _refusal(self, messages) -> tuple | None:
-        """Receives and ingests the call's message; None when accepted, else (status code, reason)."""
+    async def _refusal(self, messages, peer: str) -> tuple | None:
+        """Receives and ingests the call's message; None when accepted, else `context.abort`'s arguments."""
         import grpc
 
         receiver = self.receiver
@@ -100,6 +117,13 @@ class GrpcIntake:
             receiver.count("received_requests")
             receiver.rejected(e)
             return grpc.StatusCode.INVALID_ARGUMENT, e.reason
+        size = len(body)
+        try:
+            receiver.hold_bytes(peer, size)    # the byte budget HTTP bodies share, until it is decoded
+        except RequestRejected as e:
+            receiver.count("received_requests")
+            receiver.rejected(e)
+            return _retry_later(e.reason)
         try:
             await asyncio.get_running_loop().run_in_executor(self._pool, receiver.ingest, body, PROTOBUF)
         except RequestRejected as e:
@@ -108,6 +132,9 @@ class GrpcIntake:
         except Exception as e:                 # never a traceback, nor UNKNOWN, to the engine
             log.warning("OTLP/gRPC request failed: %s: %s", type(e).__name__, one_line(e))
             return grpc.StatusCode.INTERNAL, f"internal error: {one_line(e)}"
+        finally:
+            body = None
+            receiver.bodies.give(peer, size)
         return None
 
     def stop(self) -> None:
@@ -129,6 +156,23 @@ class GrpcIntake:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+def _retry_later(reason: str) -> tuple:
+    """`context.abort`'s arguments for a refusal to retry: UNAVAILABLE with a RetryInfo, both in the status
+    details (as gRPC defines them) and under the key OTel's Python exporter reads."""
+    import grpc
+    from google.protobuf import any_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    retry = error_details_pb2.RetryInfo()
+    retry.retry_delay.seconds = RETRY_AFTER_S
+    detail = any_pb2.Any()
+    detail.Pack(retry)
+    status = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message=reason, details=[detail])
+    return (grpc.StatusCode.UNAVAILABLE, reason,
+            (("grpc-status-details-bin", status.SerializeToString()),
+             ("google.rpc.retryinfo-bin", retry.SerializeToString())))
 
 
 async def _one_message(messages) -> bytes:

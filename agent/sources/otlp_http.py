@@ -3,20 +3,21 @@ connection server with the agent's bounds (engine_hooks/shared/bounded_http.py: 
 deadline, clients gone counted).
 
 A body is read only within the receiver's budget of body bytes in flight (`max_inflight_bytes`, all
-connections together): past it the request is answered 503 with Retry-After, which OTLP exporters retry,
-before the body is read, so eight senders of 4 MiB cannot make the agent hold 2.9 GB.
+connections and gRPC calls together, at most 3/4 of it for one sending host): past it the request is
+answered 503 with Retry-After, which OTLP exporters retry, before the body is read, so eight senders of
+4 MiB cannot make the agent hold 2.9 GB, nor one host keep the others out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from agent.sources.otlp_decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
 from engine_hooks.shared.bounded_http import BoundedHandler, BoundedHTTPServer
+from engine_hooks.shared.fair_share import peer_key
 
 if TYPE_CHECKING:
     from agent.sources.otlp_receiver import OtlpReceiver
@@ -32,32 +33,14 @@ _RPC_CODE = {400: 3, 408: 4, 411: 3, 413: 8, 415: 3, 503: 14}   # INVALID_ARGUME
                                                                  # RESOURCE_EXHAUSTED, UNAVAILABLE
 
 
-class ByteBudget:
-    """Bytes held at once by all requests together; `take` never waits."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.held = 0
-        self._lock = threading.Lock()
-
-    def take(self, n: int) -> bool:
-        with self._lock:
-            if self.held + n > self.limit:
-                return False
-            self.held += n
-            return True
-
-    def give(self, n: int) -> None:
-        with self._lock:
-            self.held -= n
-
-
 class HttpIntake(BoundedHTTPServer):
     def __init__(self, address, receiver: OtlpReceiver) -> None:
         self.receiver = receiver
-        self.bodies = ByteBudget(receiver.max_inflight_bytes)
         super().__init__(address, _Handler, max_connections=receiver.max_connections,
                          request_read_timeout_s=receiver.request_read_timeout_s)
+
+    def on_busy_peer(self) -> None:
+        self.receiver.count("busy_peer")
 
 
 def error_body(status: int, kind: str | None, reason: str) -> tuple[bytes, str]:
@@ -97,31 +80,32 @@ class _Handler(BoundedHandler):
         receiver.count("received_requests")
         content_type = self.headers.get("Content-Type", "")
         kind: str | None = None
-        held, body = 0, None
+        held, body, peer = 0, None, peer_key(self.client_address[0])
+        answer, refusal = b"", None
         try:
             kind = content_kind(content_type)
             length = self._length()
             if length > receiver.max_body_bytes:
                 raise RequestRejected(413, f"body of {length} bytes exceeds {receiver.max_body_bytes}")
-            if not self.server.bodies.take(length):
-                receiver.count("busy")
-                raise RequestRejected(503, f"busy: {self.server.bodies.limit} bytes of traces already in flight; "
-                                           "retry")
+            receiver.hold_bytes(peer, length)
             held = length
             body = self._read_body(length)
             answer = receiver.accept(body, content_type, self.headers.get("Content-Encoding"))
         except RequestRejected as e:
             receiver.rejected(e)
-            self._refuse(e.status, e.reason, kind)
-            return
+            refusal = e.status, e.reason
         except Exception as e:                             # never a traceback to the engine
             log.warning("OTLP/HTTP request failed: %s: %s", type(e).__name__, one_line(e))
-            self._refuse(500, f"internal error: {one_line(e)}", kind)
-            return
+            refusal = 500, f"internal error: {one_line(e)}"
         finally:
-            body = None                 # the bytes are given back once they are no longer held
-            self.server.bodies.give(held)
-        self._send(200, answer, kind)
+            # given back before the answer: a sender's next body, sent once it has this answer, must find
+            # the bytes free
+            body = None
+            receiver.bodies.give(peer, held)
+        if refusal is not None:
+            self._refuse(*refusal, kind)
+        else:
+            self._send(200, answer, kind)
 
     def do_GET(self) -> None:
         self._body = "pending"

@@ -10,17 +10,20 @@ Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per f
   body not received within `read_timeout_s` (all of it, not per read), 411 without a Content-Length
   (chunked bodies are refused), 413 past `max_body_bytes` (as sent or inflated) or past the bounds on
   spans and items in one request (agent/sources/otlp_decode.py), 415 for another content type or
-  encoding, 503 (Retry-After) while `max_inflight_bytes` of bodies are already being received, 404 for
+  encoding, 503 (Retry-After) while `max_inflight_bytes` of bodies are already being received or the
+  sending host already holds its share of them (3/4: engine_hooks/shared/fair_share.py), 404 for
   another path, 405 for another method. An error carries a one-line reason: a `google.rpc.Status` in the
   request's encoding where it has one (as the OTLP spec asks), else text. A refused body is read and
   discarded (up to DRAIN_BYTES) before the answer, so the client gets it. The listener has the agent's
-  bounds: `max_connections` at once (more: 503), and a request's headers due within
+  bounds: `max_connections` at once, 3/4 of them from one host (more: 503), and a request's headers due within
   `request_read_timeout_s` of the connection or of the previous answer (the main server's deadline: a
   kept-alive connection idle that long is closed too; `idle_timeout_s` caps each read); `stop()` closes
   them all.
 - OTLP/gRPC (vLLM's default protocol) when `grpc_port` is not None (agent/sources/otlp_grpc.py):
   `TraceService/Export` on gRPC's asyncio server, a call's message due within `read_timeout_s`; a body
-  that does not parse is answered INVALID_ARGUMENT, one too large RESOURCE_EXHAUSTED.
+  that does not parse is answered INVALID_ARGUMENT, one too large RESOURCE_EXHAUSTED; past the calls in
+  flight, or the byte budget it shares with OTLP/HTTP, or the host's share of either, UNAVAILABLE with a
+  RetryInfo (exporters retry it).
 
 One request is decoded at a time (the decoding is CPU under the GIL anyway): with the bounds on bytes
 and items, what the intake can make the agent hold is bounded whatever is sent (see deploy/).
@@ -38,7 +41,8 @@ upstream never delays the answer to the engine; a body that does not fit is drop
 
 `counts` is a plain dict of counters (COUNTERS), for a caller to publish as metrics: requests received,
 `malformed` (answered 400) and `rejected` (408, 411, 413, 415, 503), `busy` (503: too many bytes in
-flight); spans, `llm_request_spans`, `ignored_spans` (other names), `malformed_spans` (an `llm_request`
+flight), `busy_peer` (503 or UNAVAILABLE: the sending host held its share of bytes, connections or
+calls); spans, `llm_request_spans`, `ignored_spans` (other names), `malformed_spans` (an `llm_request`
 span without usable times, or one that cannot be read), `invalid_attributes` (figures left unknown);
 `forwarded`, `forward_failed`, `forward_dropped` (the queue was full); `timelines_dropped` (pushed out of
 the ring); `clients_gone` (an HTTP client that left before its answer).
@@ -47,6 +51,7 @@ the ring); `clients_gone` (an HTTP client that left before its answer).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -58,14 +63,15 @@ from agent.sources.otlp_decode import JSON, RequestRejected, content_kind, infla
 from agent.sources.otlp_forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
 from engine_hooks.records.timeline import RequestTimeline
 from engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
+from engine_hooks.shared.fair_share import SHARE, FairShare
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_INFLIGHT_BYTES = 8 * 1024 * 1024    # HTTP bodies being received at once, all connections together
+MAX_INFLIGHT_BYTES = 8 * 1024 * 1024    # bodies being received or decoded at once, HTTP and gRPC together
 
 COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", "malformed", "rejected", "busy",
-            "malformed_spans", "invalid_attributes", "forwarded", "forward_failed", "forward_dropped",
+            "busy_peer", "malformed_spans", "invalid_attributes", "forwarded", "forward_failed", "forward_dropped",
             "timelines_dropped", "clients_gone")
 
 
@@ -82,7 +88,9 @@ class OtlpReceiver:
             raise ValueError("capacity, max_body_bytes, forward_queue and max_connections must be at least 1")
         self.host = host
         self.max_body_bytes = max_body_bytes
-        self.max_inflight_bytes = max(max_inflight_bytes, max_body_bytes)
+        # one host's share must still take the largest body, or its sender would retry it for ever
+        self.max_inflight_bytes = max(max_inflight_bytes, math.ceil(max_body_bytes / SHARE))
+        self.bodies = FairShare(self.max_inflight_bytes)
         self.max_connections = max_connections
         self.read_timeout_s = read_timeout_s
         self.idle_timeout_s = idle_timeout_s
@@ -175,8 +183,18 @@ class OtlpReceiver:
 
     @property
     def bytes_in_flight(self) -> int:
-        """HTTP body bytes being received now (at most `max_inflight_bytes`)."""
-        return self._http.bodies.held if self._http is not None else 0
+        """Body bytes being received or decoded now (at most `max_inflight_bytes`)."""
+        return self.bodies.held
+
+    def hold_bytes(self, peer: str, n: int) -> None:
+        """Holds `n` body bytes for the sending host `peer` (give them back with `bodies.give`); RequestRejected
+        503, counted `busy` or `busy_peer`, when the budget or the host's share of it is spent."""
+        refused = self.bodies.take(peer, n)
+        if refused is None:
+            return
+        self.count(refused)
+        whose = "this host's share of " if refused == "busy_peer" else ""
+        raise RequestRejected(503, f"busy: {whose}{self.bodies.limit} bytes of traces already in flight; retry")
 
     @property
     def forward_queued_bytes(self) -> int:

@@ -1,8 +1,9 @@
 """A thread-per-connection HTTP server with the bounds of the agent's main server (agent/server/limits.py):
 what one client, or a thousand slow ones, can make a small `http.server` listener hold.
 
-- At most `max_connections` are handled at once: one more is answered 503 and closed at once, without a
-  thread (a thread each made 1,725 slow connections hold 1,743 threads).
+- At most `max_connections` are handled at once, and at most 3/4 of them from one sending host
+  (engine_hooks/shared/fair_share.py): one more is answered 503 and closed at once, without a thread (a
+  thread each made 1,725 slow connections hold 1,743 threads).
 - A request's line and headers must arrive within `REQUEST_READ_TIMEOUT_S` of the connection or of the
   previous answer, in all (not per read: a client dripping a byte a second would otherwise hold its
   thread for ever); then the connection is closed.
@@ -22,6 +23,8 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from engine_hooks.shared.fair_share import BUSY_PEER, FairShare, peer_key
 
 log = logging.getLogger(__name__)
 
@@ -45,19 +48,23 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self.max_connections = max_connections
         self.request_read_timeout_s = request_read_timeout_s
         self.clients_gone = 0          # left before their answer was written
-        self.refused_busy = 0          # answered 503: max_connections were open
-        self._open: set[socket.socket] = set()
+        self.refused_busy = 0          # answered 503: max_connections were open, or the host's share of them
+        self._connections = FairShare(max_connections)
+        self._open: dict[socket.socket, str] = {}     # connection -> its sending host
         self._open_lock = threading.Lock()
         super().__init__(address, handler)
 
     def process_request(self, request, client_address) -> None:
+        peer = peer_key(client_address[0]) if isinstance(client_address, tuple) else ""
         with self._open_lock:
-            busy = len(self._open) >= self.max_connections
-            if not busy:
-                self._open.add(request)
+            busy = self._connections.take(peer)
+            if busy is None:
+                self._open[request] = peer
             else:
                 self.refused_busy += 1
-        if busy:
+        if busy is not None:
+            if busy == BUSY_PEER:
+                self.on_busy_peer()
             with contextlib.suppress(OSError):
                 request.setblocking(False)       # the accepting thread never waits on a client
                 request.send(_BUSY)
@@ -69,9 +76,14 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             self.shutdown_request(request)
             raise
 
+    def on_busy_peer(self) -> None:
+        """A connection refused because its host holds its share: for a subclass to count."""
+
     def shutdown_request(self, request) -> None:
         with self._open_lock:
-            self._open.discard(request)
+            peer = self._open.pop(request, None)
+            if peer is not None:
+                self._connections.give(peer)
         super().shutdown_request(request)
 
     @property

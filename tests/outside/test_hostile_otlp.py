@@ -16,6 +16,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 
 from agent.sources.otlp_receiver import OtlpReceiver
 from tests.helpers.otlp_posts import DEADLINE_S, closed_port, one_request_body, post, vllm_spans, wait_for
+from tests.helpers.second_host import SECOND_HOST, Relay, connect_from
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
@@ -109,20 +110,22 @@ def test_hostile_1_a_batch_just_inside_the_bounds_is_taken_whole(receiver):
 
 
 def test_hostile_1_bodies_in_flight_past_the_byte_budget_are_a_503_to_retry():
-    with OtlpReceiver(max_body_bytes=1 << 20, max_inflight_bytes=1 << 20, read_timeout_s=30) as r:
+    with OtlpReceiver(max_body_bytes=1 << 20, max_inflight_bytes=2 << 20, read_timeout_s=30) as r:
         port = int(r.http_url.rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE_S) as stalled:
-            # a sender holding the whole budget, its body still coming
-            stalled.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                            b"Content-Length: %d\r\n\r\nxx" % (1 << 20))
-            wait_for(lambda: r.bytes_in_flight == 1 << 20, "the stalled request holds the budget")
+        with connect_from(SECOND_HOST, port, DEADLINE_S) as stalled, \
+                connect_from("127.0.0.1", port, DEADLINE_S) as mine:
+            # two hosts' senders holding the whole budget between them (neither past its share), bodies still coming
+            for sender in (stalled, mine):
+                sender.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                               b"Content-Length: %d\r\n\r\nxx" % (1 << 20))
+            wait_for(lambda: r.bytes_in_flight == 2 << 20, "the stalled requests hold the budget")
             req = urllib.request.Request(r.http_url + "/v1/traces", data=one_request_body(),
                                          headers={"Content-Type": "application/x-protobuf"})
             with pytest.raises(urllib.error.HTTPError) as busy:
                 urllib.request.urlopen(req, timeout=DEADLINE_S)
             assert busy.value.code == 503 and busy.value.headers["Retry-After"] == "1"
-            assert r.counts["busy"] == 1
-        # the stalled sender gone, its bytes are given back
+            assert (r.counts["busy"], r.counts["busy_peer"]) == (1, 0)
+        # the stalled senders gone, its bytes are given back
         wait_for(lambda: r.bytes_in_flight == 0, "the budget given back")
         wait_for(lambda: post(r.http_url + "/v1/traces", one_request_body())[0] == 200, "accepted again")
 
@@ -138,9 +141,12 @@ def test_hostile_3_stalled_grpc_exports_do_not_block_a_normal_one():
         release.wait(DEADLINE_S * 4)       # the call stays open: no end of stream
 
     with OtlpReceiver(http_port=None, grpc_port=0, read_timeout_s=DEADLINE_S * 2) as r, \
-            grpc.insecure_channel(r.grpc_address) as channel:
-        stalled_export = channel.stream_unary(EXPORT)
-        stalled = [stalled_export.future(never_ending()) for _ in range(5)]     # the old pool had 4 workers
+            grpc.insecure_channel(r.grpc_address) as channel, Relay(r._grpc.port) as second_host, \
+            grpc.insecure_channel(second_host.address) as hostile:
+        stalled_export = hostile.stream_unary(EXPORT)
+        # the old pool had 4 workers; 4 is also one host's share of the 6 call slots
+        stalled = [stalled_export.future(never_ending()) for _ in range(4)]
+        wait_for(lambda: r._grpc.calls.held == 4, "the stalled calls hold their slots")
         try:
             channel.unary_unary(EXPORT)(one_request_body(), timeout=DEADLINE_S)
             assert len(r.recent_timelines()) == 1
@@ -148,7 +154,7 @@ def test_hostile_3_stalled_grpc_exports_do_not_block_a_normal_one():
         finally:
             release.set()
         assert all(call.exception(DEADLINE_S) is None for call in stalled)      # released: taken
-        assert len(r.recent_timelines()) == 6
+        assert len(r.recent_timelines()) == 5
 
 
 def test_hostile_3_a_grpc_export_whose_message_never_comes_is_cut_at_the_read_deadline():
