@@ -17,9 +17,9 @@ SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, 
                     kv_cache_memory=128 * 2**20, kv_bytes_per_token=8192, models=1, num_preload_models=1,
                     max_resident_models=None)
 TRUE = StepCost({"fixed": 0.01, "prefill_tokens": 4e-4, "prefill_pairs": 2e-7, "decode_seqs": 2e-3,
-                 "kv_tokens": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1, error_median=0,
+                 "kv_slots": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1, error_median=0,
                 error_p90=0, total_error=0, observed_max={"prefill_tokens": 1e9, "prefill_pairs": 1e12,
-                                                          "decode_seqs": 1e9, "kv_tokens": 1e12})
+                                                          "decode_seqs": 1e9, "kv_slots": 1e12})
 
 
 def workload(seed=5, count=150, rate=3.0):

@@ -55,12 +55,13 @@ def _spans(observed: Observed) -> list[dict]:
     return [t for t in observed.timelines if t.get("chunks")]
 
 
-def fitted(observed: Observed) -> StepCost:
-    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals."""
+def fitted(observed: Observed, block_size: int) -> StepCost:
+    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals, its
+    sequences' KV slots counted in blocks of `block_size`."""
     try:
         if observed.steps or observed.engine_config:
             return fit_steps(observed.steps, observed.loads)
-        return fit_spans(_spans(observed))
+        return fit_spans(_spans(observed), block_size)
     except FitError as exc:
         raise UserError(f"{observed.source}: {exc}") from None
 
@@ -71,7 +72,7 @@ def what_if(observed: Observed, candidates: list[dict], settings: Settings | Non
     `scale_rate` times as fast. Bad values are a UserError."""
     settings = settings or today_settings(observed)
     checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
-    cost = cost or fitted(observed)
+    cost = cost or fitted(observed, settings.block_size)
     replayed = scaled(observed.requests, scale_rate)
     today = predict(settings, cost, replayed)
     measured = serving_figures(observed.requests, observed.window)

@@ -267,10 +267,13 @@ class Simulator:
                 scheduled += n
             for m in models:
                 residency.used(m)
-            # the KV tokens running requests hold after the step: what the recorder logs, and the cost was fitted on
+            # the KV tokens running requests hold after the step, and the slots their blocks reserve: what the
+            # recorder logs (LLMEngine._update, over the requests still running), the slots what the cost was fitted on
             cached = sum(r.computed for r in self.running) + scheduled
-            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, cached, bool(residency.loading),
-                                         len(models))
+            reserved = self._slots_after(entries)
+            # one forward pass per model in the batch (ModelRunner.groups)
+            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, reserved,
+                                         bool(residency.loading), len(models))
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
                                    "preempted": [r.rid for r in preempted]})
@@ -286,6 +289,17 @@ class Simulator:
             if residency.loading or len(residency.resident) < self.s.models:
                 log.waiting_on_model_s += seconds * self._waiting_on_model()
         return Simulation(requests, log, residency.loads, now)
+
+    def _slots_after(self, entries) -> int:
+        """The KV slots reserved by the requests still running once this step's entries are done: those that
+        finish in it (their last token sampled) have left `running` when the engine counts."""
+        max_len = self.s.max_model_len
+        finishing = set()
+        for req, n in entries:
+            if req.computed + n == req.prompt + req.outputs and (
+                    req.outputs + 1 >= req.max_tokens or req.prompt + req.outputs + 1 >= max_len):
+                finishing.add(req.rid)
+        return sum(r.room for r in self.running if r.rid not in finishing)
 
     def _waiting_on_model(self) -> int:
         resident = self.residency.resident
