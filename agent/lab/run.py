@@ -103,10 +103,12 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
         raise CollectError(f"the lab engine stopped serving: {exc}") from None
     finally:
         sampler.stop()
-        sampler.tick()          # one last frame with the drained state
         if view:
             view.stop()
+        # The engine stops before the last frame: a request is done (and the run returns) inside its last step,
+        # while that step's timeline and step record reach the recorder only when the step ends.
         host.stop()
+        sampler.tick()          # one last frame with the drained state
         probe.close()
         if line:
             line.close()
