@@ -276,7 +276,7 @@ class Simulator:
                                          bool(residency.loading), len(models))
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
-                                   "preempted": [r.rid for r in preempted]})
+                                   "preempted": [r.rid for r in preempted], "kv_slots": reserved})
             now += seconds
             self._update(entries, now)
             log.steps += 1
