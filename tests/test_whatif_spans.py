@@ -56,3 +56,31 @@ def test_a_cost_fitted_on_spans_replays_the_workload_close_to_the_truth():
     from_spans = predict(SETTINGS, cost, requests).figures
     for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s"):
         assert from_spans[key] == pytest.approx(truth[key], rel=0.25), key
+
+
+def _span(rid, model, prompt, output, prefill_start, first_token, finished):
+    return {"request_id": rid, "model": model, "prompt_tokens": prompt, "output_tokens": output,
+            "arrival": prefill_start, "first_token": first_token, "finished": finished,
+            "chunks": [{"start": prefill_start, "end": first_token}]}
+
+
+def test_spans_price_the_kv_in_the_blocks_the_engine_reserves():
+    # alone: a prompt of 20 tokens holds two blocks of 16 once prefilled; over its 4 decode steps it holds
+    # on average its prompt, half its output and half a block past them
+    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], block_size=16)
+    assert prefill["kv_slots_reserved"] == 32
+    assert decode["kv_slots_reserved"] == pytest.approx(20 + 2.5 + 8)
+    (prefill, _) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], block_size=64)
+    assert prefill["kv_slots_reserved"] == 64
+
+
+def test_a_pseudo_step_serving_two_models_runs_a_forward_pass_for_each():
+    spans = [_span("a", "model-0", 40, 30, 0.0, 0.5, 4.0),     # decoding from 0.5 s to 4 s
+             _span("b", "model-1", 40, 30, 1.0, 1.5, 2.25),    # prefilled beside it, decoding for half its time
+             _span("c", "model-0", 40, 30, 5.0, 5.5, 6.0)]     # alone
+    steps = pseudo_steps(spans)
+    a_decode, b_prefill, b_decode, c_prefill, c_decode = steps[1], steps[2], steps[3], steps[4], steps[5]
+    assert b_prefill["forwards"] == 2                     # model-1's prompt beside model-0's decode
+    assert b_decode["forwards"] == 2                      # model-0 decoded beside it all along
+    assert a_decode["forwards"] == pytest.approx(1 + 0.75 / 3.5)    # model-1 beside it for 0.75 s of 3.5
+    assert c_prefill["forwards"] == c_decode["forwards"] == 1
