@@ -67,6 +67,7 @@ RATE_SCALES = {"healthy": (1.5, 2.0, 3.0, 4.0), "hol-blocking": (2.0,)}
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "throughput_tokens_per_s")
 WARM_UP_S = 3.0           # arrivals of the warm-up run before the matrix
 OUTSIDE_MARK = "*"        # a case whose prediction lies outside the fitted range
+LOAD_AVERAGES: list[float] = []     # the machine's 1-minute load average as each run started
 TARGETS = {"median_abs_error_ttft_p50": 0.10, "median_abs_error_ttft_p99": 0.20,
            "median_abs_error_throughput": 0.10, "fidelity_median_abs_error_ttft_p50": 0.05,
            "best_of_three_right_share": 0.90}
@@ -104,7 +105,8 @@ def recorded(workdir: Path, scenario: str, duration: float, seed: int, log, labe
     if path.exists() and path.stat().st_size:
         log(f"{scenario}: {label} (twin {twin}) reused from {path}")
         return path, None
-    log(f"{scenario}: {label} (twin {twin})")
+    LOAD_AVERAGES.append(os.getloadavg()[0])
+    log(f"{scenario}: {label} (twin {twin}), load average {LOAD_AVERAGES[-1]:.1f}")
     partial = path.with_suffix(".partial")
     result = record(partial, scenario, duration, seed, changes, rate_scale, outside)
     partial.replace(path)       # only a run that completed is kept for reuse
@@ -225,6 +227,9 @@ def summary(rows: list[dict], choices: list[dict]) -> dict:
         out[f"fidelity_median_abs_error_{name}"] = median_abs(key, "fidelity")
         out[f"fidelity_twins_median_abs_difference_{name}"] = median_abs(key, "fidelity", "twins")
     out["best_of_three_right_share"] = sum(c["right"] for c in choices) / len(choices) if choices else None
+    if LOAD_AVERAGES:
+        out["load_average_1m_mean"] = statistics.fmean(LOAD_AVERAGES)
+        out["load_average_1m_max"] = max(LOAD_AVERAGES)
     return out
 
 
@@ -286,8 +291,7 @@ def main() -> None:
             choices += [choice] if choice else []
     figures = summary(rows, choices)
     if args.json:
-        emit({"rows": rows, "choices": choices, "summary": figures, "targets": TARGETS,
-              "load_average_1m": os.getloadavg()[0]}, True)
+        emit({"rows": rows, "choices": choices, "summary": figures, "targets": TARGETS}, True)
         return
     print(table(rows))
     print(f"{OUTSIDE_MARK}: predicted outside the range of batches the step cost was fitted on")
@@ -296,7 +300,7 @@ def main() -> None:
         print(f"{c['scenario']}: picked {c['picked']} (measured P99 TTFT {_num(c['picked_measured_p99_s'])} s), "
               f"best {c['best']} ({_num(c['best_measured_p99_s'])} s): {'right' if c['right'] else 'WRONG'}")
     print()
-    emit({**figures, **{f"target_{k}": v for k, v in TARGETS.items()}, "load_average_1m": os.getloadavg()[0]}, False)
+    emit({**figures, **{f"target_{k}": v for k, v in TARGETS.items()}}, False)
 
 
 if __name__ == "__main__":
