@@ -211,9 +211,10 @@ def _flags(changes: dict) -> str:
 
 
 def summary(rows: list[dict], choices: list[dict]) -> dict:
-    def median_abs(key: str, kind: str, error: str = "error", within_range: bool = False) -> float | None:
+    def median_abs(key: str, kind: str, error: str = "error", outside: bool | None = None) -> float | None:
+        """Over the rows of `kind`; with `outside`, only those predicted outside (True) or within (False) range."""
         errors = [abs(r[key][error]) for r in rows if _kind(r) == kind and r[key][error] is not None
-                  and not (within_range and r["outside_fitted_range"])]
+                  and (outside is None or r["outside_fitted_range"] == outside)]
         return statistics.median(errors) if errors else None
 
     cases = [r for r in rows if _kind(r) == "case"]
@@ -222,7 +223,8 @@ def summary(rows: list[dict], choices: list[dict]) -> dict:
     for key, name in names:
         out[f"median_abs_error_{name}"] = median_abs(key, "case")
         out[f"twins_median_abs_difference_{name}"] = median_abs(key, "case", "twins")
-        out[f"within_range_median_abs_error_{name}"] = median_abs(key, "case", within_range=True)
+        out[f"within_range_median_abs_error_{name}"] = median_abs(key, "case", outside=False)
+        out[f"outside_range_median_abs_error_{name}"] = median_abs(key, "case", outside=True)
         out[f"own_cost_median_abs_error_{name}"] = median_abs(key, "case", "own_cost_error")
         out[f"fidelity_median_abs_error_{name}"] = median_abs(key, "fidelity")
         out[f"fidelity_twins_median_abs_difference_{name}"] = median_abs(key, "fidelity", "twins")
@@ -294,7 +296,9 @@ def main() -> None:
         emit({"rows": rows, "choices": choices, "summary": figures, "targets": TARGETS}, True)
         return
     print(table(rows))
-    print(f"{OUTSIDE_MARK}: predicted outside the range of batches the step cost was fitted on")
+    outside = [r["case"] for r in rows if r["outside_fitted_range"]]
+    print(f"{OUTSIDE_MARK}: predicted outside the range of batches the step cost was fitted on: "
+          + (", ".join(outside) if outside else "none"))
     print()
     for c in choices:
         print(f"{c['scenario']}: picked {c['picked']} (measured P99 TTFT {_num(c['picked_measured_p99_s'])} s), "
