@@ -8,6 +8,7 @@ import pytest
 
 from agent.whatif.fit import StepCost
 from agent.whatif.predict import predict
+from agent.whatif.report import spans_cost
 from agent.whatif.settings import Settings
 from agent.whatif.spans import fit_spans, pseudo_steps
 from agent.whatif.workload import ServedRequest
@@ -84,3 +85,22 @@ def test_a_pseudo_step_serving_two_models_runs_a_forward_pass_for_each():
     assert b_decode["forwards"] == 2                      # model-0 decoded beside it all along
     assert a_decode["forwards"] == pytest.approx(1 + 0.75 / 3.5)    # model-1 beside it for 0.75 s of 3.5
     assert c_prefill["forwards"] == c_decode["forwards"] == 1
+
+
+def test_under_a_contiguous_allocator_each_sequence_is_priced_at_its_whole_reservation():
+    # the engine reserves blocks_per_request blocks for every sequence, short or long: the simulator prices
+    # those slots, so the spans must be fitted on them too (else the KV term is extrapolated tenfold)
+    contiguous = SETTINGS.changed({"allocator": "contiguous"})
+    reservation = contiguous.blocks_per_request * contiguous.block_size
+    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], contiguous.block_size,
+                                     reservation)
+    assert prefill["kv_slots_reserved"] == decode["kv_slots_reserved"] == reservation == 2048
+
+
+def test_the_spans_cost_follows_the_allocator_of_the_settings():
+    requests = workload(count=60)
+    spans = spans_of(requests)
+    paged = spans_cost(spans, SETTINGS)
+    contiguous = spans_cost(spans, SETTINGS.changed({"allocator": "contiguous"}))
+    assert paged.observed_max["kv_slots"] < contiguous.observed_max["kv_slots"]
+    assert contiguous.observed_max["kv_slots"] % (SETTINGS.blocks_per_request * SETTINGS.block_size) == 0

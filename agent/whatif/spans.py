@@ -5,7 +5,8 @@ time is the interval over that count, beside the requests decoding with it and t
 meanwhile. Those become pseudo-steps with the features of agent/whatif/fit.py, averaged where they stand
 for many steps, and are fitted the same way. The KV term is priced as on the engine's own steps, in the slots
 reserved: each sequence's tokens rounded up to whole blocks (a sequence in its decode holds on average half a
-block past its tokens); and a pseudo-step serving several models runs one forward pass per model.
+block past its tokens), or the whole reservation each sequence gets from a contiguous allocator; and a
+pseudo-step serving several models runs one forward pass per model.
 
 What this loses: a prefill chunked over several steps reads as one step of the whole prompt; the queue's
 reason and the engine's settings are not in the spans (the settings come from the caller).
@@ -18,16 +19,17 @@ from agent.whatif.fit import StepCost, fit_steps
 DEFAULT_BLOCK_SIZE = 16      # the bundled engine's and vLLM's default, when the engine does not say
 
 
-def pseudo_steps(timelines: list[dict], block_size: int | None = None) -> list[dict]:
+def pseudo_steps(timelines: list[dict], block_size: int | None = None,
+                 reserved_per_sequence: int | None = None) -> list[dict]:
     """Pseudo-steps (agent/record.py STEP_FIELDS) from span timelines (`RequestTimeline.to_dict()`), KV slots in
-    blocks of `block_size`."""
+    blocks of `block_size`, or `reserved_per_sequence` slots each whatever its length (a contiguous allocator)."""
     bs = block_size or DEFAULT_BLOCK_SIZE
 
     def blocks(tokens: float) -> float:      # the slots a sequence of exactly this many tokens reserves
-        return -(-tokens // bs) * bs
+        return reserved_per_sequence or -(-tokens // bs) * bs
 
     def decoding_slots(prompt: int, output: int) -> float:   # over its decode, on average
-        return prompt + output / 2 + bs / 2
+        return reserved_per_sequence or prompt + output / 2 + bs / 2
 
     spans = []
     for t in timelines:
@@ -75,5 +77,6 @@ def _step(start: float, end: float, prefill: float, pairs: float, decoding: floa
             "preempted": 0, "loading": False, "forwards": max(1, forwards)}
 
 
-def fit_spans(timelines: list[dict], block_size: int | None = None) -> StepCost:
-    return fit_steps(pseudo_steps(timelines, block_size), busy_gap=0.0)
+def fit_spans(timelines: list[dict], block_size: int | None = None,
+              reserved_per_sequence: int | None = None) -> StepCost:
+    return fit_steps(pseudo_steps(timelines, block_size, reserved_per_sequence), busy_gap=0.0)
