@@ -255,7 +255,8 @@ class Simulator:
                 now = min(nexts)
                 continue
             models: list[str] = []
-            prefill_tokens = prefill_pairs = decode_seqs = scheduled = 0
+            prefill_tokens = prefill_pairs = decode_seqs = scheduled = leaving = 0
+            max_len = self.s.max_model_len
             for req, n in entries:
                 if req.model not in models:
                     models.append(req.model)
@@ -265,12 +266,16 @@ class Simulator:
                 else:
                     decode_seqs += 1
                 scheduled += n
+                # its last token sampled in this step: it has left `running` when the engine counts the slots
+                if req.computed + n == req.prompt + req.outputs and (
+                        req.outputs + 1 >= req.max_tokens or req.prompt + req.outputs + 1 >= max_len):
+                    leaving += req.room
             for m in models:
                 residency.used(m)
             # the KV tokens running requests hold after the step, and the slots their blocks reserve: what the
             # recorder logs (LLMEngine._update, over the requests still running), the slots what the cost was fitted on
             cached = sum(r.computed for r in self.running) + scheduled
-            reserved = self._slots_after(entries)
+            reserved = sum(r.room for r in self.running) - leaving
             # one forward pass per model in the batch (ModelRunner.groups)
             seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, reserved,
                                          bool(residency.loading), len(models))
@@ -289,17 +294,6 @@ class Simulator:
             if residency.loading or len(residency.resident) < self.s.models:
                 log.waiting_on_model_s += seconds * self._waiting_on_model()
         return Simulation(requests, log, residency.loads, now)
-
-    def _slots_after(self, entries) -> int:
-        """The KV slots reserved by the requests still running once this step's entries are done: those that
-        finish in it (their last token sampled) have left `running` when the engine counts."""
-        max_len = self.s.max_model_len
-        finishing = set()
-        for req, n in entries:
-            if req.computed + n == req.prompt + req.outputs and (
-                    req.outputs + 1 >= req.max_tokens or req.prompt + req.outputs + 1 >= max_len):
-                finishing.add(req.rid)
-        return sum(r.room for r in self.running if r.rid not in finishing)
 
     def _waiting_on_model(self) -> int:
         resident = self.residency.resident
