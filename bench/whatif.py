@@ -15,16 +15,24 @@ residency changes. Each A is also predicted from itself (the fidelity check). B'
 own recording, the same way as the prediction's (agent/whatif/figures.py). Prints the error table per case,
 the medians and the choices, beside their targets. Never pass/fail.
 
-Two more columns separate the simulator's error from the machine's: `own cost` predicts B with the step cost
-fitted on B's own steps (what the scheduling and KV simulation alone gets wrong), and each scenario's A is run
-twice (`repeat`): how far the lab's own figures move between two runs of the same configuration and arrivals.
-On a CPU shared with other work the step times drift between runs, and no prediction made from A can be
-closer to B than that drift.
+Two more columns separate the simulator's error from the machine's. `twins`: every run (each A and each B) is
+run twice on the same arrivals and seed, and the twins' disagreement (the second against the first, which is
+the one compared) stands beside the prediction's error: the noise floor, as a prediction cannot be judged
+finer than the machine repeats itself. `own cost` predicts B with the step cost fitted on B's own steps (what
+the scheduling and KV simulation alone gets wrong). A case whose prediction lies outside the range of batches
+the cost was fitted on is marked `*`, and the medians are given again over the cases within range.
+
+One short run warms the machine before the matrix (the first run of a process pays for loading torch and the
+model). `--keep DIR` keeps the recordings there, named by what was run (scenario, flags, rate, duration,
+seed, twin), and a later invocation with the same DIR reuses those it finds instead of running them again.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -41,9 +49,8 @@ from agent.lab.settings import build_configs  # noqa: E402
 from agent.record import BundleWriter  # noqa: E402
 from agent.whatif.figures import relative_error, serving_figures  # noqa: E402
 from agent.whatif.recommended import recommended_changes  # noqa: E402
-from agent.whatif.report import what_if  # noqa: E402
-from agent.whatif.settings import TUNABLE, as_set_flags  # noqa: E402
-from agent.whatif.spans import fit_spans  # noqa: E402
+from agent.whatif.report import spans_cost, today_settings, what_if  # noqa: E402
+from agent.whatif.settings import as_set_flags  # noqa: E402
 from agent.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine matters
@@ -57,6 +64,9 @@ CANDIDATES = {    # scenario -> its three candidates (field -> value, or the dia
 }
 RATE_SCALES = {"healthy": (1.5, 2.0, 3.0, 4.0), "hol-blocking": (2.0,)}
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "throughput_tokens_per_s")
+WARM_UP_S = 3.0           # arrivals of the warm-up run before the matrix
+OUTSIDE_MARK = "*"        # a case whose prediction lies outside the fitted range
+LOAD_AVERAGES: list[float] = []     # the machine's 1-minute load average as each run started
 TARGETS = {"median_abs_error_ttft_p50": 0.10, "median_abs_error_ttft_p99": 0.20,
            "median_abs_error_throughput": 0.10, "fidelity_median_abs_error_ttft_p50": 0.05,
            "best_of_three_right_share": 0.90}
@@ -79,16 +89,48 @@ def record(path: Path, scenario: str, duration: float, seed: int, changes: dict 
         writer.close()
 
 
+def recording_path(workdir: Path, scenario: str, duration: float, seed: int, changes: dict | None = None,
+                   rate_scale: float = 1.0, outside: bool = False, twin: int = 0) -> Path:
+    """Where the run of these arguments is kept: named by all of them, so that `--keep` reuses only the same run."""
+    key = json.dumps([scenario, duration, seed, changes or {}, rate_scale, outside], sort_keys=True, default=str)
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    return workdir / f"{scenario}-{digest}-{'outside' if outside else 'hooks'}-{twin}.jsonl"
+
+
+def recorded(workdir: Path, scenario: str, duration: float, seed: int, log, label: str, changes: dict | None = None,
+             rate_scale: float = 1.0, outside: bool = False, twin: int = 0) -> tuple[Path, object]:
+    """(the recording of this run, its LabResult, or None when an earlier invocation's recording is reused)."""
+    path = recording_path(workdir, scenario, duration, seed, changes, rate_scale, outside, twin)
+    if path.exists() and path.stat().st_size:
+        log(f"{scenario}: {label} (twin {twin}) reused from {path}")
+        return path, None
+    LOAD_AVERAGES.append(os.getloadavg()[0])
+    log(f"{scenario}: {label} (twin {twin}), load average {LOAD_AVERAGES[-1]:.1f}")
+    partial = path.with_suffix(".partial")
+    result = record(partial, scenario, duration, seed, changes, rate_scale, outside)
+    partial.replace(path)       # only a run that completed is kept for reuse
+    return path, result
+
+
+def twin_difference(workdir: Path, scenario: str, duration: float, seed: int, log, label: str, first: dict,
+                    changes: dict | None = None, rate_scale: float = 1.0) -> dict:
+    """The second twin's figures against the first's (relative), per compared key."""
+    path, _ = recorded(workdir, scenario, duration, seed, log, label, changes, rate_scale, twin=1)
+    second = measured(path)
+    return {key: relative_error(second.get(key), first.get(key)) for key in COMPARED}
+
+
 def measured(path: Path) -> dict:
     observed = from_bundle(str(path))
     return serving_figures(observed.requests, observed.window)
 
 
-def compare(case: str, predicted: dict, truth: dict, own: dict | None = None) -> dict:
-    row = {"case": case}
+def compare(case: str, predicted: dict, truth: dict, twins: dict, own: dict | None = None) -> dict:
+    outside = bool((predicted.get("outside_fitted_range") or {}).get("extrapolated"))
+    row = {"case": case, "outside_fitted_range": outside}
     for key in COMPARED:
         row[key] = {"measured": truth.get(key), "predicted": predicted.get(key),
-                    "error": relative_error(predicted.get(key), truth.get(key)),
+                    "error": relative_error(predicted.get(key), truth.get(key)), "twins": twins.get(key),
                     "own_cost_error": relative_error((own or {}).get(key), truth.get(key))}
     return row
 
@@ -100,31 +142,29 @@ def own_cost_prediction(path: Path) -> dict:
 
 def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], dict | None]:
     """(the rows of its cases, the best-of-three choice) for one scenario."""
-    a_path = workdir / f"{scenario}-A.jsonl"
-    log(f"{scenario}: A")
-    record(a_path, scenario, duration, seed)
+    a_path, _ = recorded(workdir, scenario, duration, seed, log, "A")
     observed = from_bundle(str(a_path))
     candidates = [recommended_changes(observed) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
     result = what_if(observed, candidates)
-    rows = [compare(f"{scenario}: A from A (fidelity)", result.today.figures, result.measured) | {"fidelity": True}]
-    log(f"{scenario}: A again")
-    repeat_path = workdir / f"{scenario}-A2.jsonl"
-    record(repeat_path, scenario, duration, seed)
-    rows.append(compare(f"{scenario}: A run again (repeat)", result.measured, measured(repeat_path)) | {"repeat": True})
+    twins = twin_difference(workdir, scenario, duration, seed, log, "A", result.measured)
+    rows = [compare(f"{scenario}: A from A (fidelity)", result.today.figures, result.measured, twins)
+            | {"fidelity": True}]
     choices = []
-    for i, (changes, prediction) in enumerate(result.candidates):
-        b_path = workdir / f"{scenario}-B{i}.jsonl"
-        log(f"{scenario}: B{i} {as_set_flags(changes)}")
-        record(b_path, scenario, duration, seed, changes)
+    for changes, prediction in result.candidates:
+        label = f"B {as_set_flags(changes)}"
+        b_path, _ = recorded(workdir, scenario, duration, seed, log, label, changes)
         truth = measured(b_path)
-        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.figures, truth, own_cost_prediction(b_path)))
+        twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, changes)
+        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.figures, truth, twins,
+                            own_cost_prediction(b_path)))
         choices.append((prediction.figures["ttft_p99_s"], truth["ttft_p99_s"], _flags(changes)))
     for scale in RATE_SCALES.get(scenario, ()):
-        b_path = workdir / f"{scenario}-x{scale:g}.jsonl"
-        log(f"{scenario}: rate x{scale:g}")
-        record(b_path, scenario, duration, seed, rate_scale=scale)
+        label = f"rate x{scale:g}"
+        b_path, _ = recorded(workdir, scenario, duration, seed, log, label, rate_scale=scale)
+        truth = measured(b_path)
+        twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, rate_scale=scale)
         scaled = what_if(observed, [], result.today.settings, result.cost, scale_rate=scale)
-        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.figures, measured(b_path),
+        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.figures, truth, twins,
                             own_cost_prediction(b_path)))
     choice = None
     if len(choices) == 3 and all(p is not None and m is not None for p, m, _ in choices):
@@ -137,33 +177,28 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
 
 def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], None]:
     """A read through its vLLM interfaces only (spans: arrivals, lengths, prefill and decode intervals; no steps),
-    its settings as the operator knows them; each B measured by the hooks."""
-    a_path = workdir / f"{scenario}-A-outside.jsonl"
+    its settings as the operator knows them; each B measured by the hooks (the same recordings as `--through
+    hooks`, reused with `--keep`)."""
+    path = recording_path(workdir, scenario, duration, seed, outside=True)
     log(f"{scenario}: A through vllm")
-    lab = record(a_path, scenario, duration, seed, outside=True)
-    hooks = from_bundle(str(a_path))
+    lab = record(path, scenario, duration, seed, outside=True)      # the spans are the run's, not in the bundle
+    hooks = from_bundle(str(path))
     spans = [t.to_dict() for t in lab.outside_timelines]
-    observed = Observed(f"{a_path} (spans)", from_timelines(str(a_path), spans), hooks.engine_config,
+    observed = Observed(f"{path} (spans)", from_timelines(str(path), spans), hooks.engine_config,
                         frames=hooks.frames, timelines=hooks.timelines)
     candidates = [recommended_changes(hooks) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
-    result = what_if(observed, candidates, cost=fit_spans(spans))
-    rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.figures, measured(a_path))
+    result = what_if(observed, candidates, cost=spans_cost(spans, today_settings(observed)))
+    truth = measured(path)
+    twins = twin_difference(workdir, scenario, duration, seed, log, "A", truth)
+    rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.figures, truth, twins)
             | {"fidelity": True}]
-    for i, (changes, prediction) in enumerate(result.candidates):
-        b_path = workdir / f"{scenario}-B{i}.jsonl"
-        if not _recorded_with(b_path, prediction.settings):
-            log(f"{scenario}: B{i} {as_set_flags(changes)}")
-            record(b_path, scenario, duration, seed, changes)
-        rows.append(compare(f"{scenario}: {_flags(changes)} (from spans)", prediction.figures, measured(b_path)))
+    for changes, prediction in result.candidates:
+        label = f"B {as_set_flags(changes)}"
+        b_path, _ = recorded(workdir, scenario, duration, seed, log, label, changes)
+        truth = measured(b_path)
+        twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, changes)
+        rows.append(compare(f"{scenario}: {_flags(changes)} (from spans)", prediction.figures, truth, twins))
     return rows, None
-
-
-def _recorded_with(path: Path, settings) -> bool:
-    """Whether `path` holds a run under these settings (a B of an earlier run to reuse)."""
-    if not path.exists():
-        return False
-    recorded = from_bundle(str(path)).engine_config or {}
-    return all(recorded.get(k) == getattr(settings, k) for k in TUNABLE)
 
 
 def _flags(changes: dict) -> str:
@@ -171,37 +206,53 @@ def _flags(changes: dict) -> str:
 
 
 def summary(rows: list[dict], choices: list[dict]) -> dict:
-    def median_abs(key: str, kind: str, error: str = "error") -> float | None:
-        errors = [abs(r[key][error]) for r in rows if _kind(r) == kind and r[key][error] is not None]
+    def median_abs(key: str, kind: str, error: str = "error", outside: bool | None = None) -> float | None:
+        """Over the rows of `kind`; with `outside`, only those predicted outside (True) or within (False) range."""
+        errors = [abs(r[key][error]) for r in rows if _kind(r) == kind and r[key][error] is not None
+                  and (outside is None or r["outside_fitted_range"] == outside)]
         return statistics.median(errors) if errors else None
 
-    out = {"cases": sum(1 for r in rows if _kind(r) == "case")}
+    cases = [r for r in rows if _kind(r) == "case"]
+    out = {"cases": len(cases), "cases_outside_fitted_range": sum(r["outside_fitted_range"] for r in cases)}
     names = (("ttft_p50_s", "ttft_p50"), ("ttft_p99_s", "ttft_p99"), ("throughput_tokens_per_s", "throughput"))
     for key, name in names:
         out[f"median_abs_error_{name}"] = median_abs(key, "case")
+        out[f"twins_median_abs_difference_{name}"] = median_abs(key, "case", "twins")
+        out[f"within_range_median_abs_error_{name}"] = median_abs(key, "case", outside=False)
+        out[f"outside_range_median_abs_error_{name}"] = median_abs(key, "case", outside=True)
         out[f"own_cost_median_abs_error_{name}"] = median_abs(key, "case", "own_cost_error")
         out[f"fidelity_median_abs_error_{name}"] = median_abs(key, "fidelity")
-        out[f"repeat_median_abs_difference_{name}"] = median_abs(key, "repeat")
+        out[f"fidelity_twins_median_abs_difference_{name}"] = median_abs(key, "fidelity", "twins")
     out["best_of_three_right_share"] = sum(c["right"] for c in choices) / len(choices) if choices else None
+    if LOAD_AVERAGES:
+        out["load_average_1m_mean"] = statistics.fmean(LOAD_AVERAGES)
+        out["load_average_1m_max"] = max(LOAD_AVERAGES)
     return out
 
 
 def _kind(row: dict) -> str:
-    return "fidelity" if row.get("fidelity") else "repeat" if row.get("repeat") else "case"
+    return "fidelity" if row.get("fidelity") else "case"
 
 
 def table(rows: list[dict]) -> str:
-    width = max(len(r["case"]) for r in rows)
-    head = f"{'case':<{width}}  " + "  ".join(f"{k.removesuffix('_s'):>33}" for k in COMPARED)
-    lines = [head, f"{'':<{width}}  " + "  ".join(f"{'measured predicted error own-cost':>33}" for _ in COMPARED)]
-    for r in rows:
+    """The error table: `*` marks a case predicted outside the fitted range."""
+    names = [r["case"] + (f" {OUTSIDE_MARK}" if r["outside_fitted_range"] else "") for r in rows]
+    width = max(len(n) for n in names)
+    columns = "measured predicted  error  twins own-cost"
+    head = f"{'case':<{width}}  " + "  ".join(f"{k.removesuffix('_s'):>{len(columns)}}" for k in COMPARED)
+    lines = [head, f"{'':<{width}}  " + "  ".join(columns for _ in COMPARED)]
+    for name, r in zip(names, rows, strict=True):
         cells = []
         for k in COMPARED:
             c = r[k]
-            error, own = (("-" if e is None else f"{e:+.0%}") for e in (c["error"], c["own_cost_error"]))
-            cells.append(f"{_num(c['measured']):>9} {_num(c['predicted']):>9} {error:>6} {own:>6}")
-        lines.append(f"{r['case']:<{width}}  " + "  ".join(cells))
+            error, twins, own = (_percent(c[e]) for e in ("error", "twins", "own_cost_error"))
+            cells.append(f"{_num(c['measured']):>8} {_num(c['predicted']):>9} {error:>6} {twins:>6} {own:>8}")
+        lines.append(f"{name:<{width}}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def _percent(value) -> str:
+    return "-" if value is None else f"{value:+.0%}"
 
 
 def _num(value) -> str:
@@ -213,7 +264,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals of each run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="scenarios, comma-separated")
-    parser.add_argument("--keep", help="keep the recordings in this directory")
+    parser.add_argument("--keep", help="keep the recordings in this directory, and reuse those already there")
     parser.add_argument("--through", choices=("hooks", "vllm"), default="hooks",
                         help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
     parser.add_argument("--json", action="store_true")
@@ -227,6 +278,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
+        log("warm-up")
+        record(Path(tmp) / "warm-up.jsonl", "healthy", WARM_UP_S, args.seed)
         rows, choices = [], []
         for scenario in scenarios:
             run = run_scenario_outside if args.through == "vllm" else run_scenario
@@ -238,6 +291,9 @@ def main() -> None:
         emit({"rows": rows, "choices": choices, "summary": figures, "targets": TARGETS}, True)
         return
     print(table(rows))
+    outside = [r["case"] for r in rows if r["outside_fitted_range"]]
+    print(f"{OUTSIDE_MARK}: predicted outside the range of batches the step cost was fitted on: "
+          + (", ".join(outside) if outside else "none"))
     print()
     for c in choices:
         print(f"{c['scenario']}: picked {c['picked']} (measured P99 TTFT {_num(c['picked_measured_p99_s'])} s), "

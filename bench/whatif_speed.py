@@ -31,9 +31,9 @@ SETTINGS = Settings(block_size=16, max_num_seqs=64, max_num_batched_tokens=2048,
                     max_resident_models=None, model="medium")
 # a GPU-like step: 8 ms fixed, 2 ms per 1000 prefill tokens: enough to serve 50 requests/s
 COST = StepCost({"fixed": 0.008, "prefill_tokens": 2e-6, "prefill_pairs": 1e-10, "decode_seqs": 5e-5,
-                 "kv_tokens": 1e-8, "extra_forwards": 0.002, "loading": 0.0},
+                 "kv_slots": 1e-8, "extra_forwards": 0.002, "loading": 0.0},
                 steps=1000, error_median=0.05, error_p90=0.1, total_error=0.0,
-                observed_max={"prefill_tokens": 4096, "prefill_pairs": 1e7, "decode_seqs": 256, "kv_tokens": 1e6})
+                observed_max={"prefill_tokens": 4096, "prefill_pairs": 1e7, "decode_seqs": 256, "kv_slots": 1e6})
 
 
 def workload(minutes: float, rate: float, seed: int = 0) -> list[ServedRequest]:

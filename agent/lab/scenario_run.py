@@ -98,10 +98,9 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     except EngineStopped as exc:     # its loop died: every request has already failed with the reason
         raise CollectError(f"the lab engine stopped serving: {exc}") from None
     finally:
-        sampling.stop()         # one last frame with the drained state
-        if view:
-            view.stop()
-        host.stop()
+        # The engine stops before the last frame: a request is done (and the run returns) inside its last step,
+        # while that step's timeline and step record reach the recorder only when the step ends.
+        sampling.stop(before_last_frame=lambda: _stop_engine(view, host))
         sampling.close()
         if line:
             line.close()
@@ -115,6 +114,15 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     seen_outside = view.judge(started + workload_cfg.duration, diagnosis_config) if view else None
     return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside,
                      view.source.recent_timelines() if view else [])
+
+
+def _stop_engine(view, host: EngineHost) -> None:
+    """The outside view first (its face reads the running engine), then the engine."""
+    try:
+        if view:
+            view.stop()
+    finally:
+        host.stop()
 
 
 def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:

@@ -1,7 +1,8 @@
 """The step cost fitted on the steps an engine was seen to take: a step's time as a fixed part plus a part per
 prefill token, per prefill token times its context (attention's quadratic part), per decoding sequence, per KV
-token held and read, per forward pass beyond the first (one per model in the batch), and while a model load
-runs beside it.
+slot reserved for the running sequences (the engine allocates and reads whole blocks: a sequence's last block
+is paid for in full, and a contiguous allocator's whole reservation), per forward pass beyond the first (one
+per model in the batch), and while a model load runs beside it.
 Least squares with every coefficient kept at or above zero (a step never gets faster with more work), each
 step weighted by one over the square root of its time (a few long prefills must not drown the many decode
 steps), then scaled so that the steps' total time is the one observed (the busy time decides the queueing);
@@ -18,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FEATURES = ("fixed", "prefill_tokens", "prefill_pairs", "decode_seqs", "kv_tokens", "extra_forwards", "loading")
-RANGED = ("prefill_tokens", "prefill_pairs", "decode_seqs", "kv_tokens")   # a batch past these is extrapolated
+FEATURES = ("fixed", "prefill_tokens", "prefill_pairs", "decode_seqs", "kv_slots", "extra_forwards", "loading")
+RANGED = ("prefill_tokens", "prefill_pairs", "decode_seqs", "kv_slots")   # a batch past these is extrapolated
 BUSY_GAP_S = 0.005           # a pause shorter than this between steps is the loop's work, not idleness
 OUTSIDE_MARGIN = 1.25        # a batch this far past the largest seen is outside the fitted range
 DEFAULT_LOAD_S = 1.0         # a model load's time when no load was seen
@@ -36,18 +37,18 @@ class StepCost:
     load_seconds: dict[str, float] = field(default_factory=dict)   # per model, the mean of its loads
     loads: int = 0
 
-    def seconds(self, prefill_tokens: int, prefill_pairs: int, decode_seqs: int, kv_tokens: int, loading: bool,
+    def seconds(self, prefill_tokens: int, prefill_pairs: int, decode_seqs: int, kv_slots: int, loading: bool,
                 forwards: int = 1) -> tuple[float, bool]:
         """(the step's predicted time, whether its batch lies outside the fitted range)."""
         c = self.coefficients
         t = (c["fixed"] + c["prefill_tokens"] * prefill_tokens + c["prefill_pairs"] * prefill_pairs
-             + c["decode_seqs"] * decode_seqs + c["kv_tokens"] * kv_tokens
+             + c["decode_seqs"] * decode_seqs + c["kv_slots"] * kv_slots
              + c["extra_forwards"] * max(0, forwards - 1) + (c["loading"] if loading else 0.0))
         m = self.observed_max
         outside = (prefill_tokens > OUTSIDE_MARGIN * m["prefill_tokens"] + 1
                    or prefill_pairs > OUTSIDE_MARGIN * m["prefill_pairs"] + 1
                    or decode_seqs > OUTSIDE_MARGIN * m["decode_seqs"] + 1
-                   or kv_tokens > OUTSIDE_MARGIN * m["kv_tokens"] + 1)
+                   or kv_slots > OUTSIDE_MARGIN * m["kv_slots"] + 1)
         return t, outside
 
     def load_time(self, model: str) -> float:
@@ -78,7 +79,7 @@ def step_rows(steps: list[dict], busy_gap: float = BUSY_GAP_S) -> tuple[np.ndarr
         end = s["end"]
         if i + 1 < len(ordered) and 0 <= ordered[i + 1]["start"] - end < busy_gap:
             end = ordered[i + 1]["start"]
-        rows.append((1.0, s["prefill_tokens"], s["prefill_pairs"], s["decode_seqs"], s["kv_tokens_cached"],
+        rows.append((1.0, s["prefill_tokens"], s["prefill_pairs"], s["decode_seqs"], s["kv_slots_reserved"],
                      max(0, s["forwards"] - 1), 1.0 if s["loading"] else 0.0))
         times.append(end - s["start"])
     return np.asarray(rows, dtype=float).reshape(-1, len(FEATURES)), np.asarray(times, dtype=float)

@@ -214,19 +214,23 @@ class Simulator:
         self.waiting.appendleft(req)
 
     # --- one step's update (LLMEngine._update) ---------------------------------------------------------
-    def _update(self, entries, now: float) -> None:
+    def _update(self, entries) -> tuple[list[SimRequest], list[SimRequest]]:
+        """(the requests given their first token, those finished): their times are the step's end, known once
+        the step is priced on what the engine counts after its update."""
         max_len = self.s.max_model_len
+        first, finished = [], []
         for req, n in entries:
             req.computed += n
             if req.computed == req.prompt + req.outputs:       # the prompt is complete: a token is sampled
                 if req.outputs == 0:
-                    req.first_token = now
+                    first.append(req)
                 req.outputs += 1
                 if req.outputs >= req.max_tokens or req.prompt + req.outputs >= max_len:
                     self.running.remove(req)
                     self._free(req)
                     req.status = FINISHED
-                    req.finished = now
+                    finished.append(req)
+        return first, finished
 
     # --- the engine loop ---------------------------------------------------------------------------------
     def run(self, requests: list[SimRequest]) -> Simulation:
@@ -255,7 +259,7 @@ class Simulator:
                 now = min(nexts)
                 continue
             models: list[str] = []
-            prefill_tokens = prefill_pairs = decode_seqs = scheduled = 0
+            prefill_tokens = prefill_pairs = decode_seqs = 0
             for req, n in entries:
                 if req.model not in models:
                     models.append(req.model)
@@ -264,22 +268,29 @@ class Simulator:
                     prefill_pairs += n * (req.computed + n)
                 else:
                     decode_seqs += 1
-                scheduled += n
             for m in models:
                 residency.used(m)
-            # the KV tokens running requests hold after the step: what the recorder logs, and the cost was fitted on
-            cached = sum(r.computed for r in self.running) + scheduled
-            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, cached, bool(residency.loading),
-                                         len(models))
+            first, finished = self._update(entries)
+            # the KV tokens the requests still running hold after the step, and the slots their blocks reserve
+            # (every block held is a running request's): what the recorder logs (LLMEngine._update), the slots
+            # what the cost was fitted on
+            cached = sum(r.computed for r in self.running)
+            used = num_blocks - self.alloc.num_free_blocks()
+            reserved = used * bs
+            # one forward pass per model in the batch (ModelRunner.groups)
+            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, reserved,
+                                         bool(residency.loading), len(models))
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
-                                   "preempted": [r.rid for r in preempted]})
+                                   "preempted": [r.rid for r in preempted], "kv_slots": reserved})
             now += seconds
-            self._update(entries, now)
+            for req in first:
+                req.first_token = now
+            for req in finished:
+                req.finished = now
             log.steps += 1
             log.busy_s += seconds
             log.steps_outside += outside
-            used = num_blocks - self.alloc.num_free_blocks()     # every block held is a running request's
             log.kv_used_share_seconds += seconds * used / num_blocks if num_blocks else 0.0
             log.kv_reserved_slots += used * bs
             log.kv_tokens_cached += cached

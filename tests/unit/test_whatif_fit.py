@@ -14,18 +14,19 @@ def synthetic_steps(n: int, noise: float, seed: int = 7) -> list[dict]:
     for i in range(n):
         prefill = rng.choice([0, 0, 0, 64, 200, 512])
         decode = rng.randint(0 if prefill else 1, 16)
-        kv = rng.randint(100, 4000)
+        kv = rng.randint(100, 4000)                    # tokens written
+        slots = kv + 15 * (i % 5)         # the slots reserved for them: each sequence's partial last block
         context = rng.randint(0, 1000) if prefill else 0
         pairs = prefill * (context + prefill)
         forwards = rng.choice([1, 1, 2])
         loading = rng.random() < 0.1
-        seconds = (0.004 + 2e-5 * prefill + 3e-8 * pairs + 5e-4 * decode + 1e-6 * kv + 0.002 * (forwards - 1)
+        seconds = (0.004 + 2e-5 * prefill + 3e-8 * pairs + 5e-4 * decode + 1e-6 * slots + 0.002 * (forwards - 1)
                    + (0.003 if loading else 0.0))
         seconds *= 1 + rng.uniform(-noise, noise)
         steps.append({"index": i, "start": t, "end": t + seconds, "prefill_tokens": prefill, "prefill_pairs": pairs,
                       "forwards": forwards,
                       "decode_tokens": decode, "prefill_seqs": int(prefill > 0), "decode_seqs": decode,
-                      "kv_tokens_cached": kv, "kv_slots_reserved": kv, "waiting": 0, "running": decode,
+                      "kv_tokens_cached": kv, "kv_slots_reserved": slots, "waiting": 0, "running": decode,
                       "preempted": 0, "loading": loading})
         t += seconds + 0.5       # idle between steps: each step's time is its own
     return steps
@@ -37,7 +38,7 @@ def test_the_fit_recovers_the_cost_of_noiseless_steps():
     assert c["fixed"] == pytest.approx(0.004, rel=1e-6)
     assert c["prefill_tokens"] == pytest.approx(2e-5, rel=1e-6)
     assert c["decode_seqs"] == pytest.approx(5e-4, rel=1e-6)
-    assert c["kv_tokens"] == pytest.approx(1e-6, rel=1e-6)
+    assert c["kv_slots"] == pytest.approx(1e-6, rel=1e-6)
     assert c["loading"] == pytest.approx(0.003, rel=1e-6)
     assert c["prefill_pairs"] == pytest.approx(3e-8, rel=1e-6)
     assert c["extra_forwards"] == pytest.approx(0.002, rel=1e-6)
@@ -53,10 +54,10 @@ def test_the_fit_reports_its_error_on_noisy_steps_and_keeps_coefficients_non_neg
 
 def test_a_coefficient_that_would_be_negative_is_dropped():
     steps = synthetic_steps(200, noise=0.0)
-    for s in steps:             # time falls with kv tokens: no physical step does that
-        s["end"] = s["start"] + 0.01 - 1e-6 * s["kv_tokens_cached"] + 1e-5 * s["prefill_tokens"]
+    for s in steps:             # time falls with kv slots: no physical step does that
+        s["end"] = s["start"] + 0.01 - 1e-6 * s["kv_slots_reserved"] + 1e-5 * s["prefill_tokens"]
     cost = fit_steps(steps)
-    assert cost.coefficients["kv_tokens"] == 0.0
+    assert cost.coefficients["kv_slots"] == 0.0
     assert all(v >= 0 for v in cost.coefficients.values())
 
 

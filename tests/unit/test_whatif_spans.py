@@ -8,6 +8,7 @@ import pytest
 
 from agent.whatif.fit import StepCost
 from agent.whatif.predict import predict
+from agent.whatif.report import spans_cost
 from agent.whatif.settings import Settings
 from agent.whatif.spans import fit_spans, pseudo_steps
 from agent.whatif.workload import ServedRequest
@@ -17,9 +18,9 @@ SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, 
                     kv_cache_memory=128 * 2**20, kv_bytes_per_token=8192, models=1, num_preload_models=1,
                     max_resident_models=None)
 TRUE = StepCost({"fixed": 0.01, "prefill_tokens": 4e-4, "prefill_pairs": 2e-7, "decode_seqs": 2e-3,
-                 "kv_tokens": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1, error_median=0,
+                 "kv_slots": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1, error_median=0,
                 error_p90=0, total_error=0, observed_max={"prefill_tokens": 1e9, "prefill_pairs": 1e12,
-                                                          "decode_seqs": 1e9, "kv_tokens": 1e12})
+                                                          "decode_seqs": 1e9, "kv_slots": 1e12})
 
 
 def workload(seed=5, count=150, rate=3.0):
@@ -56,3 +57,50 @@ def test_a_cost_fitted_on_spans_replays_the_workload_close_to_the_truth():
     from_spans = predict(SETTINGS, cost, requests).figures
     for key in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s"):
         assert from_spans[key] == pytest.approx(truth[key], rel=0.25), key
+
+
+def _span(rid, model, prompt, output, prefill_start, first_token, finished):
+    return {"request_id": rid, "model": model, "prompt_tokens": prompt, "output_tokens": output,
+            "arrival": prefill_start, "first_token": first_token, "finished": finished,
+            "chunks": [{"start": prefill_start, "end": first_token}]}
+
+
+def test_spans_price_the_kv_in_the_blocks_the_engine_reserves():
+    # alone: a prompt of 20 tokens holds two blocks of 16 once prefilled; over its 4 decode steps it holds
+    # on average its prompt, half its output and half a block past them
+    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], block_size=16)
+    assert prefill["kv_slots_reserved"] == 32
+    assert decode["kv_slots_reserved"] == pytest.approx(20 + 2.5 + 8)
+    (prefill, _) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], block_size=64)
+    assert prefill["kv_slots_reserved"] == 64
+
+
+def test_a_pseudo_step_serving_two_models_runs_a_forward_pass_for_each():
+    spans = [_span("a", "model-0", 40, 30, 0.0, 0.5, 4.0),     # decoding from 0.5 s to 4 s
+             _span("b", "model-1", 40, 30, 1.0, 1.5, 2.25),    # prefilled beside it, decoding for half its time
+             _span("c", "model-0", 40, 30, 5.0, 5.5, 6.0)]     # alone
+    steps = pseudo_steps(spans)
+    a_decode, b_prefill, b_decode, c_prefill, c_decode = steps[1], steps[2], steps[3], steps[4], steps[5]
+    assert b_prefill["forwards"] == 2                     # model-1's prompt beside model-0's decode
+    assert b_decode["forwards"] == 2                      # model-0 decoded beside it all along
+    assert a_decode["forwards"] == pytest.approx(1 + 0.75 / 3.5)    # model-1 beside it for 0.75 s of 3.5
+    assert c_prefill["forwards"] == c_decode["forwards"] == 1
+
+
+def test_under_a_contiguous_allocator_each_sequence_is_priced_at_its_whole_reservation():
+    # the engine reserves blocks_per_request blocks for every sequence, short or long: the simulator prices
+    # those slots, so the spans must be fitted on them too (else the KV term is extrapolated tenfold)
+    contiguous = SETTINGS.changed({"allocator": "contiguous"})
+    reservation = contiguous.blocks_per_request * contiguous.block_size
+    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], contiguous.block_size,
+                                     reservation)
+    assert prefill["kv_slots_reserved"] == decode["kv_slots_reserved"] == reservation == 2048
+
+
+def test_the_spans_cost_follows_the_allocator_of_the_settings():
+    requests = workload(count=60)
+    spans = spans_of(requests)
+    paged = spans_cost(spans, SETTINGS)
+    contiguous = spans_cost(spans, SETTINGS.changed({"allocator": "contiguous"}))
+    assert paged.observed_max["kv_slots"] < contiguous.observed_max["kv_slots"]
+    assert contiguous.observed_max["kv_slots"] % (SETTINGS.blocks_per_request * SETTINGS.block_size) == 0

@@ -1,0 +1,78 @@
+"""bench/whatif.py's bookkeeping, without running the lab: each prediction's error beside its twins' disagreement
+(the noise floor), the cases predicted outside the fitted range marked and their medians apart, and `--keep`
+reusing a recording of the same run only."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "whatif.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(BENCH.parent))        # the script imports its neighbour bench/_report.py
+        spec = importlib.util.spec_from_file_location("bench_whatif", BENCH)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
+
+
+def _row(bench, case, measured, predicted, twin, outside=False, fidelity=False):
+    figures = {"outside_fitted_range": {"extrapolated": outside}}
+    truth, guess = {}, dict(figures)
+    for key in bench.COMPARED:
+        truth[key], guess[key] = measured, predicted
+    twins = {key: twin for key in bench.COMPARED}
+    return bench.compare(case, guess, truth, twins) | ({"fidelity": True} if fidelity else {})
+
+
+def test_the_summary_gives_the_twins_floor_beside_the_error_and_the_medians_within_range(bench):
+    rows = [_row(bench, "s: A from A (fidelity)", 1.0, 1.02, 0.3, fidelity=True),
+            _row(bench, "s: one", 1.0, 1.1, 0.2),
+            _row(bench, "s: two", 1.0, 1.3, -0.4),
+            _row(bench, "s: three", 1.0, 3.0, 0.1, outside=True)]
+    figures = bench.summary(rows, [])
+    assert figures["cases"] == 3 and figures["cases_outside_fitted_range"] == 1
+    assert figures["median_abs_error_ttft_p99"] == pytest.approx(0.3)
+    assert figures["twins_median_abs_difference_ttft_p99"] == pytest.approx(0.2)
+    assert figures["within_range_median_abs_error_ttft_p99"] == pytest.approx(0.2)
+    assert figures["outside_range_median_abs_error_ttft_p99"] == pytest.approx(2.0)
+    assert figures["fidelity_median_abs_error_ttft_p50"] == pytest.approx(0.02)
+    assert figures["fidelity_twins_median_abs_difference_ttft_p50"] == pytest.approx(0.3)
+    lines = bench.table(rows).splitlines()
+    assert lines[-1].startswith("s: three *") and "+200%" in lines[-1] and "+10%" in lines[-1]
+    assert not any(line.startswith("s: two *") for line in lines)
+
+
+def test_keep_reuses_a_recording_of_the_same_run_and_only_of_it(bench, tmp_path, monkeypatch):
+    runs = []
+
+    def fake_record(path, scenario, duration, seed, changes=None, rate_scale=1.0, outside=False):
+        runs.append((scenario, changes, rate_scale))
+        Path(path).write_text("{}\n")
+        return "lab result"
+
+    monkeypatch.setattr(bench, "record", fake_record)
+    log = [].append
+    first, result = bench.recorded(tmp_path, "healthy", 15, 1, log, "B", {"max_num_seqs": 2})
+    assert result == "lab result" and first.exists()
+    again, result = bench.recorded(tmp_path, "healthy", 15, 1, log, "B", {"max_num_seqs": 2})
+    assert (again, result) == (first, None) and len(runs) == 1
+    twin, _ = bench.recorded(tmp_path, "healthy", 15, 1, log, "B", {"max_num_seqs": 2}, twin=1)
+    other, _ = bench.recorded(tmp_path, "healthy", 15, 1, log, "B", {"max_num_seqs": 4})
+    longer, _ = bench.recorded(tmp_path, "healthy", 20, 1, log, "B", {"max_num_seqs": 2})
+    assert len({first, twin, other, longer}) == 4 and len(runs) == 4
+
+
+def test_a_run_cut_short_is_not_reused(bench, tmp_path, monkeypatch):
+    def broken_record(path, *args, **kwargs):
+        Path(path).write_text("{}\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "record", broken_record)
+    with pytest.raises(KeyboardInterrupt):
+        bench.recorded(tmp_path, "healthy", 15, 1, [].append, "A")
+    assert not bench.recording_path(tmp_path, "healthy", 15, 1).exists()
