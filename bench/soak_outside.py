@@ -44,7 +44,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT / "tests"))          # second_host: the tests' second sending host
 
 from _agent import wait_for_route  # noqa: E402  (bench/ is the script's own directory)
 from _report import free_port  # noqa: E402
@@ -58,9 +57,9 @@ from otlp_intake import (  # noqa: E402
     empty_spans_protobuf,
     normal_batch,
 )
-from second_host import SECOND_HOST, Relay  # noqa: E402
 
 from agent.server.api import MAX_FRAMES_LIMIT  # noqa: E402
+from tests.helpers.second_host import SECOND_HOST, Relay  # noqa: E402  (the tests' second sending host)
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"

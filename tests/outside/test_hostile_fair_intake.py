@@ -1,7 +1,7 @@
 """Issue 24's fair intake: a hostile host holding its share of the OTLP byte budget, the gRPC call slots
 or the HTTP connections does not starve a second host; the hostile host itself is refused with a status
 its exporter retries; an IPv6 host is its /64; what was held is given back when a request ends, well or
-not. The second host is 127.0.0.2 (tests/second_host.py)."""
+not. The second host is 127.0.0.2 (tests/helpers/second_host.py)."""
 
 from __future__ import annotations
 
