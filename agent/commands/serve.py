@@ -76,8 +76,10 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     prometheus_client.disable_created_metrics()   # `_created` series only double every counter
     # intake threads (OTLP decoding, exposition parsing) are pure Python and hold the GIL for the whole of
     # the default 5 ms switch interval: a scrape arriving meanwhile waited that long, once or more, for the
-    # event loop to run (the outside soak's /metrics p99 was 13.9 ms); 1 ms hands the loop the GIL sooner
-    sys.setswitchinterval(0.001)
+    # event loop to run (the outside soak's /metrics p99 was 13.9 ms); 1 ms hands the loop the GIL sooner.
+    # Process-wide, so only where those intake threads run: a hosted lab engine's step loop keeps the default.
+    if engine_kind != "lab":
+        sys.setswitchinterval(0.001)
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")

@@ -103,11 +103,13 @@ def test_a_ready_page_is_served_from_the_event_loop(pages):
     assert on_the_loop == [True, True]
 
 
-def test_serve_hands_the_gil_back_every_millisecond():
+def test_serve_hands_the_gil_back_every_millisecond_where_intake_threads_run_not_beside_a_lab_engine():
     before = sys.getswitchinterval()
     try:
         sys.setswitchinterval(0.005)
-        assert run(["serve", "--scenario", "chain"]) == 3       # refused, after the setting
+        assert run(["serve", "--engine", "lab", "--listen", "nowhere"]) == 3    # refused, after the setting
+        assert sys.getswitchinterval() == pytest.approx(0.005)               # the engine's step loop keeps it
+        assert run(["serve", "--scenario", "chain"]) == 3
         assert sys.getswitchinterval() == pytest.approx(0.001)
     finally:
         sys.setswitchinterval(before)
