@@ -76,3 +76,21 @@ def test_a_run_cut_short_is_not_reused(bench, tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         bench.recorded(tmp_path, "healthy", 15, 1, [].append, "A")
     assert not bench.recording_path(tmp_path, "healthy", 15, 1).exists()
+
+
+def test_a_pick_is_right_when_measured_best_and_within_noise_only_when_the_twins_overlap(bench):
+    fast, slow = bench.Candidate("fast", 0.2, 1.0, 1.1), bench.Candidate("slow", 0.1, 1.3, 1.05)
+    choice = bench.best_of_three("s", [fast, slow, bench.Candidate("third", 0.3, 2.0, 2.0)])
+    assert (choice["picked"], choice["best"], choice["right"]) == ("slow", "fast", False)
+    assert choice["right_within_noise"] and choice["picked_twins_p99_s"] == [1.05, 1.3]
+    apart = bench.best_of_three("s", [fast, bench.Candidate("slow", 0.1, 1.3, 1.2), bench.Candidate("t", 1, 2, 2)])
+    assert not apart["right"] and not apart["right_within_noise"]
+    assert bench.best_of_three("s", [fast, slow, bench.Candidate("unmeasured", 0.3, None, None)]) is None
+    figures = bench.summary([], [choice, apart])
+    assert figures["best_of_three_right_share"] == 0 and figures["best_of_three_right_within_noise_share"] == 0.5
+
+
+def test_a_recommended_fix_equal_to_another_candidate_is_refused_not_counted_twice(bench):
+    assert bench.three_candidates("cold-load", {"max_resident_models": 4})[0] == {"max_resident_models": 4}
+    with pytest.raises(SystemExit, match="repeat one change"):
+        bench.three_candidates("cold-load", {"max_resident_models": 2})
