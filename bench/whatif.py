@@ -147,7 +147,7 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
     """(the rows of its cases, the best-of-three choice) for one scenario."""
     a_path, _ = recorded(workdir, scenario, duration, seed, log, "A")
     observed = from_bundle(str(a_path))
-    candidates = three_candidates(scenario, recommended_changes(observed))
+    candidates = three_candidates(scenario, lambda: recommended_changes(observed))
     result = what_if(observed, candidates)
     twins = twin_difference(workdir, scenario, duration, seed, log, "A", result.measured)
     rows = [compare(f"{scenario}: A from A (fidelity)", result.today.figures, result.measured, twins)
@@ -199,10 +199,10 @@ def best_of_three(scenario: str, choices: list[Candidate]) -> dict | None:
             "picked_twins_p99_s": [picked_low, picked_high], "best_twins_p99_s": [best_low, best_high]}
 
 
-def three_candidates(scenario: str, recommended: dict) -> list[dict]:
-    """The scenario's three candidates, the diagnosis's own fix in place of RECOMMENDED; three distinct changes,
-    or a best-of-three that is a best-of-two would pass for one."""
-    candidates = [dict(recommended) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
+def three_candidates(scenario: str, recommended) -> list[dict]:
+    """The scenario's three candidates, the diagnosis's own fix (`recommended()`) in place of RECOMMENDED; three
+    distinct changes, or a best-of-three that is a best-of-two would pass for one."""
+    candidates = [dict(recommended()) if c == RECOMMENDED else dict(c) for c in CANDIDATES[scenario]]
     if len({json.dumps(c, sort_keys=True) for c in candidates}) != len(candidates):
         raise SystemExit(f"bench/whatif.py: {scenario}'s candidates repeat one change ({candidates}); "
                          "the recommended fix is one of the others: give the scenario another candidate")
@@ -227,7 +227,7 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
     spans = [t.to_dict() for t in lab.outside_timelines]
     observed = Observed(f"{path} (spans)", from_timelines(str(path), spans), hooks.engine_config,
                         frames=hooks.frames, timelines=hooks.timelines)
-    candidates = three_candidates(scenario, recommended_changes(hooks))
+    candidates = three_candidates(scenario, lambda: recommended_changes(hooks))
     result = what_if(observed, candidates, cost=spans_cost(spans, today_settings(observed)))
     truth = measured(path)
     twins = twin_difference(workdir, scenario, duration, seed, log, "A", truth)

@@ -91,6 +91,7 @@ def test_a_pick_is_right_when_measured_best_and_within_noise_only_when_the_twins
 
 
 def test_a_recommended_fix_equal_to_another_candidate_is_refused_not_counted_twice(bench):
-    assert bench.three_candidates("cold-load", {"max_resident_models": 4})[0] == {"max_resident_models": 4}
+    assert bench.three_candidates("cold-load", lambda: {"max_resident_models": 4})[0] == {"max_resident_models": 4}
     with pytest.raises(SystemExit, match="repeat one change"):
-        bench.three_candidates("cold-load", {"max_resident_models": 2})
+        bench.three_candidates("cold-load", lambda: {"max_resident_models": 2})
+    assert len(bench.three_candidates("healthy", lambda: 1 / 0)) == 3      # no fix asked of a healthy run
