@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FEATURES = ("fixed", "prefill_tokens", "prefill_pairs", "decode_seqs", "kv_slots", "extra_forwards", "loading")
-RANGED = ("prefill_tokens", "prefill_pairs", "decode_seqs", "kv_slots")   # a batch past these is extrapolated
+# a batch past these is extrapolated; a forward beyond the most seen is too (no slack: models are few)
+RANGED = ("prefill_tokens", "prefill_pairs", "decode_seqs", "kv_slots", "extra_forwards")
 BUSY_GAP_S = 0.005           # a pause shorter than this between steps is the loop's work, not idleness
 OUTSIDE_MARGIN = 1.25        # a batch this far past the largest seen is outside the fitted range
 DEFAULT_LOAD_S = 1.0         # a model load's time when no load was seen
@@ -48,7 +49,8 @@ class StepCost:
         outside = (prefill_tokens > OUTSIDE_MARGIN * m["prefill_tokens"] + 1
                    or prefill_pairs > OUTSIDE_MARGIN * m["prefill_pairs"] + 1
                    or decode_seqs > OUTSIDE_MARGIN * m["decode_seqs"] + 1
-                   or kv_slots > OUTSIDE_MARGIN * m["kv_slots"] + 1)
+                   or kv_slots > OUTSIDE_MARGIN * m["kv_slots"] + 1
+                   or forwards - 1 > m.get("extra_forwards", forwards))
         return t, outside
 
     def load_time(self, model: str) -> float:

@@ -69,6 +69,18 @@ def test_a_batch_far_past_the_observed_range_is_flagged():
     assert outside[0] > inside[0]
 
 
+def test_more_forwards_a_step_than_any_seen_is_flagged():
+    one_model = synthetic_steps(100, noise=0.0)
+    for s in one_model:
+        s["forwards"] = 1
+    cost = fit_steps(one_model)      # the cost of a second model's forward was never seen: unknown, not free
+    assert cost.seconds(200, 200 * 400, 8, 2000, False, forwards=1)[1] is False
+    assert cost.seconds(200, 200 * 400, 8, 2000, False, forwards=2)[1] is True
+    seen_two = fit_steps(synthetic_steps(100, noise=0.0))
+    assert seen_two.seconds(200, 200 * 400, 8, 2000, False, forwards=2)[1] is False
+    assert seen_two.seconds(200, 200 * 400, 8, 2000, False, forwards=3)[1] is True
+
+
 def test_too_few_steps_is_an_error_that_says_so():
     with pytest.raises(FitError, match="too few"):
         fit_steps(synthetic_steps(3, noise=0.0))
