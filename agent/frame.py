@@ -1,9 +1,9 @@
 """`Frame`: one sampling tick — the node sample, the engine snapshot and how each collector fared.
 
 The sampler makes frames; diagnosis, the Prometheus collector, the HTTP API, the TUI and
-record/replay all read them. Plain data, JSON-serialisable, versioned. The engine snapshot is typed
-(engine_hooks.records.snapshot, which reads and checks its JSON), and so are the collector statuses
-(probes.sample.CollectorStatus); the node sample stays the probe's JSON.
+record/replay all read them. Typed end to end, JSON both ways, versioned: the node sample
+(probes.sample.NodeSample) and the engine snapshot (engine_hooks.records.snapshot) each read and check their
+own JSON, and so does the frame its collector statuses (probes.sample.CollectorStatus).
 """
 
 from __future__ import annotations
@@ -12,15 +12,20 @@ from dataclasses import dataclass, field
 
 from agent.numbers import is_finite_number, shown
 from engine_hooks.records.snapshot import EngineSnapshot, SnapshotError, Window
-from probes.sample import CollectorStatus
+from probes.gpu import GpuSample
+from probes.links import NvlinkSample, PcieSample
+from probes.sample import CollectorStatus, NodeSample
+from probes.sample_json import NodeSampleError
 
 FRAME_VERSION = 1
 MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show
 
 
-def busier_direction(link: dict | None) -> float | None:
+def busier_direction(link: PcieSample | NvlinkSample | None) -> float | None:
     """A link's use of its cap in its busier direction (tx or rx); None when neither was measured."""
-    known = [link[k] for k in ("tx_util_ratio", "rx_util_ratio") if link and link.get(k) is not None]
+    if link is None:
+        return None
+    known = [r for r in (link.tx_util_ratio, link.rx_util_ratio) if r is not None]
     return max(known) if known else None
 
 
@@ -33,16 +38,16 @@ class Frame:
     time_unix: float
     time_monotonic: float
     node: str
-    node_sample: dict | None = None       # probes.sample.NodeSample.to_dict(), or None when not probed
+    node_sample: NodeSample | None = None   # the probe's sample, or None when not probed
     engine: EngineSnapshot | None = None  # the engine snapshot (stagelens-engine/1), or None without an engine
     collectors: list[CollectorStatus] = field(default_factory=list)   # how each collector fared this tick
     version: int = FRAME_VERSION
 
     def to_dict(self) -> dict:
-        """The frame as JSON data. The node sample is shared, not copied (its topology alone is tens of KB on
-        an 8-GPU node): callers serialise the result, they do not change it."""
+        """The frame as JSON data. The node sample's JSON is made once and shared, not copied (its topology
+        alone is tens of KB on an 8-GPU node): callers serialise the result, they do not change it."""
         return {"time_unix": self.time_unix, "time_monotonic": self.time_monotonic, "node": self.node,
-                "node_sample": self.node_sample,
+                "node_sample": self.node_sample.to_dict() if self.node_sample is not None else None,
                 "engine": self.engine.to_dict() if self.engine is not None else None,
                 "collectors": [c.to_dict() for c in self.collectors], "version": self.version}
 
@@ -58,6 +63,8 @@ class Frame:
             raise FrameError(f"frame lacks {', '.join(missing)}")
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         _check_shape(known)
+        if known.get("node_sample") is not None:
+            known["node_sample"] = _read_node_sample(known["node_sample"])
         if known.get("engine") is not None:
             known["engine"] = _read_engine(known["engine"])
         if "collectors" in known:
@@ -76,10 +83,11 @@ class Frame:
     def failed_collectors(self) -> list[CollectorStatus]:
         return [c for c in self.collectors if not c.success]
 
-    def gpus(self) -> list[dict]:
-        if not self.node_sample:
+    def gpus(self) -> list[GpuSample]:
+        """The GPUs that answered this tick (lost ones left out)."""
+        if self.node_sample is None:
             return []
-        return [g for g in self.node_sample.get("gpus") or [] if not g.get("lost")]
+        return [g for g in self.node_sample.gpus if not g.lost]
 
 
 def _check_shape(data: dict) -> None:
@@ -91,14 +99,18 @@ def _check_shape(data: dict) -> None:
         raise FrameError(f"time_unix: must be seconds since 1970 before the year 5000, got {shown(data['time_unix'])}")
     if not isinstance(data["node"], str):
         raise FrameError(f"node: must be a string, got {shown(data['node'])}")
-    node, engine = data.get("node_sample"), data.get("engine")
-    _check(node, "node_sample", dict, optional=True)
-    if node is not None:
-        _check_items(node.get("gpus"), "node_sample.gpus", optional=True)
-        _check(node.get("host"), "node_sample.host", dict, optional=True)
-    _check(engine, "engine", dict, optional=True)
+    _check(data.get("node_sample"), "node_sample", dict, optional=True)
+    _check(data.get("engine"), "engine", dict, optional=True)
     if "collectors" in data:
         _check_items(data["collectors"], "collectors")
+
+
+def _read_node_sample(data: dict) -> NodeSample:
+    """The typed sample, checked by probes.sample_json: its error named from the frame down."""
+    try:
+        return NodeSample.from_dict(data)
+    except NodeSampleError as exc:
+        raise FrameError(f"node_sample.{exc}") from None
 
 
 def _read_engine(data: dict) -> EngineSnapshot:

@@ -38,7 +38,6 @@ class Sampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._hostname = socket.gethostname()
-        self._topology: tuple[object, dict | None] = (None, None)   # the probe's Topology and its plain form
 
     def tick(self) -> Frame:
         now_unix, now_mono = time.time(), time.monotonic()
@@ -47,9 +46,11 @@ class Sampler:
         if self.node_probe is not None:
             t = time.perf_counter()
             try:
-                sample = self._node_sample()
+                # the probe keeps one Topology while the GPUs stay the same, and it writes its JSON once:
+                # every frame shares it instead of holding its own (a quarter of a DGX frame)
+                sample = self.node_probe.sample()
                 frame.node_sample = sample
-                frame.collectors.extend(CollectorStatus(**c) for c in sample.get("collectors", []))
+                frame.collectors.extend(sample.collectors)
             except Exception as exc:  # a probe bug must not stop sampling
                 frame.collectors.append(_status("node", False, t, exc))
         if self.engine_source is not None:
@@ -78,17 +79,6 @@ class Sampler:
                 self.listener_errors += 1
                 log.exception("a frame listener failed")
         return frame
-
-    def _node_sample(self) -> dict:
-        """The probe's sample as plain data. The topology is static: while the probe keeps the same one,
-        every frame shares one plain copy instead of holding its own (a quarter of a DGX frame)."""
-        sample = self.node_probe.sample()
-        topology, sample.topology = sample.topology, None
-        plain = sample.to_dict()
-        if topology is not self._topology[0]:
-            self._topology = (topology, None if topology is None else topology.to_dict())
-        plain["topology"] = self._topology[1]
-        return plain
 
     def frames(self, since: float | None = None) -> list[Frame]:
         with self._lock:

@@ -42,7 +42,7 @@ class LiveReplay(Feed):
     def poll(self) -> Poll:
         frame = self.frames[self.i % len(self.frames)]
         now = time.time()
-        frame = replace(frame, time_unix=now, node_sample=self.probe.sample().to_dict())
+        frame = replace(frame, time_unix=now, node_sample=self.probe.sample())
         self.i += 1
         return Poll(frames=[frame], timelines=self.timelines[self.i % len(self.timelines):][:3])
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pynvml
 
 from probes.device import DeviceInfo
+from probes.links import NvlinkSample, PcieSample
 from probes.nvml_reader import NvmlReader
 
 # Clock event ("throttle") reason bits, as NVML defines them, to readable names.
@@ -50,8 +50,8 @@ class GpuSample:
     throttle_reasons: list[str] | None = None
     power_watts: float | None = None
     temperature_celsius: int | None = None
-    pcie: Any = None  # links.PcieSample, filled by the links collector
-    nvlinks: list[Any] = field(default_factory=list)  # links.NvlinkSample
+    pcie: PcieSample | None = None  # filled by the links collector
+    nvlinks: list[NvlinkSample] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)  # NVML functions that answered NotSupported
     errors: dict[str, str] = field(default_factory=dict)  # NVML function -> error, other failures
 

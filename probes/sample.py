@@ -1,4 +1,4 @@
-"""The sampler-facing API: one call, one plain JSON-serialisable node sample.
+"""The sampler-facing API: one call, one typed node sample, JSON both ways (probes/sample_json.py).
 
 Collectors ("nvml", "topology", "links", "host") each report their own success and duration, the
 way node_exporter does, so one failing source never hides the others.
@@ -20,30 +20,12 @@ from probes.host import HostProbe, HostSample
 from probes.links import LinkState
 from probes.nvml_backend import NvmlBackend, normalise_bus_id
 from probes.nvml_reader import DeviceLost, NvmlReader
+from probes.sample_json import NodeSampleError, plain_fields, read
 from probes.topology import Topology, build_topology
 
 log = logging.getLogger(__name__)
 SAMPLE_VERSION = 1
 COLLECTORS = ("nvml", "topology", "links", "host")
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _plain(value: Any) -> Any:
-    """dataclasses.asdict without its deep copies (our dataclasses hold plain values): ~10x cheaper."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    if kind is list:
-        return [_plain(v) for v in value]
-    if kind is dict:
-        return {k: _plain(v) for k, v in value.items()}
-    if kind is Topology:
-        return value.to_dict()
-    if hasattr(kind, "__dataclass_fields__"):
-        return {k: _plain(v) for k, v in vars(value).items()}
-    return value
 
 
 @dataclass
@@ -80,7 +62,20 @@ class NodeSample:
     collectors: list[CollectorStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return _plain(self)
+        """The sample's JSON, made once and shared by every frame serialiser (a DGX sample is ~100 values a
+        GPU): treat a sample as read-only once the probe returned it."""
+        cached = self.__dict__.get("_dict")
+        if cached is None:
+            cached = self.__dict__["_dict"] = plain_fields(self)
+        return cached
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NodeSample:
+        """The sample of its JSON (a bundle, the HTTP API); NodeSampleError naming the field not as written."""
+        sample = read(cls, data)
+        if type(sample.version) is not int or sample.version != SAMPLE_VERSION:
+            raise NodeSampleError(f"version: must be {SAMPLE_VERSION}, got {sample.version!r}")
+        return sample
 
     def collector(self, name: str) -> CollectorStatus:
         return next(c for c in self.collectors if c.name == name)

@@ -165,7 +165,7 @@ def _requests_waited(frame: Frame) -> bool | None:
 
 
 def memory_bandwidth_utilisation(frame: Frame, _window) -> object:
-    values = [g["utilization_memory_ratio"] for g in frame.gpus() if g.get("utilization_memory_ratio") is not None]
+    values = [g.utilization_memory_ratio for g in frame.gpus() if g.utilization_memory_ratio is not None]
     return max(values) if values else UNKNOWN
 
 
@@ -223,7 +223,7 @@ def compute_utilisation(frame: Frame, _window) -> object:
         return UNKNOWN
     if not waited:
         return NOT_APPLICABLE
-    gpus = [g["utilization_gpu_ratio"] for g in frame.gpus() if g.get("utilization_gpu_ratio") is not None]
+    gpus = [g.utilization_gpu_ratio for g in frame.gpus() if g.utilization_gpu_ratio is not None]
     if gpus and frame.engine.engine.on_cuda:
         return sum(gpus) / len(gpus)
     return _while_waiting(frame.window.scheduler.busy_ratio_while_waiting)
@@ -265,7 +265,7 @@ def _hooked(frame: Frame) -> bool:
 
 
 def pcie_backpressure(frame: Frame, _window) -> object:
-    values = [v for v in (busier_direction(g.get("pcie")) for g in frame.gpus()) if v is not None]
+    values = [v for v in (busier_direction(g.pcie) for g in frame.gpus()) if v is not None]
     return max(values) if values else UNKNOWN
 
 
@@ -294,11 +294,11 @@ def requests_waiting_on_model(frame: Frame, _window) -> object:
 
 
 def threads_blocked_on_data(frame: Frame, _window) -> object:
-    host = (frame.node_sample or {}).get("host")
-    if not host:
+    host = frame.node_sample.host if frame.node_sample is not None else None
+    if host is None:
         return UNKNOWN
-    process = host.get("process") or {}
-    values = [v for v in (host.get("cpu_iowait_ratio"), process.get("uninterruptible_ratio")) if v is not None]
+    blocked = host.process.uninterruptible_ratio if host.process is not None else None
+    values = [v for v in (host.cpu_iowait_ratio, blocked) if v is not None]
     return max(values) if values else UNKNOWN
 
 

@@ -19,14 +19,14 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
                  collector=c.name)
         out.gauge("stagelens_collector_duration_seconds", "How long the collector took in the latest frame.",
                   c.duration_seconds, collector=c.name)
-    driver = (frame.node_sample or {}).get("driver")
-    if driver:
+    driver = frame.node_sample.driver if frame.node_sample is not None else None
+    if driver is not None:
         for state in DRIVER_STATES:
             out.flag("stagelens_driver_state", "1 for the NVML driver's current state (ok, no_driver, error).",
-                     driver.get("state") == state, state=state)
+                     driver.state == state, state=state)
         out.gauge("stagelens_driver_info", "1, labelled with the driver and CUDA versions and the NVML source.", 1,
-                  driver_version=driver.get("driver_version") or "",
-                  cuda_driver_version=driver.get("cuda_driver_version") or "", source=driver.get("source") or "")
+                  driver_version=driver.driver_version or "",
+                  cuda_driver_version=driver.cuda_driver_version or "", source=driver.source or "")
     engine = frame.engine
     out.flag("stagelens_engine_attached", "1 when the frame holds an engine snapshot.", engine is not None)
     if engine is None:

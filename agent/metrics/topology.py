@@ -6,15 +6,15 @@ from agent.metrics.families import Scrape
 
 
 def collect(out: Scrape, frame, _diagnosis) -> None:
-    topo = (frame.node_sample or {}).get("topology") if frame else None
-    if not topo:
+    topo = frame.node_sample.topology if frame and frame.node_sample is not None else None
+    if topo is None:
         return
     # the matrix's rows follow the device indices, labelled GPU0..; the metric's gpu label is the index
-    for i, row in enumerate(topo["matrix"]):
+    for i, row in enumerate(topo.matrix):
         for j, path in enumerate(row):
             if i != j:
                 out.gauge("stagelens_gpu_topology_info",
                           "1 for each GPU pair; path is the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS).",
                           1, gpu=str(i), peer=str(j), path=path)
-    for i, numa in enumerate(topo.get("numa_affinity") or []):
+    for i, numa in enumerate(topo.numa_affinity):
         out.gauge("stagelens_gpu_numa_node", "The NUMA node closest to the GPU.", numa, gpu=str(i))

@@ -64,6 +64,7 @@ from agent.sources.step_stall import StepWatch, growing_wait, stalled_wait
 from agent.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 from engine_hooks.records.attribution import tail as attribution_tail
 from engine_hooks.records.snapshot import (
+    WINDOW_S,
     Clock,
     ColdPathFigures,
     Counters,
@@ -178,7 +179,6 @@ METRICS: dict[str, Metric] = {
 
 POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora", "preemptions")   # what the gauge poll reads
 FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
-WINDOW_S = 10.0                       # as the hooks' window (engine_hooks.hooks.recorder): deltas and means over it
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
 
 

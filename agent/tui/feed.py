@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.frame import Frame
+from engine_hooks.records.timeline import RequestTimeline
 
 
 @dataclass
 class Poll:
     frames: list[Frame] = field(default_factory=list)
-    timelines: list[dict] = field(default_factory=list)   # RequestTimeline.to_dict(), finished since the last poll
+    timelines: list[RequestTimeline] = field(default_factory=list)   # the requests finished since the last poll
     reset: bool = False                 # the frames replace the history (a replay seek, a reconnect)
     error: str | None = None            # the source did not answer: the TUI shows it STALE
     note: str | None = None             # what the source is doing ("starting the engine")
@@ -56,4 +57,4 @@ class Feed:
 def sampled(sampling) -> Poll:
     """One sample of an in-process NodeSampling (agent/node_sampling.py) as a poll: its frame and timelines."""
     frame, timelines = sampling.tick()
-    return Poll([frame], [t.to_dict() for t in timelines])
+    return Poll([frame], list(timelines))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agent.frame import Frame
 from engine_hooks.records.stats import latency_summary
+from engine_hooks.records.timeline import RequestTimeline
 
 # (label, key, format, lower is better)
 COMPARED = (
@@ -20,7 +21,7 @@ COMPARED = (
 )
 
 
-def frame_figures(frame: Frame | None, timelines: list[dict] = ()) -> dict:
+def frame_figures(frame: Frame | None, timelines: list[RequestTimeline] = ()) -> dict:
     """Figures of `frame`'s window; TTFT and latency over `timelines` that finished inside it."""
     if frame is None or frame.window is None:
         return {}
@@ -42,7 +43,7 @@ def frame_figures(frame: Frame | None, timelines: list[dict] = ()) -> dict:
     }
 
 
-def period_figures(frames: list[Frame], timelines: list[dict] = ()) -> dict:
+def period_figures(frames: list[Frame], timelines: list[RequestTimeline] = ()) -> dict:
     """Figures of a period (before or after a fix): each window figure as last known in it, TTFT and
     latency over every request that finished in it."""
     if not frames:
@@ -62,12 +63,12 @@ def period_figures(frames: list[Frame], timelines: list[dict] = ()) -> dict:
     return out
 
 
-def _finished_within(timelines: list[dict], start: float, end: float) -> list[dict]:
-    return [t for t in timelines if t.get("finished") is not None and start <= t["finished"] <= end]
+def _finished_within(timelines: list[RequestTimeline], start: float, end: float) -> list[RequestTimeline]:
+    return [t for t in timelines if t.finished is not None and start <= t.finished <= end]
 
 
-def _shown_latencies(timelines: list[dict]) -> dict:
+def _shown_latencies(timelines: list[RequestTimeline]) -> dict:
     """The two the TUI compares, TTFT p50 and latency p99, from the summary every surface uses."""
-    summary = latency_summary(ttft=[t["ttft_s"] for t in timelines if t.get("ttft_s") is not None],
-                              latency=[t["latency_s"] for t in timelines if t.get("latency_s") is not None])
+    summary = latency_summary(ttft=[t.ttft_s for t in timelines if t.ttft_s is not None],
+                              latency=[t.latency_s for t in timelines if t.latency_s is not None])
     return {"ttft_p50_s": summary["ttft_p50_s"], "latency_p99_s": summary["latency_p99_s"]}

@@ -7,6 +7,7 @@ from agent.errors import CollectError
 from agent.frame import Frame, FrameError
 from agent.http_get import get_json, redact_url
 from agent.tui.feed import Feed, Poll
+from engine_hooks.records.timeline import RequestTimeline
 
 # The first poll asks for the server's whole history (the sampler keeps 900 frames; one of a busy
 # 8-GPU node runs to tens of KB), so frames may weigh more than http_get.py's default cap.
@@ -42,8 +43,20 @@ class RemoteFeed(Feed):
             slowest = get_json(self.url, f"/api/v1/requests/slowest?n={self.slowest}", self.timeout)
         except CollectError:
             slowest = []
-        timelines = [t for t in slowest if isinstance(t, dict)] if isinstance(slowest, list) else []
+        timelines = _timelines(slowest)
         reset = self.since is None
         if frames:
             self.since = frames[-1].time_unix
         return Poll(frames, timelines, reset=reset)
+
+
+def _timelines(slowest) -> list[RequestTimeline]:
+    """The slowest requests the server sent (RequestTimeline.to_dict() each); one that does not read as a
+    timeline is left out, as the frames are shown without it."""
+    out = []
+    for data in slowest if isinstance(slowest, list) else []:
+        try:
+            out.append(RequestTimeline.from_dict(data))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return out

@@ -7,6 +7,7 @@ import threading
 
 from agent.record import Bundle
 from agent.tui.feed import Feed, Poll
+from engine_hooks.records.timeline import RequestTimeline
 
 
 class ReplayFeed(Feed):
@@ -19,8 +20,9 @@ class ReplayFeed(Feed):
         self.bundle = bundle
         self.frames = bundle.frames
         self.history = history
-        self._timelines = sorted((t for t in bundle.timelines if t.get("finished") is not None),
-                                 key=lambda t: t["finished"])
+        # read as `diagnose --replay` reads them (agent/record.py checked what replay reads of each)
+        finished = (RequestTimeline.from_dict(t) for t in bundle.timelines if t.get("finished") is not None)
+        self._timelines = sorted(finished, key=lambda t: t.finished)
         n = len(self.frames)
         self.position = n if start is None else max(1, min(n, start))
         self.paused = True
@@ -51,8 +53,8 @@ class ReplayFeed(Feed):
                 self.position, self._reset = 1, True
             self.paused = paused
 
-    def _timelines_between(self, after: float | None, upto: float) -> list[dict]:
-        return [t for t in self._timelines if (after is None or t["finished"] > after) and t["finished"] <= upto]
+    def _timelines_between(self, after: float | None, upto: float) -> list[RequestTimeline]:
+        return [t for t in self._timelines if (after is None or t.finished > after) and t.finished <= upto]
 
     def poll(self) -> Poll:
         with self._lock:

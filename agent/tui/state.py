@@ -18,6 +18,7 @@ from agent.frame import Frame
 from agent.tui.figures import frame_figures, period_figures
 from agent.vocabulary import STAGE_NAMES
 from engine_hooks.records.snapshot import Window
+from engine_hooks.records.timeline import RequestTimeline
 
 
 @dataclass
@@ -43,7 +44,7 @@ class TuiState:
     def __init__(self, config: DiagnosisConfig | None = None, history: int = 600, timelines: int = 400) -> None:
         self.config = config or DiagnosisConfig()
         self.frames: deque[Frame] = deque(maxlen=history)
-        self.timelines: OrderedDict[str, dict] = OrderedDict()
+        self.timelines: OrderedDict[str, RequestTimeline] = OrderedDict()
         self.max_timelines = timelines
         self.diagnosis: Diagnosis | None = None
         self.log: deque[LogEntry] = deque(maxlen=200)
@@ -58,11 +59,11 @@ class TuiState:
         self.diagnosis = None
         self._live = LiveDiagnosis(self.config)
 
-    def add(self, frames: list[Frame], timelines: list[dict] = (), reset: bool = False) -> None:
+    def add(self, frames: list[Frame], timelines: list[RequestTimeline] = (), reset: bool = False) -> None:
         if reset:
             self.reset()
         for t in timelines:
-            key = f"{t.get('request_id')}@{t.get('arrival')}"     # ids start again when an engine restarts
+            key = f"{t.request_id}@{t.arrival}"     # ids start again when an engine restarts
             self.timelines.pop(key, None)
             self.timelines[key] = t
         while len(self.timelines) > self.max_timelines:
@@ -113,15 +114,15 @@ class TuiState:
         frames, oldest first (None where a frame lacks it)."""
         return [figure(f.window) if f.window is not None else None for f in list(self.frames)[-n:]]
 
-    def slowest(self, n: int = 8) -> list[dict]:
+    def slowest(self, n: int = 8) -> list[RequestTimeline]:
         """The slowest requests among those that finished in the last frame's window."""
         last = self.last
-        items = [t for t in self.timelines.values() if t.get("latency_s") is not None]
+        items = [t for t in self.timelines.values() if t.latency_s is not None]
         if last is not None and last.window is not None:
             span = last.window.span_s or 10.0
-            recent = [t for t in items if (t.get("finished") or 0) >= last.time_monotonic - max(span, 30.0)]
+            recent = [t for t in items if (t.finished or 0) >= last.time_monotonic - max(span, 30.0)]
             items = recent or items
-        return sorted(items, key=lambda t: -t["latency_s"])[:n]
+        return sorted(items, key=lambda t: -t.latency_s)[:n]
 
 
 def _why(stage: str, values: dict) -> str:

@@ -19,14 +19,24 @@ from engine_hooks.hooks.access import AccessStats, access_stats
 from engine_hooks.hooks.ring import Ring
 from engine_hooks.hooks.window import WindowRecords, WindowSettings, window_stats
 from engine_hooks.records.attribution import SlowStep, components
-from engine_hooks.records.snapshot import Clock, Counters, Dropped, EngineInfo, EngineSnapshot, Health, KvUsage, Window
+from engine_hooks.records.snapshot import (
+    WINDOW_S,
+    Clock,
+    Counters,
+    Dropped,
+    EngineInfo,
+    EngineSnapshot,
+    Health,
+    KvUsage,
+    Window,
+)
 from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
 from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS, TOKEN_BUDGET
 
 
 @dataclass
 class RecorderConfig:
-    window_s: float = 10.0            # the window of the derived figures in a snapshot
+    window_s: float = WINDOW_S        # the window of the derived figures in a snapshot
     long_prefill_tokens: int = 512    # a prefill step larger than this blocks the requests behind it
     steps_capacity: int = 4096
     timelines_capacity: int = 2048

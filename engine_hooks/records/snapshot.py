@@ -24,6 +24,9 @@ from dataclasses import dataclass, fields
 from functools import cache
 
 SNAPSHOT_FORMAT = "stagelens-engine/1"
+# The span of a snapshot's window (`window`): the seconds its deltas and means cover, the hooks' as an outside
+# source's, so that figures of either compare alike
+WINDOW_S = 10.0
 
 
 class SnapshotError(ValueError):

@@ -59,6 +59,16 @@ class RequestTimeline:
     latency_components: dict[str, float] | None = None
 
     @property
+    def ttft_s(self) -> float | None:
+        """Arrival to the first token; None before it."""
+        return self.first_token - self.arrival if self.first_token is not None else None
+
+    @property
+    def latency_s(self) -> float | None:
+        """Arrival to the end; None while it runs."""
+        return self.finished - self.arrival if self.finished is not None else None
+
+    @property
     def scheduler_wait_s(self) -> float:
         """Arrival to first scheduled, plus every wait after a preemption."""
         return sum(w.seconds for w in self.waits)
@@ -91,8 +101,8 @@ class RequestTimeline:
         d["events"] = [{"t": t, "event": e} for t, e in self.events]
         d["scheduler_wait_s"] = self.scheduler_wait_s
         d["decided_wait_s"] = self.decided_wait_s
-        d["ttft_s"] = self.first_token - self.arrival if self.first_token is not None else None
-        d["latency_s"] = self.finished - self.arrival if self.finished is not None else None
+        d["ttft_s"] = self.ttft_s
+        d["latency_s"] = self.latency_s
         return d
 
 

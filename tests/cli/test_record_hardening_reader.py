@@ -13,7 +13,7 @@ import pytest
 from agent.errors import EXIT_UNKNOWN, UserError
 from agent.frame import Frame, FrameError
 from agent.record import MAX_LINE_BYTES, BundleWriter, read_bundle
-from tests.helpers.frame_builders import engine_snapshot, frame
+from tests.helpers.frame_builders import engine_snapshot, frame, node_sample
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
 HEADER = '{"format": "stagelens-bundle/1", "source": "test"}\n'
@@ -124,6 +124,7 @@ def test_json_nested_too_deeply_is_one_line(tmp_path):
 
 
 # --- frames and timelines of the wrong shape ---------------------------------------------------------------
+NODE = node_sample(0, gpus=[{"index": 0}]).to_dict()
 WRONG_FRAMES = [
     ({"engine": "x"}, "engine: must be an object or null, got 'x'"),
     ({"time_unix": None}, "time_unix: must be a finite number, got null"),
@@ -133,8 +134,8 @@ WRONG_FRAMES = [
     ({"time_unix": -1e300}, "time_unix: must be seconds since 1970"),
     ({"node": 7}, "node: must be a string, got 7"),
     ({"node_sample": [1, 2]}, "node_sample: must be an object or null, got [1, 2]"),
-    ({"node_sample": {"gpus": "GPU0"}}, "node_sample.gpus: must be a list or null, got 'GPU0'"),
-    ({"node_sample": {"gpus": [3]}}, "node_sample.gpus[0]: must be an object, got 3"),
+    ({"node_sample": {**NODE, "gpus": "GPU0"}}, "node_sample.gpus: must be a list or null, got 'GPU0'"),
+    ({"node_sample": {**NODE, "gpus": [3]}}, "node_sample.gpus[0]: must be an object, got 3"),
     ({"collectors": {"name": "node"}}, "collectors: must be a list, got {'name': 'node'}"),
     ({"collectors": None}, "collectors: must be a list, got null"),
     ({"version": True}, "frame version True is not 1"),
@@ -148,6 +149,10 @@ WRONG_FRAMES = [
      "engine.window.kv.sequence_lengths: must be a list of numbers"),
     ({"engine": engine_snapshot(scheduler={"wait_seconds_by_reason": {"no_free_blocks": None}})},
      "engine.window.scheduler.wait_seconds_by_reason.no_free_blocks: must be a finite number, got null"),
+    ({"node_sample": {**NODE, "host": 3}}, "node_sample.host: must be an object or null, got 3"),
+    ({"node_sample": {**NODE, "hostname": None}}, "node_sample.hostname: must be a string, got null"),
+    ({"node_sample": {**NODE, "gpus": [{"index": 0, "pcie": {"rx_util_ratio": "0.4"}}]}},
+     "node_sample.gpus[0].pcie.rx_util_ratio: must be a finite number or null, got '0.4'"),
 ]
 
 

@@ -13,7 +13,9 @@ from agent.sampler import Sampler
 from engine_hooks import RecorderConfig, instrument, uninstrument
 from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
 from engine_hooks.records.snapshot import EngineSnapshot
+from probes.gpu import GpuSample
 from probes.sample import NodeProbe, open_backend
+from probes.sample_json import plain_fields, read
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"
 
@@ -73,7 +75,7 @@ def exported_metric_names(model_dir) -> set[str]:
     engine["engine"]["generation"] = engine["engine"]["block_size_forced"] = None   # words and a flag, not figures
     engine["window"]["cold_path"]["loads_in_progress"] = [{"model": "model-1", "since": 0.0, "seconds": 2.0}]
     full.engine = EngineSnapshot.from_dict(engine)
-    full.node_sample["gpus"] = _fill_missing(full.node_sample["gpus"])
+    full.node_sample.gpus = [read(GpuSample, _fill_missing(plain_fields(g))) for g in full.node_sample.gpus]
     exporter.collector.latest_frame = lambda: full
     names = {name for name, _ in parse(exporter.render()[0])}
     return names | {n.removesuffix("_bucket") for n in names if n.endswith("_bucket")}   # histograms by family

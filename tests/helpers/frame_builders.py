@@ -2,6 +2,10 @@
 
 from agent.frame import Frame
 from engine_hooks.records.snapshot import EngineSnapshot
+from probes.gpu import GpuSample
+from probes.host import HostSample, ProcessSample
+from probes.sample import SAMPLE_VERSION, DriverStatus, NodeSample
+from probes.sample_json import read
 
 
 def engine_snapshot(kv=None, scheduler=None, cold_path=None, counters=None, device="cpu", **engine_cfg) -> dict:
@@ -26,12 +30,29 @@ def engine_snapshot(kv=None, scheduler=None, cold_path=None, counters=None, devi
                          **(counters or {})}}
 
 
+def node_sample(t: float, gpus: list | None = None, host: dict | None = None) -> NodeSample:
+    """A node sample with the given GPUs (their JSON, read as a frame reader reads it; indexed by position
+    where they do not say) and host figures (set as an in-process probe could: a NaN stays); an idle host and
+    process where a figure is not given."""
+    return NodeSample(version=SAMPLE_VERSION, hostname="test-node", time_unix=1_800_000_000.0 + t, time_monotonic=t,
+                      driver=DriverStatus(state="ok", source="test"),
+                      gpus=[read(GpuSample, {"index": i, **g}, f"gpus[{i}]") for i, g in enumerate(gpus or [])],
+                      host=None if host is None else _host(**host))
+
+
+def _host(process: dict | None = None, **figures) -> HostSample:
+    idle = {"cpu_count": 1, "cpu_busy_percent": [0.0], "cpu_iowait_percent": [0.0], "cpu_iowait_ratio": 0.0,
+            "memory_total_bytes": 0, "memory_available_bytes": 0, "memory_used_ratio": 0.0}
+    engine = None if process is None else ProcessSample(**{"pid": 0, **process})
+    return HostSample(**{**idle, **figures}, process=engine)
+
+
 def frame(t: float, engine: dict | EngineSnapshot | None = None, gpus: list | None = None,
           host: dict | None = None) -> Frame:
     """One frame at second `t`; an engine snapshot given as JSON is read as the frame reader reads it."""
     node = None
     if gpus is not None or host is not None:
-        node = {"gpus": gpus or [], "host": host}
+        node = node_sample(t, gpus, host)
     if isinstance(engine, dict):
         engine = EngineSnapshot.from_dict(engine)
     return Frame(time_unix=1_800_000_000.0 + t, time_monotonic=t, node="test-node", node_sample=node, engine=engine)

@@ -11,10 +11,8 @@ from agent.sampler import Sampler
 from agent.sources.prometheus_text import ExpositionError, parse_exposition
 from agent.sources.vllm import METRICS, EngineScrapeError, VllmSource
 from agent.vocabulary import STAGES
-from engine_hooks.records.snapshot import EngineSnapshot
+from engine_hooks.records.snapshot import WINDOW_S, EngineSnapshot
 from tests.helpers.engine_stub import DGX, Engine, closed_port_url, fixture
-
-WINDOW_S = 10.0
 
 
 @pytest.fixture

@@ -70,22 +70,22 @@ def test_a_missing_figure_is_left_out_not_exported_as_zero(lab):
 
 def test_every_gpu_link_and_topology_pair_of_the_dgx(lab):
     frames, _, _, samples, _, _ = lab
-    gpus = frames[-1].node_sample["gpus"]
-    hostname = frames[-1].node_sample["hostname"]
+    gpus = frames[-1].node_sample.gpus
+    hostname = frames[-1].node_sample.hostname
     assert len(gpus) == 8
     for g in gpus:
-        labels = {"gpu": str(g["index"]), "uuid": g["uuid"], "pci_bus_id": g["pci_bus_id"],
-                  "model_name": g["name"], "hostname": hostname}
-        assert value(samples, "stagelens_gpu_utilization_ratio", **labels) == pytest.approx(g["utilization_gpu_ratio"])
-        assert value(samples, "stagelens_gpu_memory_used_bytes", **labels) == g["memory_used_bytes"]
-        assert value(samples, "stagelens_gpu_clock_hertz", clock="sm", **labels) == g["clock_sm_mhz"] * 1e6
+        labels = {"gpu": str(g.index), "uuid": g.uuid, "pci_bus_id": g.pci_bus_id,
+                  "model_name": g.name, "hostname": hostname}
+        assert value(samples, "stagelens_gpu_utilization_ratio", **labels) == pytest.approx(g.utilization_gpu_ratio)
+        assert value(samples, "stagelens_gpu_memory_used_bytes", **labels) == g.memory_used_bytes
+        assert value(samples, "stagelens_gpu_clock_hertz", clock="sm", **labels) == g.clock_sm_mhz * 1e6
         assert value(samples, "stagelens_gpu_lost", **labels) == 0
-        assert value(samples, "stagelens_pcie_link_generation", **labels) == g["pcie"]["gen"]
+        assert value(samples, "stagelens_pcie_link_generation", **labels) == g.pcie.gen
         assert value(samples, "stagelens_pcie_link_below_max", **labels) == 0
         assert value(samples, "stagelens_pcie_throughput_bytes_per_second", direction="tx", **labels) == \
-            pytest.approx(g["pcie"]["tx_bytes_per_second"])
-        for link in g["nvlinks"]:
-            assert value(samples, "stagelens_nvlink_up", gpu=str(g["index"]), link=str(link["link"]),
+            pytest.approx(g.pcie.tx_bytes_per_second)
+        for link in g.nvlinks:
+            assert value(samples, "stagelens_nvlink_up", gpu=str(g.index), link=str(link.link),
                          remote="switch") == 1
     assert len(names(samples, "stagelens_nvlink_up")) == 8 * 12
     pairs = names(samples, "stagelens_gpu_topology_info")

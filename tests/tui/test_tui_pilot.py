@@ -16,6 +16,8 @@ from agent.tui.replay_feed import ReplayFeed
 from agent.tui.screens.help import HelpScreen
 from agent.tui.screens.runbook import RunbookScreen
 from agent.tui.screens.topology import TopologyScreen
+from probes.sample import DriverStatus
+from probes.topology import Topology
 from tests.helpers.frame_builders import engine_snapshot, frame
 from tests.helpers.tui_pilot import HOL, FakeFeed, frames, inject, make_app, notes
 from tests.helpers.tui_support import text_of
@@ -153,9 +155,9 @@ async def test_f_outside_local_mode_says_what_it_would_apply():
 
 async def test_t_opens_the_topology_screen():
     gpus = [{"index": 0, "name": "A100", "utilization_gpu_ratio": 0.5, "pcie": None, "nvlinks": []}]
-    topo = {"gpus": ["GPU0"], "matrix": [["X"]], "cpu_affinity": ["0-7"], "numa_affinity": [0], "links": []}
     f = frame(0, engine_snapshot(), gpus=gpus)
-    f.node_sample["topology"] = topo
+    f.node_sample.topology = Topology(gpus=["GPU0"], matrix=[["X"]], cpu_affinity=["0-7"], numa_affinity=[0],
+                                      links=[])
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await inject(app, pilot, Poll([f]))
@@ -168,7 +170,7 @@ async def test_t_opens_the_topology_screen():
 
 async def test_a_node_without_gpu_says_so():
     f = frame(0, engine_snapshot(), gpus=[])
-    f.node_sample["driver"] = {"state": "no_driver", "message": "NVML library not found"}
+    f.node_sample.driver = DriverStatus(state="no_driver", source="test", message="NVML library not found")
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await inject(app, pilot, Poll([f]))

@@ -20,6 +20,9 @@ from agent.tui.replay_feed import ReplayFeed
 from agent.tui.server_settings import server_settings
 from agent.tui.state import TuiState
 from agent.tui.widgets.gpu_panel import gpu_table
+from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
+from probes.gpu import GpuSample
+from probes.links import PcieSample
 from tests.helpers.frame_builders import engine_snapshot, frame
 
 BUNDLE = Path(__file__).parents[1] / "fixtures" / "bundles" / "hol-blocking.jsonl"
@@ -35,7 +38,7 @@ def test_replay_starts_at_the_end_paused_then_plays_one_frame_a_poll_with_its_ti
     source.seek_to(5)
     again = source.poll()
     assert again.reset and len(again.frames) == 5
-    assert all(t["finished"] <= again.frames[-1].time_monotonic for t in again.timelines)
+    assert all(t.finished <= again.frames[-1].time_monotonic for t in again.timelines)
     source.set_paused(False)
     step = source.poll()
     assert [f.time_unix for f in step.frames] == [bundle.frames[5].time_unix] and step.position == (6, 20)
@@ -54,7 +57,7 @@ class _Stub(BaseHTTPRequestHandler):
             since = float(self.path.split("since=")[1])
             body = [f.to_dict() for f in self.frames if f.time_unix > since]
         else:
-            body = [{"request_id": "req-1", "arrival": 1.0, "finished": 2.0, "latency_s": 1.0, "waits": []}]
+            body = [RequestTimeline("req-1", "m", 8, arrival=1.0, finished=2.0).to_dict(), {"request_id": "torn"}]
         data = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -81,7 +84,8 @@ def test_remote_source_asks_for_frames_since_the_last_it_got(stub_server):
     source = RemoteFeed(stub_server + "/")
     first = source.poll()
     assert first.error is None and first.reset and len(first.frames) == 3
-    assert first.timelines[0]["request_id"] == "req-1"
+    assert [t.request_id for t in first.timelines] == ["req-1"]        # one that does not read is left out
+    assert first.timelines[0].latency_s == 1.0
     assert source.poll().frames == []
     assert _Stub.asked[-2] == f"/api/v1/frames?since={_Stub.frames[-1].time_unix!r}"
     source.set_paused(True)
@@ -108,10 +112,9 @@ def test_a_remote_source_that_does_not_answer_reports_an_error_instead_of_raisin
 
 
 def test_waterfall_phases():
-    t = {"arrival": 0.0, "finished": 10.0, "first_token": 3.0, "latency_s": 10.0,
-         "waits": [{"start": 0.0, "end": 2.0, "reason": "behind_long_prefill"},
-                   {"start": 6.0, "end": 7.0, "reason": "preempted"}],
-         "chunks": [{"start": 2.0, "end": 3.0, "tokens": 100}]}
+    t = RequestTimeline("r", "m", 100, arrival=0.0, finished=10.0, first_token=3.0,
+                        waits=[Wait(0.0, 2.0, "behind_long_prefill"), Wait(6.0, 7.0, "preempted")],
+                        chunks=[PrefillChunk(2.0, 3.0, 100, 0)])
     assert [phase_at(x, t) for x in (1.0, 2.5, 4.0, 6.5, 9.0)] == ["queue", "prefill", "decode", "preempted",
                                                                    "decode"]
     cells = bar_cells(t, 10, 10.0)
@@ -146,7 +149,7 @@ def test_bad_flags_fail_before_the_screen_opens(argv, message, capsys):
 
 
 def test_pcie_bars_are_coloured_by_the_thresholds_the_diagnosis_judges_with():
-    gpu = {"index": 0, "pcie": {"tx_util_ratio": 0.6, "rx_util_ratio": 0.1}, "nvlinks": []}
+    gpu = GpuSample(index=0, pcie=PcieSample(tx_util_ratio=0.6, rx_util_ratio=0.1))
 
     def bar_colours(overrides=()):
         threshold = load_config(overrides=list(overrides)).threshold("pcie_backpressure")

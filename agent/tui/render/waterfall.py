@@ -10,6 +10,7 @@ from rich.text import Text
 from agent.diagnosis.tail import OWN, by_stage
 from agent.fmt import seconds
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
+from engine_hooks.records.timeline import RequestTimeline
 from engine_hooks.records.waits import PREEMPTED
 
 KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
@@ -18,10 +19,10 @@ SHORT = {KV_CACHE: "kv", SCHEDULER: "sched", COLD_PATH: "cold", OWN: "own"}
 BLAME_W = 10
 
 
-def blame(timeline: dict) -> str:
+def blame(timeline: RequestTimeline) -> str:
     """The stage that took most of the request's latency and its share ("cold 91%"); "own" when its own
     work did; "" when the timeline carries no split (an older bundle)."""
-    stages = by_stage(timeline.get("latency_components"))
+    stages = by_stage(timeline.latency_components)
     total = sum(stages.values())
     if not total:
         return ""
@@ -37,25 +38,25 @@ def legend() -> Text:
     return text
 
 
-def phase_at(t: float, timeline: dict) -> str:
-    for w in timeline.get("waits") or []:
-        if w["start"] <= t < w["end"]:
-            return "preempted" if w["reason"] == PREEMPTED else "queue"
-    chunks = timeline.get("chunks") or []
+def phase_at(t: float, timeline: RequestTimeline) -> str:
+    for w in timeline.waits:
+        if w.start <= t < w.end:
+            return "preempted" if w.reason == PREEMPTED else "queue"
+    chunks = timeline.chunks
     if chunks:
-        if t < chunks[0]["start"]:
+        if t < chunks[0].start:
             return "queue"
-        if t <= chunks[-1]["end"]:
+        if t <= chunks[-1].end:
             return "prefill"
         return "decode"
-    first = timeline.get("first_token")
+    first = timeline.first_token
     return "decode" if first is not None and t >= first else "queue"
 
 
-def bar_cells(timeline: dict, cells: int, scale: float) -> list[str]:
+def bar_cells(timeline: RequestTimeline, cells: int, scale: float) -> list[str]:
     """The phase of each cell of a bar `cells` long for a request of the longest shown latency `scale`."""
-    start = timeline["arrival"]
-    end = timeline.get("finished") or start
+    start = timeline.arrival
+    end = timeline.finished or start
     used = max(1, round((end - start) / scale * cells)) if scale > 0 else 1
     out = []
     for c in range(min(used, cells)):
@@ -69,7 +70,7 @@ class Waterfall:
     """`rows` reserves that many lines once a request is shown, so the panel keeps its height from frame
     to frame (a panel that changes height moves everything below it and costs a layout of the screen)."""
 
-    def __init__(self, timelines: list[dict], rows: int = 0) -> None:
+    def __init__(self, timelines: list[RequestTimeline], rows: int = 0) -> None:
         self.timelines, self.rows = timelines, rows
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -83,10 +84,10 @@ class Waterfall:
         blames = [blame(t) for t in self.timelines]
         blame_w = BLAME_W if width >= 60 and any(blames) else 0     # older sources carry no split
         cells = max(8, width - label_w - total_w - blame_w - 2)
-        scale = max((t.get("latency_s") or 0.0) for t in self.timelines) or 1.0
+        scale = max((t.latency_s or 0.0) for t in self.timelines) or 1.0
         for t, who in zip(self.timelines, blames, strict=True):
-            rid = str(t.get("request_id", "?"))
-            tokens = f"{t.get('prompt_tokens', 0)}→{t.get('output_tokens', 0)}"
+            rid = str(t.request_id)
+            tokens = f"{t.prompt_tokens}→{t.output_tokens}"
             label = f"{rid[-8:]:<8} {tokens:>12}" if label_w == 22 else f"{tokens:>{label_w - 1}}"
             line = Text(f"{label:<{label_w}}"[:label_w] + " ")
             phases = bar_cells(t, cells, scale)
@@ -94,7 +95,7 @@ class Waterfall:
                 char, color = KINDS[phase]
                 line.append(char * len(list(run)), style=color)
             line.append(" " * (cells - len(phases)))
-            line.append(f" {seconds(t.get('latency_s')):>{total_w - 1}}")
+            line.append(f" {seconds(t.latency_s):>{total_w - 1}}")
             if blame_w:
                 line.append(f" {who:>{blame_w - 1}}", style="bold")
             yield line

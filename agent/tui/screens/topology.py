@@ -9,22 +9,22 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from probes.sample import NodeSample
 from probes.topology import render_topology_text
 
 
-def topology_text(node_sample: dict | None) -> str:
-    topo = (node_sample or {}).get("topology")
-    if not topo or not topo.get("gpus"):
-        driver = (node_sample or {}).get("driver") or {}
-        why = driver.get("message") or "the node was not probed"
+def topology_text(node_sample: NodeSample | None) -> str:
+    topo = node_sample.topology if node_sample is not None else None
+    if topo is None or not topo.gpus:
+        why = (node_sample.driver.message if node_sample is not None else None) or "the node was not probed"
         return f"No GPU topology: {why}\n"
-    return render_topology_text(topo)
+    return render_topology_text(topo.to_dict())
 
 
 class TopologyScreen(Screen[None]):
     BINDINGS = [Binding("escape,q,t", "app.pop_screen", "back")]
 
-    def __init__(self, node_sample: dict | None) -> None:
+    def __init__(self, node_sample: NodeSample | None) -> None:
         super().__init__()
         self.node_sample = node_sample
 

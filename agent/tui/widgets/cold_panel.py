@@ -13,6 +13,7 @@ from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
 from agent.tui.widgets.signal_rows import headline, signal_plot
+from probes.links import PcieSample
 
 
 def pcie_rows(state: TuiState) -> CellTable | Text:
@@ -24,12 +25,12 @@ def pcie_rows(state: TuiState) -> CellTable | Text:
                        Column("", "right")])
     threshold = state.config.threshold("pcie_backpressure")     # the diagnosis' own, overrides included
     for g in gpus[:8]:
-        pcie = g.get("pcie") or {}
+        pcie = g.pcie or PcieSample()     # no PCIe link reported: every figure unknown
         r = busier_direction(pcie)
-        table.add_row(f"GPU{g['index']}", f"{rate_bytes(pcie.get('tx_bytes_per_second'))} / "
-                      f"{rate_bytes(pcie.get('rx_bytes_per_second'))}",
+        table.add_row(f"GPU{g.index}", f"{rate_bytes(pcie.tx_bytes_per_second)} / "
+                      f"{rate_bytes(pcie.rx_bytes_per_second)}",
                       Bar(r, threshold.warn, threshold.firing, max_width=30),
-                      f"{pct(r)} of {rate_bytes(pcie.get('bandwidth_bytes_per_second'))}")
+                      f"{pct(r)} of {rate_bytes(pcie.bandwidth_bytes_per_second)}")
     return table
 
 

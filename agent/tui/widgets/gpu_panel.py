@@ -13,33 +13,44 @@ from agent.tui.render.bars import Bar, LinkStrip
 from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
+from probes.gpu import GpuSample
+from probes.links import PcieSample
+from probes.sample import NodeSample
+from probes.topology import Topology
 
 NVLINK_WARN, NVLINK_FIRING = 0.85, 0.95   # a link this busy has no headroom left for KV or weight transfers
 _CELL_STYLE = {"X": "grey50", "SYS": "red", "NODE": "yellow", "PHB": "yellow"}
 
 
-def no_gpu_text(node_sample: dict | None) -> Text:
-    if not node_sample:
+def no_gpu_text(node_sample: NodeSample | None) -> Text:
+    if node_sample is None:
         return Text("no GPU data: the node was not probed", style="grey50")
-    driver = node_sample.get("driver") or {}
-    why = driver.get("message") or driver.get("state") or "no device reported"
+    driver = node_sample.driver
+    why = driver.message or driver.state or "no device reported"
     return Text(f"no GPU on this node ({why}); the engine's own signals still judge every stage",
                 style="yellow")
 
 
-def nvlink_summary(gpu: dict) -> tuple[str, list[float | None]]:
+def nvlink_summary(gpu: GpuSample) -> tuple[str, list[float | None]]:
     """`active/total` and each active link's use of its cap (the busier direction; None: not measured yet)."""
-    links = gpu.get("nvlinks") or []
+    links = gpu.nvlinks
     if not links:
         return "-", []
-    active = [lk for lk in links if lk.get("active")]
+    active = [lk for lk in links if lk.active]
     return f"{len(active)}/{len(links)}", [busier_direction(lk) for lk in active]
 
 
-def gpu_table(gpus: list[dict], topo: dict | None, wide: bool, pcie_limits: Threshold) -> CellTable:
+def pcie_link_text(pcie: PcieSample | None) -> str:
+    """`G4x16/G4x16`: the negotiated link / the widest it supports; ? where the GPU reported no PCIe link."""
+    if pcie is None:
+        return "G?x?/G?x?"
+    return f"G{pcie.gen}x{pcie.width}/G{pcie.gen_max}x{pcie.width_max}"
+
+
+def gpu_table(gpus: list[GpuSample], topo: Topology | None, wide: bool, pcie_limits: Threshold) -> CellTable:
     """`pcie_limits`: the PCIe backpressure thresholds the diagnosis judges with, for the PCIe bars' colours."""
-    matrix = (topo or {}).get("matrix") or []
-    names = (topo or {}).get("gpus") or []
+    matrix = topo.matrix if topo is not None else []
+    names = topo.gpus if topo is not None else []
     show_matrix = wide and matrix and len(names) == len(gpus)
     columns = [Column("GPU"), Column("util", "right"), Column("mem", "right"), Column("PCIe link"),
                Column("PCIe use", flex=1, min_width=8), Column("", "right"), Column("NVLink"),
@@ -48,15 +59,13 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool, pcie_limits: Thre
         columns += [Column(name.replace("GPU", "G"), "center") for name in names]
     table = CellTable(columns)
     for n, g in enumerate(gpus):
-        pcie = g.get("pcie") or {}
-        link = (f"G{pcie.get('gen', '?')}x{pcie.get('width', '?')}/"
-                f"G{pcie.get('gen_max', '?')}x{pcie.get('width_max', '?')}")
-        link_style = "bold red" if pcie.get("below_max") else ""
-        used, total = g.get("memory_used_bytes"), g.get("memory_total_bytes")
+        link = pcie_link_text(g.pcie)
+        link_style = "bold red" if g.pcie is not None and g.pcie.below_max else ""
+        used, total = g.memory_used_bytes, g.memory_total_bytes
         mem = f"{used / 1e9:.0f}/{total / 1e9:.0f}G" if used is not None and total else "-"
         nv_count, nv_ratios = nvlink_summary(g)
-        ratio = busier_direction(g.get("pcie"))
-        row = [f"GPU{g.get('index', n)}", pct(g.get("utilization_gpu_ratio")), mem, Text(link, style=link_style),
+        ratio = busier_direction(g.pcie)
+        row = [f"GPU{g.index}", pct(g.utilization_gpu_ratio), mem, Text(link, style=link_style),
                Bar(ratio, pcie_limits.warn, pcie_limits.firing, max_width=24), pct(ratio), nv_count,
                LinkStrip(nv_ratios, NVLINK_WARN, NVLINK_FIRING) if nv_ratios else Text("-")]
         if show_matrix:
@@ -66,13 +75,13 @@ def gpu_table(gpus: list[dict], topo: dict | None, wide: bool, pcie_limits: Thre
     return table
 
 
-def matrix_table(topo: dict) -> CellTable:
-    table = CellTable([Column(""), *[Column(name, "center") for name in topo["gpus"]], Column("NUMA", "right")],
+def matrix_table(topo: Topology) -> CellTable:
+    table = CellTable([Column(""), *[Column(name, "center") for name in topo.gpus], Column("NUMA", "right")],
                       expand=False)
-    for n, name in enumerate(topo["gpus"]):
-        numa = topo.get("numa_affinity", [None] * len(topo["gpus"]))[n]
+    for n, name in enumerate(topo.gpus):
+        numa = topo.numa_affinity[n]
         table.add_row(name, *[Text(c, style=_CELL_STYLE.get(c, "green" if c.startswith("NV") else ""))
-                              for c in topo["matrix"][n]], "-" if numa is None else str(numa))
+                              for c in topo.matrix[n]], "-" if numa is None else str(numa))
     return table
 
 
@@ -86,15 +95,16 @@ class GpuPanel(Panel):
         gpus = last.gpus() if last else []
         if not gpus:
             return no_gpu_text(node)
-        topo = (node or {}).get("topology")
+        topo = node.topology if node is not None else None
         width = self.inner_width
         wide = width >= 70 + 6 * len(gpus)
         parts = [gpu_table(gpus, topo, wide, state.config.threshold("pcie_backpressure"))]
-        if not wide and topo and topo.get("matrix"):
+        if not wide and topo is not None and topo.matrix:
             parts += [Text("topology (t: full screen)", style="grey70"), matrix_table(topo)]
-        tx = sum((g.get("pcie") or {}).get("tx_bytes_per_second") or 0 for g in gpus)
-        rx = sum((g.get("pcie") or {}).get("rx_bytes_per_second") or 0 for g in gpus)
-        below = [f"GPU{g['index']}" for g in gpus if (g.get("pcie") or {}).get("below_max")]
+        links = [g.pcie for g in gpus if g.pcie is not None]
+        tx = sum(p.tx_bytes_per_second or 0 for p in links)
+        rx = sum(p.rx_bytes_per_second or 0 for p in links)
+        below = [f"GPU{g.index}" for g in gpus if g.pcie is not None and g.pcie.below_max]
         line = Text(f"PCIe total tx {rate_bytes(tx)} rx {rate_bytes(rx)}", style="grey70")
         if below:
             line.append(f"  links below their max gen/width: {', '.join(below)}", style="bold red")
