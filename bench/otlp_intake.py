@@ -131,10 +131,10 @@ class _Scraper(threading.Thread):
             self.stopping.wait(0.1)
 
 
-def _post(url: str, body: bytes, content_type: str) -> int:
+def _post(url: str, body: bytes, content_type: str, timeout: float = ANSWER_TIMEOUT_S) -> int:
     request = urllib.request.Request(url, data=body, headers={"Content-Type": content_type})
     try:
-        with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT_S) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status
     except urllib.error.HTTPError as e:
         return e.code

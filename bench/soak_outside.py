@@ -52,6 +52,7 @@ from otlp_intake import (  # noqa: E402
     EXPORT,
     JSON_SPANS,
     SENDERS,
+    _post,
     _status,
     empty_spans_json,
     empty_spans_protobuf,
@@ -144,17 +145,7 @@ class HostileEngine(ThreadingHTTPServer):
 
 
 # --- the span sender --------------------------------------------------------------------------------------------
-def _post(url: str, body: bytes, content_type: str, timeout: float = 60.0) -> int:
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": content_type})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return 0
-
-
+NORMAL_ANSWER_TIMEOUT_S = 60.0      # a normal batch waits out the hostile traffic: lost only if never taken
 def _post_from(source: str, port: int, body: bytes, content_type: str, timeout: float = 60.0) -> int:
     """`_post` to 127.0.0.1:port/v1/traces from the address `source`."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
@@ -197,7 +188,8 @@ class SpanSender:
         body = body or normal_batch(n)
         delay = 1.0
         for _ in range(7):
-            answer = _export(self.grpc, body) if over_grpc else _post(self.traces, body, "application/x-protobuf")
+            answer = _export(self.grpc, body) if over_grpc else _post(self.traces, body, "application/x-protobuf",
+                                                                      NORMAL_ANSWER_TIMEOUT_S)
             self.answers[f"normal_{'grpc' if over_grpc else 'http'}_{answer}"] += 1
             if answer in ("OK", 200):
                 return
