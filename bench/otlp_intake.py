@@ -142,12 +142,12 @@ def _post(url: str, body: bytes, content_type: str, timeout: float = ANSWER_TIME
         return 0                    # no answer: reset, or no answer in time
 
 
-def _grpc_export(address: str, body: bytes) -> str:
+def _grpc_export(address: str, body: bytes, timeout: float = ANSWER_TIMEOUT_S, max_send_bytes: int = 8 << 20) -> str:
     import grpc
 
-    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 8 << 20)]) as channel:
+    with grpc.insecure_channel(address, options=[("grpc.max_send_message_length", max_send_bytes)]) as channel:
         try:
-            channel.unary_unary(EXPORT)(body, timeout=ANSWER_TIMEOUT_S)
+            channel.unary_unary(EXPORT)(body, timeout=timeout)
             return "OK"
         except grpc.RpcError as e:
             return e.code().name
