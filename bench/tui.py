@@ -22,6 +22,7 @@ from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 from agent.record import read_bundle  # noqa: E402
 from agent.tui.app import StagelensApp  # noqa: E402
 from agent.tui.feed import Feed, Poll  # noqa: E402
+from engine_hooks.records.timeline import RequestTimeline  # noqa: E402
 from probes.sample import NodeProbe, open_backend  # noqa: E402
 
 DGX = ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json"
@@ -35,7 +36,8 @@ class LiveReplay(Feed):
     def __init__(self) -> None:
         super().__init__()
         bundle = read_bundle(str(BUNDLE))
-        self.frames, self.timelines = bundle.frames, bundle.timelines
+        self.frames = bundle.frames
+        self.timelines = [RequestTimeline.from_dict(t) for t in bundle.timelines]   # as the TUI's feeds give them
         self.probe = NodeProbe(open_backend(str(DGX)))
         self.i = 0
 

@@ -2,6 +2,8 @@
 requests is added up and charged to stages; a run is judged by the stage its P99 tail blames, with the
 episodes of each stage, not only by its last window."""
 
+import dataclasses
+
 import pytest
 
 from agent.diagnosis.tail import Tail, by_stage
@@ -145,8 +147,10 @@ async def test_the_tui_shows_the_tails_split_for_the_slowest_requests():
     frames = _frames_and_tail(timelines)
     app = StagelensApp(FakeFeed(), autopoll=False)
     async with app.run_test(size=(160, 48)) as pilot:
-        slow = timelines[-1].to_dict()
-        slow["finished"] = frames[-1].time_monotonic    # finished inside the last frame's window
+        last = timelines[-1]
+        shift = frames[-1].time_monotonic - last.finished       # finished inside the last frame's window
+        slow = dataclasses.replace(last, arrival=last.arrival + shift, finished=last.finished + shift,
+                                   first_token=last.first_token + shift if last.first_token is not None else None)
         app.post_message(Polled(Poll(frames, [slow])))
         await pilot.pause()
         screen = text_of(app)
