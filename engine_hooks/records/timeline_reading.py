@@ -21,7 +21,7 @@ def read_timeline(d) -> RequestTimeline:
     if not isinstance(d, dict):
         raise TimelineError(f"a timeline must be an object, got {type(d).__name__}")
     _require(d, "request_id", _is_str)
-    _require(d, "model", _is_str)
+    _require(d, "model", _is_str, nullable=True, optional=True)
     for key in ("prompt_tokens", "output_tokens"):
         _require(d, key, _is_int)
     _require(d, "preemptions", _is_int, nullable=True, optional=True)
@@ -35,9 +35,8 @@ def read_timeline(d) -> RequestTimeline:
     _require_items(d, "chunks", {"start": _is_time, "end": _is_time}, {"tokens": _is_int, "step": _is_int})
     _require_items(d, "waits", {"start": _is_time, "end": _is_time, "reason": _is_str},
                    {"step": _is_int_or_none, "held_by": _is_str_or_none})
-    if d.get("preemptions") is None:       # written by every stagelens; an older or foreign writer: none
-        d = {**d, "preemptions": 0}
-    return RequestTimeline.from_dict(d)
+    # Written by every stagelens; a writer that left them out (the bundle reader lets it): no name, no preemption
+    return RequestTimeline.from_dict({**d, "model": d.get("model") or "", "preemptions": d.get("preemptions") or 0})
 
 
 def read_timelines(items) -> list[RequestTimeline]:

@@ -63,3 +63,11 @@ def test_whatif_skips_a_malformed_timeline_of_a_bundle_or_an_answer():
                      observed_from_window("http://agent", {"timelines": rows}, [])):
         assert [r.request_id for r in observed.requests] == ["a", "b"]
         assert observed.timelines == [timeline("a", 1.0), timeline("b", 2.0)]
+
+
+def test_a_timeline_without_its_model_reads_as_the_bundle_reader_lets_it():
+    # agent/record.py checks what replay reads, not the model: such a request is replayed as model-0, as before
+    written = {k: v for k, v in timeline("a").to_dict().items() if k not in ("model", "preemptions")}
+    assert read_timeline(written).model == "" and read_timeline(written).preemptions == 0
+    (request,) = observed_in(Bundle("b.jsonl", "test", timelines=[written])).requests
+    assert request.model == "model-0"
