@@ -224,7 +224,7 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
     log(f"{scenario}: A through vllm")
     lab = record(path, scenario, duration, seed, outside=True)      # the spans are the run's, not in the bundle
     hooks = from_bundle(str(path))
-    spans = [t.to_dict() for t in lab.outside_timelines]
+    spans = lab.outside_timelines
     observed = Observed(f"{path} (spans)", from_timelines(str(path), spans), hooks.engine_config,
                         frames=hooks.frames, timelines=hooks.timelines)
     candidates = three_candidates(scenario, lambda: recommended_changes(hooks))

@@ -10,11 +10,10 @@ from agent.whatif.workload import Observed
 def recommended_changes(observed: Observed, config=None) -> dict:
     from agent.diagnosis.whole_run import judge_run
     from agent.lab.fixes import fix_flags
-    from engine_hooks.records.timeline import RequestTimeline
 
     if not observed.frames:
         raise UserError(f"{observed.source}: no frames to diagnose: --recommended needs them")
-    run = judge_run(observed.frames, [RequestTimeline.from_dict(t) for t in observed.timelines], config)
+    run = judge_run(observed.frames, observed.timelines, config)
     changes = {k: v for k, v in fix_flags(run.diagnosis).items() if k in TUNABLE}
     if not changes:
         raise UserError(f"{observed.source}: the diagnosis ({run.diagnosis.verdict}) recommends no change "

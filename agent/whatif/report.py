@@ -13,6 +13,7 @@ from agent.whatif.predict import Prediction, predict
 from agent.whatif.settings import Settings, as_set_flags
 from agent.whatif.spans import fit_spans
 from agent.whatif.workload import Observed, scaled
+from engine_hooks.records.timeline import RequestTimeline
 
 
 @dataclass
@@ -51,8 +52,8 @@ def today_settings(observed: Observed, today: dict | None = None) -> Settings:
     return Settings.assumed(*observed.engine_info()).changed(today or {})
 
 
-def _spans(observed: Observed) -> list[dict]:
-    return [t for t in observed.timelines if t.get("chunks")]
+def _spans(observed: Observed) -> list[RequestTimeline]:
+    return [t for t in observed.timelines if t.chunks]
 
 
 def fitted(observed: Observed, settings: Settings) -> StepCost:
@@ -66,7 +67,7 @@ def fitted(observed: Observed, settings: Settings) -> StepCost:
         raise UserError(f"{observed.source}: {exc}") from None
 
 
-def spans_cost(timelines: list[dict], settings: Settings) -> StepCost:
+def spans_cost(timelines: list[RequestTimeline], settings: Settings) -> StepCost:
     """The step cost fitted on span timelines, each sequence's KV slots as the engine under `settings` reserves
     them: whole blocks, or the whole reservation of a contiguous allocator (what the simulator prices)."""
     contiguous = settings.allocator == "contiguous"

@@ -15,14 +15,15 @@ reason and the engine's settings are not in the spans (the settings come from th
 from __future__ import annotations
 
 from agent.whatif.fit import StepCost, fit_steps
+from engine_hooks.records.timeline import RequestTimeline
 
 DEFAULT_BLOCK_SIZE = 16      # the bundled engine's and vLLM's default, when the engine does not say
 
 
-def pseudo_steps(timelines: list[dict], block_size: int | None = None,
+def pseudo_steps(timelines: list[RequestTimeline], block_size: int | None = None,
                  reserved_per_sequence: int | None = None) -> list[dict]:
-    """Pseudo-steps (agent/record.py STEP_FIELDS) from span timelines (`RequestTimeline.to_dict()`), KV slots in
-    blocks of `block_size`, or `reserved_per_sequence` slots each whatever its length (a contiguous allocator)."""
+    """Pseudo-steps (agent/record.py STEP_FIELDS) from span timelines, KV slots in blocks of `block_size`, or
+    `reserved_per_sequence` slots each whatever its length (a contiguous allocator)."""
     bs = block_size or DEFAULT_BLOCK_SIZE
 
     def blocks(tokens: float) -> float:      # the slots a sequence of exactly this many tokens reserves
@@ -33,11 +34,11 @@ def pseudo_steps(timelines: list[dict], block_size: int | None = None,
 
     spans = []
     for t in timelines:
-        chunks = t.get("chunks") or []
-        if t.get("first_token") is None or t.get("finished") is None or not chunks:
+        if t.first_token is None or t.finished is None or not t.chunks:
             continue
-        spans.append((t["prompt_tokens"], t.get("output_tokens") or 0, chunks[0]["start"], chunks[0]["end"],
-                      t["first_token"], t["finished"], t.get("model")))
+        prefill = t.chunks[0]
+        spans.append((t.prompt_tokens, t.output_tokens, prefill.start, prefill.end, t.first_token, t.finished,
+                      t.model))
     steps = []
     for i, (prompt, output, p_start, p_end, first, end, model) in enumerate(spans):
         # the prefill: this prompt and those prefilled in the same step(s), beside the requests decoding then
@@ -77,6 +78,6 @@ def _step(start: float, end: float, prefill: float, pairs: float, decoding: floa
             "preempted": 0, "loading": False, "forwards": max(1, forwards)}
 
 
-def fit_spans(timelines: list[dict], block_size: int | None = None,
+def fit_spans(timelines: list[RequestTimeline], block_size: int | None = None,
               reserved_per_sequence: int | None = None) -> StepCost:
     return fit_steps(pseudo_steps(timelines, block_size, reserved_per_sequence), busy_gap=0.0)

@@ -8,7 +8,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from agent.errors import CollectError, UserError
-from agent.numbers import is_finite_number
+from engine_hooks.records.timeline import RequestTimeline
+from engine_hooks.records.timeline_reading import read_timelines
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Observed:
     loads: list[dict] = field(default_factory=list)
     kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
     frames: list = field(default_factory=list)     # for the diagnosis's own fix (`--recommended`), the engine info
-    timelines: list[dict] = field(default_factory=list)
+    timelines: list[RequestTimeline] = field(default_factory=list)   # each read and checked once, where it came in
 
     def engine_info(self):
         """The last frame's engine description (records.snapshot.EngineInfo) and its KV blocks, or Nones."""
@@ -50,18 +51,16 @@ class Observed:
         return self.requests[0].arrival, self.requests[-1].arrival
 
 
-def from_timelines(source: str, timelines: list[dict]) -> list[ServedRequest]:
-    """Requests from timeline dicts (`RequestTimeline.to_dict()`): those with an arrival and lengths."""
+def from_timelines(source: str, timelines: list[RequestTimeline]) -> list[ServedRequest]:
+    """Requests from timelines: those with a prompt, that ran."""
     out = []
     for t in timelines:
-        prompt, output, arrival = t.get("prompt_tokens"), t.get("output_tokens"), t.get("arrival")
-        if not (is_finite_number(arrival) and isinstance(prompt, int) and isinstance(output, int) and prompt > 0):
+        if t.prompt_tokens <= 0:
             continue
-        if t.get("finish_reason") in ("error",) and not output:
+        if t.finish_reason in ("error",) and not t.output_tokens:
             continue            # it never ran (its model could not load): nothing to replay
-        out.append(ServedRequest(str(t.get("request_id")), str(t.get("model") or "model-0"), float(arrival), prompt,
-                                 max(output, 1), t.get("first_token"), t.get("finished"),
-                                 int(t.get("preemptions") or 0), t.get("finish_reason")))
+        out.append(ServedRequest(t.request_id, t.model or "model-0", float(t.arrival), t.prompt_tokens,
+                                 max(t.output_tokens, 1), t.first_token, t.finished, t.preemptions, t.finish_reason))
     out.sort(key=lambda r: r.arrival)
     if not out:
         raise UserError(f"{source}: no finished request with its arrival and token counts: nothing to replay")
@@ -92,18 +91,18 @@ def from_agent(url: str) -> Observed:
 
 def observed_from_window(source: str, window: dict, frames: list) -> Observed:
     """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`)."""
-    timelines = [t for t in window.get("timelines") or [] if isinstance(t, dict)]
-    return _observed(source, timelines, window.get("engine_config"), window.get("steps") or [],
-                     window.get("loads") or [], frames)
+    return _observed(source, read_timelines(window.get("timelines")), window.get("engine_config"),
+                     window.get("steps") or [], window.get("loads") or [], frames)
 
 
 def observed_in(bundle) -> Observed:
     """What replay needs of a bundle already read (agent.record.Bundle)."""
-    return _observed(bundle.path, bundle.timelines, bundle.engine_config, bundle.steps, bundle.loads, bundle.frames)
+    return _observed(bundle.path, read_timelines(bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
+                     bundle.frames)
 
 
-def _observed(source: str, timelines: list[dict], engine_config: dict | None, steps: list[dict], loads: list[dict],
-              frames: list) -> Observed:
+def _observed(source: str, timelines: list[RequestTimeline], engine_config: dict | None, steps: list[dict],
+              loads: list[dict], frames: list) -> Observed:
     used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in frames
             if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
             and f.engine.usage.used_blocks is not None]

@@ -12,6 +12,7 @@ from agent.whatif.report import spans_cost
 from agent.whatif.settings import Settings
 from agent.whatif.spans import fit_spans, pseudo_steps
 from agent.whatif.workload import ServedRequest
+from engine_hooks.records.timeline import PrefillChunk, RequestTimeline
 
 SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, enable_chunked_prefill=False,
                     long_prefill_token_threshold=0, policy="fcfs", allocator="paged", max_model_len=2048,
@@ -36,9 +37,8 @@ def workload(seed=5, count=150, rate=3.0):
 def spans_of(requests):
     """What the engine's llm_request spans would say of each simulated request."""
     run = predict(SETTINGS, TRUE, requests).simulation
-    return [{"request_id": r.rid, "model": r.model, "prompt_tokens": r.prompt, "output_tokens": r.outputs,
-             "arrival": r.arrival, "first_token": r.first_token, "finished": r.finished,
-             "chunks": [{"start": r.scheduled, "end": r.first_token}]} for r in run.requests]
+    return [RequestTimeline(r.rid, r.model, r.prompt, r.outputs, r.arrival, r.finished, first_token=r.first_token,
+                            chunks=[PrefillChunk(r.scheduled, r.first_token, 0, 0)]) for r in run.requests]
 
 
 def test_each_request_gives_a_prefill_and_a_decode_pseudo_step():
@@ -46,8 +46,8 @@ def test_each_request_gives_a_prefill_and_a_decode_pseudo_step():
     steps = pseudo_steps(spans)
     assert len(steps) == 2 * len(spans)          # every request here has two outputs or more
     prefill = steps[0]
-    assert prefill["prefill_tokens"] == spans[0]["prompt_tokens"]
-    assert prefill["prefill_pairs"] == spans[0]["prompt_tokens"] ** 2
+    assert prefill["prefill_tokens"] == spans[0].prompt_tokens
+    assert prefill["prefill_pairs"] == spans[0].prompt_tokens ** 2
 
 
 def test_a_cost_fitted_on_spans_replays_the_workload_close_to_the_truth():
@@ -60,9 +60,8 @@ def test_a_cost_fitted_on_spans_replays_the_workload_close_to_the_truth():
 
 
 def _span(rid, model, prompt, output, prefill_start, first_token, finished):
-    return {"request_id": rid, "model": model, "prompt_tokens": prompt, "output_tokens": output,
-            "arrival": prefill_start, "first_token": first_token, "finished": finished,
-            "chunks": [{"start": prefill_start, "end": first_token}]}
+    return RequestTimeline(rid, model, prompt, output, prefill_start, finished, first_token=first_token,
+                           chunks=[PrefillChunk(prefill_start, first_token, 0, 0)])
 
 
 def test_spans_price_the_kv_in_the_blocks_the_engine_reserves():
