@@ -88,34 +88,29 @@ def _scalar(test: Callable[[Any], bool], what: str, optional: bool) -> Reader:
     return read_scalar
 
 
-def _list(item: Reader, optional: bool) -> Reader:
-    def read_list(value, where):
+def _container(kind: type, what: str, optional: bool, build: Callable[[Any, str], Any]) -> Reader:
+    """A reader of a JSON list or object: null where optional, the wrong kind refused, else `build` on it."""
+    def read_container(value, where):
         if value is None and optional:
             return None
-        if not isinstance(value, list):
-            raise _fail(where, "a list", value, optional)
-        return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    return read_list
+        if not isinstance(value, kind):
+            raise _fail(where, what, value, optional)
+        return build(value, where)
+    return read_container
+
+
+def _list(item: Reader, optional: bool) -> Reader:
+    return _container(list, "a list", optional,
+                      lambda value, where: [item(v, f"{where}[{i}]") for i, v in enumerate(value)])
 
 
 def _object(item: Reader, optional: bool) -> Reader:
-    def read_object(value, where):
-        if value is None and optional:
-            return None
-        if not isinstance(value, dict):
-            raise _fail(where, "an object", value, optional)
-        return {k: item(v, f"{where}.{k}") for k, v in value.items()}
-    return read_object
+    return _container(dict, "an object", optional,
+                      lambda value, where: {k: item(v, f"{where}.{k}") for k, v in value.items()})
 
 
 def _section(section: Reader, optional: bool) -> Reader:
-    def read_section(value, where):
-        if value is None and optional:
-            return None
-        if not isinstance(value, dict):
-            raise _fail(where, "an object", value, optional)
-        return section(value, where)
-    return read_section
+    return _container(dict, "an object", optional, section)
 
 
 def _any(value, _where):
