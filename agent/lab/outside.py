@@ -51,9 +51,14 @@ class OutsideView:
         self.face.spans.flush()
 
     def judge(self, until_unix: float, config: DiagnosisConfig | None = None) -> RunDiagnosis:
-        """The run as seen from outside, judged as the hooks' run is: the loaded frames, every request; the
-        loaded frames' end is `settle_s` later than the hooks', as the outside's evidence of the load's last
-        seconds comes that much later (a step's gauges when it ends, a request's span up to an export later)."""
+        """The run as seen from outside, judged as the hooks' run is: the loaded frames, every request. The
+        outside learns of a request's wait only from its span, when the request ends: the loaded frames' end
+        is where every request that arrived in the loaded time had ended, plus `settle_s` (one span export and
+        one scrape), not the hooks' end. On a slow host a request queued at the end of the load ends seconds
+        after it, and a judgment at the hooks' end would not have heard of its wait yet."""
         frames: list[Frame] = self.sampling.frames()
-        loaded = [f for f in frames if f.time_unix <= until_unix + self.settle_s] or frames
-        return judge_run(loaded, self.source.recent_timelines(), config)
+        timelines = self.source.recent_timelines()
+        ends = [tl.finished for tl in timelines if tl.finished is not None and tl.arrival <= until_unix]
+        heard = max([until_unix, *ends]) + self.settle_s
+        loaded = [f for f in frames if f.time_unix <= heard] or frames
+        return judge_run(loaded, timelines, config)
