@@ -51,7 +51,7 @@ def main() -> None:
         timelines, times = window(requests, requests), []
         for _ in range(runs):
             started = time.perf_counter()
-            decided_waits(timelines, 0.01, 0.02)
+            decided_waits(timelines, 0.01)
             head_of_line_share(timelines, 0.005)
             times.append(time.perf_counter() - started)
         figures[f"window_{requests}_requests_ms"] = statistics.median(times) * 1000

@@ -244,26 +244,50 @@ def step_period(span: float, steps: int | None) -> float | None:
     return span / steps if steps and span > 0 else None
 
 
-def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
-    """Each request's queue time less what any scheduler makes a request wait, the rest of the step running
-    when it arrived (the hooks' `step_boundary`). Its bound is `longest_step`, the longest ordinary step (the
-    inter-token P99 less the stalls of whole long prefills: ordinary_step_p99), or one mean step period where
-    that is not published; the prefill of a short prompt in progress at its arrival, as the spans show it, up
-    to that bound, where its step is not in the window's spans yet. A long prompt's prefill is not such a step:
-    waiting behind it is what chunked prefill avoids, as the hooks judge head-of-line blocking."""
-    steps = sorted((c.start, c.end) for tl in timelines if tl.prompt_tokens <= LONG_PREFILL_TOKENS for c in tl.chunks)
-    starts = [start for start, _ in steps]
-    reach = list(itertools.accumulate((end for _, end in steps), max))   # the latest end of a step begun by each
-    cap = longest_step if longest_step is not None else float("inf")
-    step = period if longest_step is None else max(period, longest_step)
+def decided_waits(timelines: list[RequestTimeline], period: float) -> list[float]:
+    """Each request's queue time that its scheduler decided, from the step boundaries the spans show.
+
+    A request arriving mid-step waits for the step in progress (the hooks' `step_boundary`, no stage's fault),
+    and how long that step ran is not published: the inter-token P99 bounds it too loosely on a noisy host,
+    where arrivals meet the one step in a hundred that ran long. What the spans do show is when steps began or
+    ended: each request's first scheduling, first token and end. A request not scheduled at such a moment after
+    its arrival was held back from there on. The moment must come half a step period before its own scheduling:
+    the end of the step in progress is recorded a little before the next step schedules it. With no such
+    moment its wait is the step in progress: nothing decided (one request held alone is no pattern either:
+    sustained_p99). A short request's wait behind a long prompt's prefill, running when it arrived and over by
+    its scheduling, is decided whole, as the hooks judge head-of-line blocking: chunked prefill would have let
+    it in; the end of such a prefill is no boundary it was held at."""
+    slack = period / 2
+    longs = _long_prefills(timelines)
+    long_starts = [start for start, _ in longs]
+    long_reach = list(itertools.accumulate((end for _, end in longs), max))   # the latest end of those begun
+    long_ends = sorted(end for _, end in longs)
+    marks = sorted((t, tl.request_id) for tl in timelines for t in _step_moments(tl)
+                   if not _within(long_ends, t, slack))
+    times = [t for t, _ in marks]
     out = []
     for tl in timelines:
-        # the steps begun by its arrival; one still running then (the latest end past it) bounds its wait
-        begun = bisect.bisect_right(starts, tl.arrival)
-        end = reach[begun - 1] if begun else tl.arrival
-        boundary = min(end - tl.arrival, cap) if end > tl.arrival else 0.0
-        out.append(max(0.0, tl.scheduler_wait_s - max(boundary, step)))
+        scheduled = tl.arrival + tl.scheduler_wait_s
+        begun = bisect.bisect_right(long_starts, tl.arrival)
+        if (tl.prompt_tokens <= LONG_PREFILL_TOKENS and begun
+                and tl.arrival < long_reach[begun - 1] <= scheduled + slack):
+            out.append(tl.scheduler_wait_s)
+            continue
+        seen = range(bisect.bisect_right(times, tl.arrival), bisect.bisect_left(times, scheduled - slack))
+        first = next((times[i] for i in seen if marks[i][1] != tl.request_id), None)
+        out.append(scheduled - first if first is not None else 0.0)
     return out
+
+
+def _step_moments(tl: RequestTimeline) -> list[float]:
+    """When a step began (its first scheduling) or ended (its first token, its end), as its span shows."""
+    return [t for t in (tl.arrival + tl.scheduler_wait_s, tl.first_token, tl.finished) if t is not None]
+
+
+def _within(ordered: list[float], t: float, slack: float) -> bool:
+    """Whether a value of `ordered` lies within `slack` of `t`."""
+    i = bisect.bisect_left(ordered, t - slack)
+    return i < len(ordered) and ordered[i] <= t + slack
 
 
 def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
@@ -345,7 +369,7 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
     (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
     (`queued`, queued_mean_wait, over two requests at least) less the step in progress bounds it from below."""
     step = ordinary_step_p99(inter_token, timelines, iterations)
-    found = _finished_wait_p99(timelines, period, step)
+    found = _finished_wait_p99(timelines, period)
     if queued is None or queued[1] < 2 or period is None:
         return found
     bound = queued[0] - max(period, step or 0.0)
@@ -357,15 +381,14 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
                     + (f"; {found.how}" if found is not None else ""))
 
 
-def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None,
-                       longest: float | None) -> Inferred | None:
+def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None) -> Inferred | None:
     if not timelines or period is None:
         return None
-    value = sustained_p99(decided_waits(timelines, period, longest))
+    value = sustained_p99(decided_waits(timelines, period))
     return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
-                           f"(their llm_request spans) less the step running at each one's arrival (the "
-                           f"inter-token P99 without long prefills' stalls, {_ms(longest)}, or a short "
-                           f"prefill in progress; one step period is {period * 1000:.0f} ms)")
+                           f"(their llm_request spans) from the first step boundary their spans show after each "
+                           f"one's arrival (a request's scheduling, first token or end; one step period is "
+                           f"{period * 1000:.0f} ms), whole behind a long prompt's prefill")
 
 
 def _ms(seconds: float | None) -> str:
