@@ -361,23 +361,23 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
     return (by_reason[QUEUED] / requests, requests) if requests > 0 else None
 
 
-def decided_wait_p99(timelines: list[RequestTimeline], period: float | None,
-                     inter_token: HistogramDelta | None = None, queued: tuple[float, int] | None = None,
-                     iterations: HistogramDelta | None = None) -> Inferred | None:
+def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ordinary_step: float | None = None,
+                     queued: tuple[float, int] | None = None) -> Inferred | None:
     """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99); without them only bounds are known
     (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
-    (`queued`, queued_mean_wait, over two requests at least) less the step in progress bounds it from below."""
-    step = ordinary_step_p99(inter_token, timelines, iterations)
+    (`queued`, queued_mean_wait, over two requests at least) less the step in progress (at most the longer of
+    `period` and `ordinary_step`: ordinary_step_p99) bounds it from below."""
+    step = max(period, ordinary_step or 0.0) if period is not None else None
     found = _finished_wait_p99(timelines, period)
     if queued is None or queued[1] < 2 or period is None:
         return found
-    bound = queued[0] - max(period, step or 0.0)
+    bound = queued[0] - step
     if bound <= 0 or (found is not None and found.value >= bound):
         return found
     return Inferred(bound, f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average "
                            f"(num_requests_waiting by Little's law, less KV and model waits) less the step in "
-                           f"progress ({_ms(max(period, step or 0.0))}): at least that"
+                           f"progress ({_ms(step)}): at least that"
                     + (f"; {found.how}" if found is not None else ""))
 
 

@@ -413,7 +413,8 @@ class VllmSource:
         # spans tell of a request only when it ends: with them, the requests still queued bound the wait too
         queued = None if self.spans is None else queued_mean_wait(
             by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None), now.gauges.waiting)
-        decided = decided_wait_p99(timelines, period, itl, queued, steps) if span else None
+        ordinary = ordinary_step_p99(itl, timelines, steps)
+        decided = decided_wait_p99(timelines, period, ordinary, queued) if span else None
         bounds = None
         if decided is not None:
             inferred["window.scheduler.decided_wait_p99_s"] = decided.how
@@ -426,7 +427,7 @@ class VllmSource:
         still = self._steps.still_for(now.at, histogram_part(family("iteration_tokens"), "_count"),
                                       bool(now.gauges.running or now.gauges.waiting))
         decided, bounds = self._with_stalls(still, decided, bounds, now, before, inferred,
-                                            max(period or 0.0, ordinary_step_p99(itl, timelines, steps) or 0.0))
+                                            max(period or 0.0, ordinary or 0.0))
         for q in ("p50", "p99"):
             said = quantile_said(queue, 0.5 if q == "p50" else 0.99)
             if said is not None and quantile(queue, 0.5 if q == "p50" else 0.99) is None:

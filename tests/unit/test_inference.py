@@ -210,7 +210,7 @@ def test_one_request_held_alone_is_no_scheduler_pattern():
     assert sustained_p99(many) == pytest.approx(0.98901)
     # through the spans: one request that waited 0.3 s past any step while 9 went straight in reads 0
     alone = [span("a", 5.0, 0.3, 0.05, 50, 6.0)] + [span(f"s{i}", float(i), 0.0, 0.05, 50, i + 0.5) for i in range(9)]
-    assert decided_wait_p99(alone, period=0.02, inter_token=itl({0.05: 100})).value == 0.0
+    assert decided_wait_p99(alone, period=0.02).value == 0.0
 
 
 def test_a_wait_is_charged_by_the_reasons_seen_while_it_waited_else_by_the_window():
@@ -235,7 +235,7 @@ def test_a_queue_that_hardly_moves_bounds_the_wait_before_any_of_it_ends():
     assert decided_wait_p99([], 0.05, queued=(10.0, 1)) is None       # one request is no pattern
     # a healthy window: queued about one step each, which the step in progress explains
     steps = itl({0.05: 100})
-    assert decided_wait_p99([], 0.05, steps, queued=(0.04, 20)) is None
+    assert decided_wait_p99([], 0.05, ordinary_step_p99(steps, []), queued=(0.04, 20)) is None
     # finished requests that waited longer keep their own figure
     went_in = span("in", 0.0, 0.0, 0.05, 50, 0.5)               # its first token ended a step at 0.05
     waited = [went_in] + [span(f"w{i}", 0.0, 12.0, 0.05, 50, 13.0) for i in range(3)]
