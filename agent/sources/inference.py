@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 from agent.sources.families import HistogramDelta, quantile_interpolated
@@ -244,7 +245,7 @@ def step_period(span: float, steps: int | None) -> float | None:
     return span / steps if steps and span > 0 else None
 
 
-def decided_waits(timelines: list[RequestTimeline], period: float) -> list[float]:
+def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
     """Each request's queue time that its scheduler decided, from the step boundaries the spans show.
 
     A request arriving mid-step waits for the step in progress (the hooks' `step_boundary`, no stage's fault),
@@ -252,11 +253,12 @@ def decided_waits(timelines: list[RequestTimeline], period: float) -> list[float
     where arrivals meet the one step in a hundred that ran long. What the spans do show is when steps began or
     ended: each request's first scheduling, first token and end. A request not scheduled at such a moment after
     its arrival was held back from there on. The moment must come half a step period before its own scheduling:
-    the end of the step in progress is recorded a little before the next step schedules it. With no such
-    moment its wait is the step in progress: nothing decided (one request held alone is no pattern either:
-    sustained_p99). A short request's wait behind a long prompt's prefill, running when it arrived and over by
-    its scheduling, is decided whole, as the hooks judge head-of-line blocking: chunked prefill would have let
-    it in; the end of such a prefill is no boundary it was held at."""
+    the end of the step in progress is recorded a little before the next step schedules it. Whatever the spans
+    show, a wait past the longest step seen (`longest_step`: longest_ordinary_step, the top of the inter-token
+    latencies' longest bucket) was decided: no step in progress runs longer than every step. One request held
+    alone is no pattern (sustained_p99). A short request's wait behind a long prompt's prefill, running when it
+    arrived and over by its scheduling, is decided whole, as the hooks judge head-of-line blocking: chunked
+    prefill would have let it in; the end of such a prefill is no boundary it was held at."""
     slack = period / 2
     longs = _long_prefills(timelines)
     long_starts = [start for start, _ in longs]
@@ -275,7 +277,8 @@ def decided_waits(timelines: list[RequestTimeline], period: float) -> list[float
             continue
         seen = range(bisect.bisect_right(times, tl.arrival), bisect.bisect_left(times, scheduled - slack))
         first = next((times[i] for i in seen if marks[i][1] != tl.request_id), None)
-        out.append(scheduled - first if first is not None else 0.0)
+        past_any_step = tl.scheduler_wait_s - longest_step if longest_step is not None else 0.0
+        out.append(max(scheduled - first if first is not None else 0.0, past_any_step, 0.0))
     return out
 
 
@@ -292,9 +295,27 @@ def _within(ordered: list[float], t: float, slack: float) -> bool:
 
 def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
                       iterations: HistogramDelta | None = None) -> float | None:
-    """How long the step in progress at a request's arrival may be, from the inter-token latencies (a decoding
-    request waits one step between tokens, so every step with one running shows there): their P99 by count
-    (weighted by time, the one or two stalls left in would bound every wait).
+    """How long the step in progress at a request's arrival typically is at most: the P99 by count of the
+    ordinary steps (ordinary_steps; weighted by time, the one or two stalls left in would bound every wait)."""
+    ordinary = ordinary_steps(inter_token, timelines, iterations)
+    return None if ordinary is None else quantile_interpolated(ordinary, 0.99)   # a working bound, never reported
+
+
+def longest_ordinary_step(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
+                          iterations: HistogramDelta | None = None) -> float | None:
+    """How long the step in progress at a request's arrival can be at most: the upper bound of the longest
+    ordinary step's bucket (ordinary_steps); None where it is unbounded (+Inf) or nothing was observed."""
+    ordinary = ordinary_steps(inter_token, timelines, iterations)
+    if ordinary is None:
+        return None
+    longest = next(bound for bound, cumulative in ordinary.buckets if cumulative >= ordinary.count)
+    return None if math.isinf(longest) else longest
+
+
+def ordinary_steps(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
+                   iterations: HistogramDelta | None = None) -> HistogramDelta | None:
+    """The steps a request may arrive in, from the inter-token latencies (a decoding request waits one step
+    between tokens, so every step with one running shows there).
 
     Without the stalls of long prompts prefilled in one step: every request decoding through one waited the
     whole prefill for its next token, so the observations from the bucket of the shortest long prefill in the
@@ -321,8 +342,7 @@ def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[Reques
     left = list(itertools.accumulate(per_bucket))
     if left[-1] <= 0:
         return None
-    ordinary = HistogramDelta(buckets=list(zip(bounds, left, strict=True)), count=left[-1], sum=0.0)
-    return quantile_interpolated(ordinary, 0.99)     # a working bound, in whatever bucket: never reported
+    return HistogramDelta(buckets=list(zip(bounds, left, strict=True)), count=left[-1], sum=0.0)
 
 
 def _long_step_share(iterations: HistogramDelta | None) -> float:
@@ -362,14 +382,14 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
 
 
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ordinary_step: float | None = None,
-                     queued: tuple[float, int] | None = None) -> Inferred | None:
+                     queued: tuple[float, int] | None = None, longest_step: float | None = None) -> Inferred | None:
     """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99); without them only bounds are known
     (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
     (`queued`, queued_mean_wait, over two requests at least) less the step in progress (at most the longer of
     `period` and `ordinary_step`: ordinary_step_p99) bounds it from below."""
     step = max(period, ordinary_step or 0.0) if period is not None else None
-    found = _finished_wait_p99(timelines, period)
+    found = _finished_wait_p99(timelines, period, longest_step)
     if queued is None or queued[1] < 2 or period is None:
         return found
     bound = queued[0] - step
@@ -381,14 +401,16 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ord
                     + (f"; {found.how}" if found is not None else ""))
 
 
-def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None) -> Inferred | None:
+def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None,
+                       longest: float | None) -> Inferred | None:
     if not timelines or period is None:
         return None
-    value = sustained_p99(decided_waits(timelines, period))
+    value = sustained_p99(decided_waits(timelines, period, longest))
     return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
                            f"(their llm_request spans) from the first step boundary their spans show after each "
                            f"one's arrival (a request's scheduling, first token or end; one step period is "
-                           f"{period * 1000:.0f} ms), whole behind a long prompt's prefill")
+                           f"{period * 1000:.0f} ms), or past the longest step ({_ms(longest)}), whole behind a "
+                           f"long prompt's prefill")
 
 
 def _ms(seconds: float | None) -> str:

@@ -52,6 +52,7 @@ from agent.sources.inference import (
     head_of_line_share,
     held_tokens,
     kv_full,
+    longest_ordinary_step,
     ordinary_step_p99,
     queued_mean_wait,
     step_period,
@@ -414,7 +415,8 @@ class VllmSource:
         queued = None if self.spans is None else queued_mean_wait(
             by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None), now.gauges.waiting)
         ordinary = ordinary_step_p99(itl, timelines, steps)
-        decided = decided_wait_p99(timelines, period, ordinary, queued) if span else None
+        longest = longest_ordinary_step(itl, timelines, steps)
+        decided = decided_wait_p99(timelines, period, ordinary, queued, longest) if span else None
         bounds = None
         if decided is not None:
             inferred["window.scheduler.decided_wait_p99_s"] = decided.how
