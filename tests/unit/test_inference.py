@@ -17,6 +17,7 @@ from agent.sources.inference import (
     full_while_waiting,
     head_of_line_share,
     held_tokens,
+    longest_ordinary_step,
     ordinary_step_p99,
     queued_mean_wait,
     sustained_p99,
@@ -187,6 +188,21 @@ def test_the_stalls_of_long_prefills_are_no_ordinary_step_and_a_wait_behind_them
     assert decided_waits(timelines, period=0.04)[-1] == pytest.approx(0.5)
     # no long prefill in the spans (nor a step count): the stalls stay, the P99 among them
     assert ordinary_step_p99(histogram, [behind]) == pytest.approx(0.5 + 0.25 * (99 - 97) / 3)
+
+
+def test_a_wait_past_the_longest_step_seen_is_decided_where_the_spans_show_no_boundary():
+    """sched-tiny-budget through vLLM's interfaces: requests wait several 30 ms steps for the token budget while
+    nothing the spans show begins or ends; no step in progress is longer than the longest step decoders saw."""
+    histogram = itl({0.025: 90, 0.05: 10})               # no step past 50 ms
+    assert longest_ordinary_step(histogram, []) == 0.05
+    budget_waits = [span(f"b{i}", 0.01 * i, 0.20, 0.03, 50, 1.0) for i in range(2)]
+    assert decided_waits(budget_waits, period=0.03) == [0.0, 0.0]        # unbounded: the step in progress
+    assert decided_waits(budget_waits, period=0.03, longest_step=0.05) == pytest.approx([0.15, 0.15])
+    # a long prefill's stalls are no ordinary step, and an unbounded longest bucket bounds nothing
+    long_prefill = span("L", 0.0, 0.0, 0.60, 1800, 2.0)
+    assert longest_ordinary_step(itl({0.025: 90, 0.75: 3}), [long_prefill]) == 0.025
+    assert longest_ordinary_step(itl({0.025: 90, float("inf"): 1}), []) is None
+    assert longest_ordinary_step(itl({}), []) is None
 
 
 def test_long_prefills_whose_spans_are_not_in_yet_are_counted_by_the_steps_that_held_them():
