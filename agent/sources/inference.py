@@ -254,7 +254,7 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
     ended: each request's first scheduling, first token and end. A request not scheduled at such a moment after
     its arrival was held back from there on. The moment must come half a step period before its own scheduling:
     the end of the step in progress is recorded a little before the next step schedules it. Whatever the spans
-    show, a wait past the longest step seen (`longest_step`: longest_ordinary_step, the top of the inter-token
+    show, a wait past the longest step seen (`longest_step`: ordinary_step_bounds, the top of the inter-token
     latencies' longest bucket) was decided: no step in progress runs longer than every step. One request held
     alone is no pattern (sustained_p99). A short request's wait behind a long prompt's prefill, running when it
     arrived and over by its scheduling, is decided whole, as the hooks judge head-of-line blocking: chunked
@@ -293,23 +293,17 @@ def _within(ordered: list[float], t: float, slack: float) -> bool:
     return i < len(ordered) and ordered[i] <= t + slack
 
 
-def ordinary_step_p99(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
-                      iterations: HistogramDelta | None = None) -> float | None:
-    """How long the step in progress at a request's arrival typically is at most: the P99 by count of the
-    ordinary steps (ordinary_steps; weighted by time, the one or two stalls left in would bound every wait)."""
-    ordinary = ordinary_steps(inter_token, timelines, iterations)
-    return None if ordinary is None else quantile_interpolated(ordinary, 0.99)   # a working bound, never reported
-
-
-def longest_ordinary_step(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
-                          iterations: HistogramDelta | None = None) -> float | None:
-    """How long the step in progress at a request's arrival can be at most: the upper bound of the longest
-    ordinary step's bucket (ordinary_steps); None where it is unbounded (+Inf) or nothing was observed."""
+def ordinary_step_bounds(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
+                         iterations: HistogramDelta | None = None) -> tuple[float | None, float | None]:
+    """How long the step in progress at a request's arrival is, from the ordinary steps (ordinary_steps), read
+    once a scrape: (typically at most: their P99 by count, a working bound never reported (weighted by time,
+    the one or two stalls left in would bound every wait); at most: the top of the longest one's bucket, None
+    where that is +Inf). (None, None) where nothing was observed."""
     ordinary = ordinary_steps(inter_token, timelines, iterations)
     if ordinary is None:
-        return None
+        return None, None
     longest = next(bound for bound, cumulative in ordinary.buckets if cumulative >= ordinary.count)
-    return None if math.isinf(longest) else longest
+    return quantile_interpolated(ordinary, 0.99), None if math.isinf(longest) else longest
 
 
 def ordinary_steps(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
@@ -387,7 +381,7 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ord
     P99 that at least two requests reach: sustained_p99); without them only bounds are known
     (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
     (`queued`, queued_mean_wait, over two requests at least) less the step in progress (at most the longer of
-    `period` and `ordinary_step`: ordinary_step_p99) bounds it from below."""
+    `period` and `ordinary_step`: ordinary_step_bounds) bounds it from below."""
     step = max(period, ordinary_step or 0.0) if period is not None else None
     found = _finished_wait_p99(timelines, period, longest_step)
     if queued is None or queued[1] < 2 or period is None:

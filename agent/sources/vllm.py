@@ -52,8 +52,7 @@ from agent.sources.inference import (
     head_of_line_share,
     held_tokens,
     kv_full,
-    longest_ordinary_step,
-    ordinary_step_p99,
+    ordinary_step_bounds,
     queued_mean_wait,
     step_period,
     wait_seconds_by_reason,
@@ -414,8 +413,7 @@ class VllmSource:
         # spans tell of a request only when it ends: with them, the requests still queued bound the wait too
         queued = None if self.spans is None else queued_mean_wait(
             by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None), now.gauges.waiting)
-        ordinary = ordinary_step_p99(itl, timelines, steps)
-        longest = longest_ordinary_step(itl, timelines, steps)
+        ordinary, longest = ordinary_step_bounds(itl, timelines, steps)    # one pass over the window's spans
         decided = decided_wait_p99(timelines, period, ordinary, queued, longest) if span else None
         bounds = None
         if decided is not None:

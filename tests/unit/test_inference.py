@@ -17,8 +17,7 @@ from agent.sources.inference import (
     full_while_waiting,
     head_of_line_share,
     held_tokens,
-    longest_ordinary_step,
-    ordinary_step_p99,
+    ordinary_step_bounds,
     queued_mean_wait,
     sustained_p99,
     wait_seconds_by_reason,
@@ -183,26 +182,26 @@ def test_the_stalls_of_long_prefills_are_no_ordinary_step_and_a_wait_behind_them
     timelines = [long_prefill, *decoders, behind]
     # the observations from the long prefill's bucket (0.5, 0.75] up are its stalls: without them, the P99 of the
     # 97 left in (0.025, 0.05] interpolates to 0.025 + 0.025 x 0.99
-    assert ordinary_step_p99(histogram, timelines) == pytest.approx(0.025 + 0.025 * 0.99)
+    assert ordinary_step_bounds(histogram, timelines)[0] == pytest.approx(0.025 + 0.025 * 0.99)
     # and the wait behind the long prefill is the scheduler's, whole, as the hooks charge it
     assert decided_waits(timelines, period=0.04)[-1] == pytest.approx(0.5)
     # no long prefill in the spans (nor a step count): the stalls stay, the P99 among them
-    assert ordinary_step_p99(histogram, [behind]) == pytest.approx(0.5 + 0.25 * (99 - 97) / 3)
+    assert ordinary_step_bounds(histogram, [behind])[0] == pytest.approx(0.5 + 0.25 * (99 - 97) / 3)
 
 
 def test_a_wait_past_the_longest_step_seen_is_decided_where_the_spans_show_no_boundary():
     """sched-tiny-budget through vLLM's interfaces: requests wait several 30 ms steps for the token budget while
     nothing the spans show begins or ends; no step in progress is longer than the longest step decoders saw."""
     histogram = itl({0.025: 90, 0.05: 10})               # no step past 50 ms
-    assert longest_ordinary_step(histogram, []) == 0.05
+    assert ordinary_step_bounds(histogram, [])[1] == 0.05
     budget_waits = [span(f"b{i}", 0.01 * i, 0.20, 0.03, 50, 1.0) for i in range(2)]
     assert decided_waits(budget_waits, period=0.03) == [0.0, 0.0]        # unbounded: the step in progress
     assert decided_waits(budget_waits, period=0.03, longest_step=0.05) == pytest.approx([0.15, 0.15])
     # a long prefill's stalls are no ordinary step, and an unbounded longest bucket bounds nothing
     long_prefill = span("L", 0.0, 0.0, 0.60, 1800, 2.0)
-    assert longest_ordinary_step(itl({0.025: 90, 0.75: 3}), [long_prefill]) == 0.025
-    assert longest_ordinary_step(itl({0.025: 90, float("inf"): 1}), []) is None
-    assert longest_ordinary_step(itl({}), []) is None
+    assert ordinary_step_bounds(itl({0.025: 90, 0.75: 3}), [long_prefill])[1] == 0.025
+    assert ordinary_step_bounds(itl({0.025: 90, float("inf"): 1}), [])[1] is None
+    assert ordinary_step_bounds(itl({}), [])[1] is None
 
 
 def test_long_prefills_whose_spans_are_not_in_yet_are_counted_by_the_steps_that_held_them():
@@ -210,12 +209,12 @@ def test_long_prefills_whose_spans_are_not_in_yet_are_counted_by_the_steps_that_
     # 2% of the inter-token observations, the longest, are their stalls
     steps = HistogramDelta(buckets=[(512.0, 98), (1024.0, 98), (2048.0, 100), (float("inf"), 100)], count=100, sum=0)
     histogram = itl({0.05: 490, 2.5: 10})                 # 2% of 500: all 10 long gaps
-    assert ordinary_step_p99(histogram, [], steps) == pytest.approx(0.025 + 0.025 * 0.99)
-    assert ordinary_step_p99(histogram, []) > 1.0           # without the steps' count: the stalls bound every wait
+    assert ordinary_step_bounds(histogram, [], steps)[0] == pytest.approx(0.025 + 0.025 * 0.99)
+    assert ordinary_step_bounds(histogram, [])[0] > 1.0        # without the steps' count: the stalls bound every wait
 
 
 def test_no_inter_token_latency_no_bound():
-    assert ordinary_step_p99(itl({}), []) is None
+    assert ordinary_step_bounds(itl({}), [])[0] is None
 
 
 def test_one_request_held_alone_is_no_scheduler_pattern():
@@ -251,7 +250,7 @@ def test_a_queue_that_hardly_moves_bounds_the_wait_before_any_of_it_ends():
     assert decided_wait_p99([], 0.05, queued=(10.0, 1)) is None       # one request is no pattern
     # a healthy window: queued about one step each, which the step in progress explains
     steps = itl({0.05: 100})
-    assert decided_wait_p99([], 0.05, ordinary_step_p99(steps, []), queued=(0.04, 20)) is None
+    assert decided_wait_p99([], 0.05, ordinary_step_bounds(steps, [])[0], queued=(0.04, 20)) is None
     # finished requests that waited longer keep their own figure
     went_in = span("in", 0.0, 0.0, 0.05, 50, 0.5)               # its first token ended a step at 0.05
     waited = [went_in] + [span(f"w{i}", 0.0, 12.0, 0.05, 50, 13.0) for i in range(3)]
