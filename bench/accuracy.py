@@ -7,6 +7,8 @@ each stage reached by several causes and healthy runs at several loads, each wit
 interfaces only (agent.lab.outside: its /metrics and llm_request spans), and counts how often that
 agrees with the hooks' verdict on the same run. `--stress` runs a busy co-runner process on every core during
 each run (bench/_busy.py), as a noisy host: the diagnosis must stay as right, and no healthy run may fire.
+Under `--stress` a healthy case's open-loop rate is halved, so that it stays within the slowed engine's
+capacity (stressed_flags); `healthy_firing_hooks_not` counts the false pages: outside fires, the hooks don't.
 
 Prints the confusion matrix (expected root x diagnosed root), one line per run (so a miss can be read),
 then the figures beside their targets. Never pass/fail.
@@ -32,6 +34,7 @@ from agent.vocabulary import STAGES  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine is judged
 NONE = "none"                  # healthy expected, or all-OK diagnosed
+STRESSED_HEALTHY_RATE = 0.5    # a healthy rate's share under --stress: the co-runners take about half the CPU
 EXPLODED = 5.0                 # a P99 TTFT this many times the P50 is one no verdict should call OK
 TARGETS = {"right_share": ">= 0.95", "right_share_through_vllm": ">= 0.95", "right_share_stressed": ">= 0.90",
            "healthy_firing_runs": "0", "exploded_but_ok_runs": "0", "cold-start.right": ">= 2/3"}
@@ -46,8 +49,18 @@ def diagnosed(verdict: str, root: str | None) -> str:
     return root if verdict in ("warn", "firing") and root else NONE
 
 
+def stressed_flags(case) -> dict:
+    """A healthy case is a load within the engine's capacity. The co-runners (one per core) leave the engine about
+    half the CPU, so a healthy open-loop rate is halved to stay within it; otherwise the run is not healthy any more
+    and the hooks fire on it too. Faults keep their load: less CPU only deepens them."""
+    if case.expected is not None or "rate" not in case.flags:
+        return case.flags
+    return {**case.flags, "rate": case.flags["rate"] * STRESSED_HEALTHY_RATE}
+
+
 def run_one(case, seed: int, duration: float, through: str = "hooks", stress: bool = False) -> dict:
-    engine_cfg, workload_cfg = build_configs({"duration": duration, "seed": seed}, case.flags)
+    flags = stressed_flags(case) if stress else case.flags
+    engine_cfg, workload_cfg = build_configs({"duration": duration, "seed": seed}, flags)
     out = {"config": case.name, "seed": seed, "expected": case.expected or NONE}
     outside = through == "vllm"
     try:
@@ -174,6 +187,9 @@ def main() -> None:
     figures["fault_runs"] = len(faults)
     figures["healthy_firing_runs"] = sum(r["verdict"] == "firing" for r in healthy)
     figures["healthy_firing_runs_target"] = TARGETS["healthy_firing_runs"]
+    if args.through == "vllm":   # a false page: outside fires where the hooks, inside the same run, read no fault
+        figures["healthy_firing_hooks_not"] = sum(r["verdict"] == "firing" and r.get("hooks_diagnosed") == NONE
+                                                  for r in healthy)
     figures["healthy_warn_runs"] = sum(r["verdict"] == "warn" for r in healthy)
     figures["exploded_but_ok_runs"] = sum(r.get("exploded", False) and r["verdict"] == "ok" for r in runs)
     figures["exploded_but_ok_runs_target"] = TARGETS["exploded_but_ok_runs"]
