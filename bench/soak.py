@@ -305,6 +305,8 @@ def main() -> None:
                         "engine, span sender and KV publisher (bench/soak_outside.py)")
     parser.add_argument("--history", type=int, help="with --outside: the agent's --history (default its own, 900 "
                         "frames: 15 minutes at 1 s to fill, longer than the soak)")
+    parser.add_argument("--generator-nice", type=int, help="with --outside: the hostile generator's nice (0: at "
+                        "the agent's priority, its own CPU counted in the agent's figures) [soak_outside's 10]")
     parser.add_argument("--seconds", type=float, help="soak this long instead (2 or 10 minutes)")
     args = parser.parse_args()
     duration = args.seconds or (120.0 if args.quick else 600.0)
@@ -313,7 +315,7 @@ def main() -> None:
     if args.outside:
         from soak_outside import run as soak_outside
 
-        emit(soak_outside(duration, args.seed, args.history), args.json)
+        emit(soak_outside(duration, args.seed, args.history, args.generator_nice), args.json)
         return
     figures: dict = {"model": args.model, "seed": args.seed, "soak_s": duration}
     with tempfile.TemporaryDirectory(prefix="stagelens-soak-") as workdir:

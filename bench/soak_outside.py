@@ -17,7 +17,9 @@ oldest frame age (target <= 3 intervals) and the normal spans lost (target 0).
   hash stored 20,000 times, 2,000 removals of it, a sequence jump to 2**64-1, a malformed payload, a 20 MiB
   message.
 
-The agent and this generator share the machine: on 2 busy cores the figures include the generator's own load.
+The attackers would be other hosts on a real network; here they share the agent's cores. So, once the agent, the
+scraper and the do-nothing server are started, every thread of the generator runs at nice GENERATOR_NICE
+(`--generator-nice 0`: at the agent's priority, the generator's own CPU then counted in the agent's figures).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 FIXTURES = ROOT / "tests" / "fixtures" / "engines"
 DAEMONSET = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
 INTERVAL_S = 1.0
+GENERATOR_NICE = 10                         # the hostile generator's threads: behind the agent and the scraper
 NORMAL_SPANS = 32                           # a batch of vLLM's exporter at a few requests a second
 ENGINE_HOSTILE = ("drip_body", "drip_headers", "huge", "negative_gauge", "blocks_2e29", "duplicate_series",
                   "redirect_elsewhere", "redirect_loop", "escapes_in_model_name", "http_500")
@@ -387,7 +390,15 @@ def intake(text: str) -> dict[str, float]:
     return labelled(text, "stagelens_engine_intake_total", "what")
 
 
-def run(duration: float, seed: int, history: int | None = None) -> dict:
+def lower_this_process(nice: int) -> None:
+    """Every thread of this process at `nice` (Linux's nice is per thread; threads started later inherit it)."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):   # a thread that ended meanwhile
+            os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+
+
+def run(duration: float, seed: int, history: int | None = None, generator_nice: int | None = None) -> dict:
+    generator_nice = GENERATOR_NICE if generator_nice is None else generator_nice
     stop = threading.Event()
     engine = HostileEngine(seed, stop)
     kv = KvPublisher(seed, stop)
@@ -403,7 +414,8 @@ def run(duration: float, seed: int, history: int | None = None) -> dict:
          *(["--history", str(history)] if history else [])],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)     # bench/probes.py is not the probes package
     spans = SpanSender(http_port, grpc_port, seed, stop)
-    figures: dict = {"soak_s": duration, "seed": seed, "history_frames": history or "agent's default"}
+    figures: dict = {"soak_s": duration, "seed": seed, "history_frames": history or "agent's default",
+                     "generator_nice": generator_nice}
     try:
         wait_for_route(base, "/healthz", agent, deadline_s=90)   # its engine is hostile: /readyz may never say ready
         figures["rss_start_mib"] = round(_status(agent.pid, "VmRSS"), 1)
@@ -416,6 +428,7 @@ def run(duration: float, seed: int, history: int | None = None) -> dict:
         results = ctx.Queue()
         scraper = ctx.Process(target=scrape, args=(base + "/metrics", floor_url, 0.5, duration, results), daemon=True)
         scraper.start()
+        lower_this_process(generator_nice)
         workers = [threading.Thread(target=w, daemon=True) for w in (spans.run, kv.run)]
         for w in workers:
             w.start()
