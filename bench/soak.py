@@ -306,7 +306,8 @@ def main() -> None:
     parser.add_argument("--history", type=int, help="with --outside: the agent's --history (default its own, 900 "
                         "frames: 15 minutes at 1 s to fill, longer than the soak)")
     parser.add_argument("--generator-nice", type=int, help="with --outside: the hostile generator's nice (0: at "
-                        "the agent's priority, its own CPU counted in the agent's figures) [soak_outside's 10]")
+                        "the agent's priority, its own CPU counted in the agent's figures) "
+                        "[bench/soak_outside.py's GENERATOR_NICE]")
     parser.add_argument("--seconds", type=float, help="soak this long instead (2 or 10 minutes)")
     args = parser.parse_args()
     duration = args.seconds or (120.0 if args.quick else 600.0)
