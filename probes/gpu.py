@@ -34,7 +34,7 @@ def decode_throttle_reasons(mask: int) -> list[str]:
     return names
 
 
-@dataclass
+@dataclass(slots=True)
 class GpuSample:
     index: int
     uuid: str | None = None

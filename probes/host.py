@@ -16,7 +16,7 @@ import psutil
 _PROC = "/proc"
 
 
-@dataclass
+@dataclass(slots=True)
 class ProcessSample:
     pid: int
     name: str | None = None
@@ -29,7 +29,7 @@ class ProcessSample:
     error: str | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class HostSample:
     cpu_count: int
     cpu_busy_percent: list[float]  # per core, since the previous sample

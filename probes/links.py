@@ -27,7 +27,7 @@ def pcie_bandwidth_bytes(gen: int | None, width: int | None) -> float | None:
     return PCIE_LANE_GBPS[gen] * width * 1e9
 
 
-@dataclass
+@dataclass(slots=True)
 class PcieSample:
     gen: int | None = None
     gen_max: int | None = None
@@ -44,7 +44,7 @@ class PcieSample:
     findings: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class NvlinkSample:
     link: int
     active: bool
