@@ -49,8 +49,10 @@ class NodeSampling:
                                history=history)
         self.sampler.listeners.extend(listeners)
         self._services = engine_source if run_source_services and isinstance(engine_source, SourceServices) else None
-        self._timelines: list = []    # finished since the last `take()`, for feeds that poll one sample at a time
-        self.sampler.listeners.append(lambda _frame, timelines: self._timelines.extend(timelines))
+        # finished since the last `tick()`, for feeds that poll one sample at a time; None until one does: a
+        # sampler on its own thread (serve) has no one to take them, and they would pile up for as long as it runs
+        self._timelines: list | None = None
+        self.sampler.listeners.append(self._keep_for_tick)
 
     @property
     def interval(self) -> float:
@@ -68,9 +70,15 @@ class NodeSampling:
 
     def tick(self) -> tuple[Frame, list]:
         """One sample now: the frame and the request timelines finished since the previous `tick`."""
+        if self._timelines is None:
+            self._timelines = []
         frame = self.sampler.tick()
         timelines, self._timelines = self._timelines, []
         return frame, timelines
+
+    def _keep_for_tick(self, _frame: Frame, timelines: list) -> None:
+        if self._timelines is not None:
+            self._timelines.extend(timelines)
 
     def frames(self, since: float | None = None) -> list[Frame]:
         return self.sampler.frames(since)

@@ -77,3 +77,43 @@ def test_collector_statuses_are_typed_and_read_back_as_written():
     data["collectors"][0]["success"] = "yes"
     with pytest.raises(FrameError, match=r"collectors\[0\].success"):
         Frame.from_dict(data)
+
+
+class FinishingSource:
+    """An engine source one request of which finishes before every snapshot."""
+
+    def __init__(self) -> None:
+        self.finished: list = []
+
+    def snapshot(self, now_monotonic):
+        from engine_hooks.records.timeline import RequestTimeline
+
+        self.finished.append(RequestTimeline(request_id=f"r{len(self.finished)}", model="m", prompt_tokens=1,
+                                             arrival=now_monotonic - 1, finished=now_monotonic))
+        return None     # no figures: only the timelines matter here
+
+    def recent_timelines(self, since=None):
+        return [t for t in self.finished if since is None or t.finished > since]
+
+
+def test_a_sampler_on_its_own_thread_keeps_no_timeline_the_source_let_go():
+    """serve samples on the sampler's thread: nobody calls `tick()`, so the timelines handed to the listeners
+    must not be kept for it (they were, every one, for as long as the agent ran)."""
+    import gc
+    import weakref
+
+    source = FinishingSource()
+    sampling = NodeSampling(source, DGX, run_source_services=False)
+    for _ in range(5):
+        sampling.sampler.tick()          # what the sampling thread does each interval
+    finished = [weakref.ref(t) for t in source.finished]
+    source.finished.clear()
+    gc.collect()
+    assert [ref() for ref in finished] == [None] * 5
+
+
+def test_a_polling_feed_gets_each_finished_timeline_once():
+    source = FinishingSource()
+    sampling = NodeSampling(source, DGX, run_source_services=False)
+    got = [t.request_id for _ in range(3) for t in sampling.tick()[1]]
+    assert got == ["r0", "r1", "r2"]
