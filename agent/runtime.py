@@ -19,7 +19,6 @@ from agent.diagnosis.model import Diagnosis
 from agent.diagnosis.tail import with_stages
 from agent.frame import Frame
 from agent.metrics.exporter import MetricsExporter
-from agent.native_heap import NativeHeap
 from agent.node_sampling import NodeSampling
 
 log = logging.getLogger(__name__)
@@ -64,9 +63,7 @@ class AgentRuntime:
         self._predicting = threading.Lock()        # held while one is computed
         self._trace_ids: OrderedDict[str, str] = OrderedDict()
         self._traceparents: OrderedDict[str, str] = OrderedDict()
-        self.native_heap = NativeHeap()
-        self.native_heap.limit_arenas()     # before the receivers' and the server's threads start
-        self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._publish, self.native_heap.on_frame]
+        self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._publish]
 
     # --- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:

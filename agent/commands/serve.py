@@ -69,6 +69,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     gracefully (exit 0)."""
     import prometheus_client
 
+    from agent.long_running import limit_malloc_arenas, settle_collector
     from agent.runtime import AgentRuntime, LabSettings
     from agent.server.app import create_app
     from agent.server.http_server import listen_socket, serve_until_stopped
@@ -80,6 +81,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     # Process-wide, so only where those intake threads run: a hosted lab engine's step loop keeps the default.
     if engine_kind != "lab":
         sys.setswitchinterval(0.001)
+    limit_malloc_arenas()      # before any receiver's or the server's thread starts
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
@@ -97,6 +99,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
                            request_timeout=request_timeout, history=history)
     runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
     runtime.start()
+    settle_collector()         # what serving needs is loaded and started: out of every collection from now on
     click.echo(f"stagelens serving on http://{host}:{port} (engine: {engine_kind}"
                f"{', scenario ' + scenario if scenario else ''}; docs at /docs)", err=True)
     serve_until_stopped(create_app(runtime, token), sock, runtime, shutdown_grace, max_connections)
