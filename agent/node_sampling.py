@@ -49,10 +49,6 @@ class NodeSampling:
                                history=history)
         self.sampler.listeners.extend(listeners)
         self._services = engine_source if run_source_services and isinstance(engine_source, SourceServices) else None
-        # finished since the last `tick()`, for feeds that poll one sample at a time; None until one does: a
-        # sampler on its own thread (serve) has no one to take them, and they would pile up for as long as it runs
-        self._timelines: list | None = None
-        self.sampler.listeners.append(self._keep_for_tick)
 
     @property
     def interval(self) -> float:
@@ -69,16 +65,10 @@ class NodeSampling:
         self.sampler.start()
 
     def tick(self) -> tuple[Frame, list]:
-        """One sample now: the frame and the request timelines finished since the previous `tick`."""
-        if self._timelines is None:
-            self._timelines = []
-        frame = self.sampler.tick()
-        timelines, self._timelines = self._timelines, []
-        return frame, timelines
-
-    def _keep_for_tick(self, _frame: Frame, timelines: list) -> None:
-        if self._timelines is not None:
-            self._timelines.extend(timelines)
+        """One sample now, for feeds that poll: the frame and the request timelines finished since the previous
+        sample. Nothing is kept for them between two: a sampler on its own thread (serve) has no one to take
+        them, and kept they piled up for as long as it ran."""
+        return self.sampler.sample()
 
     def frames(self, since: float | None = None) -> list[Frame]:
         return self.sampler.frames(since)

@@ -40,6 +40,11 @@ class Sampler:
         self._hostname = socket.gethostname()
 
     def tick(self) -> Frame:
+        return self.sample()[0]
+
+    def sample(self) -> tuple[Frame, list]:
+        """One frame, kept and handed to the listeners, with the request timelines finished since the previous
+        one (the same the listeners got)."""
         now_unix, now_mono = time.time(), time.monotonic()
         frame = Frame(now_unix, now_mono, self._hostname)
         timelines: list = []
@@ -78,7 +83,7 @@ class Sampler:
             except Exception:
                 self.listener_errors += 1
                 log.exception("a frame listener failed")
-        return frame
+        return frame, timelines
 
     def frames(self, since: float | None = None) -> list[Frame]:
         with self._lock:

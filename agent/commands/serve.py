@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import click
 
@@ -69,18 +68,14 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     gracefully (exit 0)."""
     import prometheus_client
 
-    from agent.long_running import limit_malloc_arenas, settle_collector
+    from agent.long_running import hand_over_the_gil_sooner, limit_malloc_arenas, settle_collector
     from agent.runtime import AgentRuntime, LabSettings
     from agent.server.app import create_app
     from agent.server.http_server import listen_socket, serve_until_stopped
 
     prometheus_client.disable_created_metrics()   # `_created` series only double every counter
-    # intake threads (OTLP decoding, exposition parsing) are pure Python and hold the GIL for the whole of
-    # the default 5 ms switch interval: a scrape arriving meanwhile waited that long, once or more, for the
-    # event loop to run (the outside soak's /metrics p99 was 13.9 ms); 1 ms hands the loop the GIL sooner.
-    # Process-wide, so only where those intake threads run: a hosted lab engine's step loop keeps the default.
-    if engine_kind != "lab":
-        sys.setswitchinterval(0.001)
+    if engine_kind != "lab":    # a hosted lab engine's step loop keeps the default switch interval
+        hand_over_the_gil_sooner()
     limit_malloc_arenas()      # before any receiver's or the server's thread starts
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
