@@ -52,8 +52,9 @@ from agent.lab.settings import build_configs  # noqa: E402
 from agent.record import BundleWriter  # noqa: E402
 from agent.whatif.figures import relative_error, serving_figures  # noqa: E402
 from agent.whatif.recommended import recommended_changes  # noqa: E402
-from agent.whatif.report import spans_cost, today_settings, what_if  # noqa: E402
+from agent.whatif.report import what_if  # noqa: E402
 from agent.whatif.settings import as_set_flags  # noqa: E402
+from agent.whatif.spans import fit_spans  # noqa: E402
 from agent.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine matters
@@ -228,7 +229,7 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
     observed = Observed(f"{path} (spans)", from_timelines(str(path), spans), hooks.engine_config,
                         frames=hooks.frames, timelines=hooks.timelines)
     candidates = three_candidates(scenario, lambda: recommended_changes(hooks))
-    result = what_if(observed, candidates, cost=spans_cost(spans, today_settings(observed)))
+    result = what_if(observed, candidates, cost=fit_spans(spans))
     truth = measured(path)
     twins = twin_difference(workdir, scenario, duration, seed, log, "A", truth)
     rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.figures, truth, twins)

@@ -56,23 +56,14 @@ def _spans(observed: Observed) -> list[RequestTimeline]:
     return [t for t in observed.timelines if t.chunks]
 
 
-def fitted(observed: Observed, settings: Settings) -> StepCost:
-    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals, its
-    sequences' KV slots counted as `settings` reserve them."""
+def fitted(observed: Observed) -> StepCost:
+    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals."""
     try:
         if observed.steps or observed.engine_config:
             return fit_steps(observed.steps, observed.loads)
-        return spans_cost(_spans(observed), settings)
+        return fit_spans(_spans(observed))
     except FitError as exc:
         raise UserError(f"{observed.source}: {exc}") from None
-
-
-def spans_cost(timelines: list[RequestTimeline], settings: Settings) -> StepCost:
-    """The step cost fitted on span timelines, each sequence's KV slots as the engine under `settings` reserves
-    them: whole blocks, or the whole reservation of a contiguous allocator (what the simulator prices)."""
-    contiguous = settings.allocator == "contiguous"
-    return fit_spans(timelines, settings.block_size,
-                     settings.blocks_per_request * settings.block_size if contiguous else None)
 
 
 def what_if(observed: Observed, candidates: list[dict], settings: Settings | None = None,
@@ -81,7 +72,7 @@ def what_if(observed: Observed, candidates: list[dict], settings: Settings | Non
     `scale_rate` times as fast. Bad values are a UserError."""
     settings = settings or today_settings(observed)
     checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
-    cost = cost or fitted(observed, settings)
+    cost = cost or fitted(observed)
     replayed = scaled(observed.requests, scale_rate)
     today = predict(settings, cost, replayed)
     measured = serving_figures(observed.requests, observed.window)

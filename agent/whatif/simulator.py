@@ -239,6 +239,7 @@ class Simulator:
         residency, log = self.residency, self.log
         bs = self.s.block_size
         num_blocks = self.alloc.num_blocks
+        last_prefill_end = float("-inf")
         while arrivals or self.waiting or self.running:
             while arrivals and arrivals[0].arrival <= now:
                 req = arrivals.popleft()
@@ -271,19 +272,22 @@ class Simulator:
             for m in models:
                 residency.used(m)
             first, finished = self._update(entries)
-            # the KV tokens the requests still running hold after the step, and the slots their blocks reserve
-            # (every block held is a running request's): what the recorder logs (LLMEngine._update), the slots
-            # what the cost was fitted on
+            # the KV tokens the requests still running hold after the step (what the recorder logs, and what the
+            # attention reads: each sequence's own blocks, whatever its allocator reserved), and the slots their
+            # blocks reserve (every block held is a running request's)
             cached = sum(r.computed for r in self.running)
             used = num_blocks - self.alloc.num_free_blocks()
             reserved = used * bs
             # one forward pass per model in the batch (ModelRunner.groups)
-            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, reserved,
-                                         bool(residency.loading), len(models))
+            seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, cached,
+                                         bool(residency.loading), len(models), now - last_prefill_end)
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
-                                   "preempted": [r.rid for r in preempted], "kv_slots": reserved})
+                                   "preempted": [r.rid for r in preempted], "kv_slots": reserved,
+                                   "kv_tokens": cached})
             now += seconds
+            if prefill_tokens:
+                last_prefill_end = now
             for req in first:
                 req.first_token = now
             for req in finished:

@@ -3,10 +3,9 @@ steps (which it does not publish): each request's prefill interval is a step (or
 prompt beside the requests decoding then; each request's decode interval is `output - 1` steps whose mean
 time is the interval over that count, beside the requests decoding with it and the prompts prefilled
 meanwhile. Those become pseudo-steps with the features of agent/whatif/fit.py, averaged where they stand
-for many steps, and are fitted the same way. The KV term is priced as on the engine's own steps, in the slots
-reserved: each sequence's tokens rounded up to whole blocks (a sequence in its decode holds on average half a
-block past its tokens), or the whole reservation each sequence gets from a contiguous allocator; and a
-pseudo-step serving several models runs one forward pass per model.
+for many steps, and are fitted the same way. The KV term is priced as on the engine's own steps, in the tokens
+the sequences hold (a sequence in its decode holds on average its prompt and half its output); a pseudo-step
+serving several models runs one forward pass per model.
 
 What this loses: a prefill chunked over several steps reads as one step of the whole prompt; the queue's
 reason and the engine's settings are not in the spans (the settings come from the caller).
@@ -17,20 +16,11 @@ from __future__ import annotations
 from agent.whatif.fit import StepCost, fit_steps
 from engine_hooks.records.timeline import RequestTimeline
 
-DEFAULT_BLOCK_SIZE = 16      # the bundled engine's and vLLM's default, when the engine does not say
 
-
-def pseudo_steps(timelines: list[RequestTimeline], block_size: int | None = None,
-                 reserved_per_sequence: int | None = None) -> list[dict]:
-    """Pseudo-steps (agent/record.py STEP_FIELDS) from span timelines, KV slots in blocks of `block_size`, or
-    `reserved_per_sequence` slots each whatever its length (a contiguous allocator)."""
-    bs = block_size or DEFAULT_BLOCK_SIZE
-
-    def blocks(tokens: float) -> float:      # the slots a sequence of exactly this many tokens reserves
-        return reserved_per_sequence or -(-tokens // bs) * bs
-
-    def decoding_slots(prompt: int, output: int) -> float:   # over its decode, on average
-        return reserved_per_sequence or prompt + output / 2 + bs / 2
+def pseudo_steps(timelines: list[RequestTimeline]) -> list[dict]:
+    """Pseudo-steps (agent/record.py STEP_FIELDS) from span timelines."""
+    def decoding_tokens(prompt: int, output: int) -> float:   # over its decode, on average
+        return prompt + output / 2
 
     spans = []
     for t in timelines:
@@ -48,8 +38,8 @@ def pseudo_steps(timelines: list[RequestTimeline], block_size: int | None = None
         together = [(o_prompt, o_model) for o_prompt, _, ps, pe, _, _, o_model in spans if ps <= middle < pe]
         models = {m for _, m in together} | {m for _, _, m in decoding}
         steps.append(_step(p_start, p_end, sum(p for p, _ in together), sum(p * p for p, _ in together),
-                           len(decoding), sum(decoding_slots(pr, out) for pr, out, _ in decoding)
-                           + sum(blocks(p) for p, _ in together), len(models)))
+                           len(decoding), sum(decoding_tokens(pr, out) for pr, out, _ in decoding)
+                           + sum(p for p, _ in together), len(models)))
         if output < 2 or end <= first:
             continue
         # its decode: output - 1 steps, beside the others decoding and the prompts prefilled in the meantime
@@ -59,7 +49,7 @@ def pseudo_steps(timelines: list[RequestTimeline], block_size: int | None = None
         prefilled = [o_prompt for j, (o_prompt, _, ps, pe, _, _, _) in enumerate(spans)
                      if j != i and first <= (ps + pe) / 2 < end]
         mean_decoding = 1 + sum(share for share, _, _, _ in overlap)
-        kv = decoding_slots(prompt, output) + sum(share * decoding_slots(pr, out) for share, pr, out, _ in overlap)
+        kv = decoding_tokens(prompt, output) + sum(share * decoding_tokens(pr, out) for share, pr, out, _ in overlap)
         # each other model served beside it: its forward pass in the share of the steps that model's requests ran
         others: dict = {}
         for share, _, _, o_model in overlap:
@@ -70,14 +60,13 @@ def pseudo_steps(timelines: list[RequestTimeline], block_size: int | None = None
     return steps
 
 
-def _step(start: float, end: float, prefill: float, pairs: float, decoding: float, slots: float,
+def _step(start: float, end: float, prefill: float, pairs: float, decoding: float, kv_tokens: float,
           forwards: float) -> dict:
     return {"index": 0, "start": start, "end": end, "prefill_tokens": prefill, "prefill_pairs": pairs,
             "decode_tokens": decoding, "prefill_seqs": 1 if prefill else 0, "decode_seqs": decoding,
-            "kv_tokens_cached": slots, "kv_slots_reserved": slots, "waiting": 0, "running": decoding,
+            "kv_tokens_cached": kv_tokens, "kv_slots_reserved": kv_tokens, "waiting": 0, "running": decoding,
             "preempted": 0, "loading": False, "forwards": max(1, forwards)}
 
 
-def fit_spans(timelines: list[RequestTimeline], block_size: int | None = None,
-              reserved_per_sequence: int | None = None) -> StepCost:
-    return fit_steps(pseudo_steps(timelines, block_size, reserved_per_sequence), busy_gap=0.0)
+def fit_spans(timelines: list[RequestTimeline]) -> StepCost:
+    return fit_steps(pseudo_steps(timelines), busy_gap=0.0, sequential=False)

@@ -1,7 +1,7 @@
 """The simulator holds to the real engine's decisions: the same requests, admitted in the same order, chunked
 the same way, preempted at the same steps, step by step, on the bundled engine run on CPU with the tiny model;
-and each step priced on the KV slots the engine reserved for the requests still running after it (whole
-blocks, as its allocator gives them: what the step cost is fitted on).
+with the same KV slots reserved for the requests still running after each step (whole blocks, as its allocator
+gives them), and each step priced on the KV tokens those requests hold (what the step cost is fitted on).
 
 Every request is submitted before the first step, so the real engine's decisions do not depend on timing;
 the simulator gets them all at one instant with a constant step cost."""
@@ -18,15 +18,16 @@ TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4     # layers x K,V x kv heads x hea
 
 
 class Decisions:
-    """An engine observer keeping each step's batch: (request, tokens), the requests preempted and the KV slots
-    reserved by the requests running after it."""
+    """An engine observer keeping each step's batch: (request, tokens), the requests preempted, and the KV slots
+    reserved by the requests running after it and the tokens they hold."""
 
     def __init__(self) -> None:
         self.steps: list[dict] = []
 
     def on_step(self, _engine, stats, batch) -> None:
         self.steps.append({"entries": [(r.request_id, n) for r, n in batch.entries],
-                           "preempted": [r.request_id for r in batch.preempted], "kv_slots": stats.kv_slots_reserved})
+                           "preempted": [r.request_id for r in batch.preempted], "kv_slots": stats.kv_slots_reserved,
+                           "kv_tokens": stats.kv_tokens_cached})
 
 
 def workload(seed: int, count: int) -> list[tuple[str, int, int]]:

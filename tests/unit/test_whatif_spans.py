@@ -8,7 +8,6 @@ import pytest
 
 from agent.whatif.fit import StepCost
 from agent.whatif.predict import predict
-from agent.whatif.report import spans_cost
 from agent.whatif.settings import Settings
 from agent.whatif.spans import fit_spans, pseudo_steps
 from agent.whatif.workload import ServedRequest
@@ -18,10 +17,10 @@ SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, 
                     long_prefill_token_threshold=0, policy="fcfs", allocator="paged", max_model_len=2048,
                     kv_cache_memory=128 * 2**20, kv_bytes_per_token=8192, models=1, num_preload_models=1,
                     max_resident_models=None)
-TRUE = StepCost({"fixed": 0.01, "prefill_tokens": 4e-4, "prefill_pairs": 2e-7, "decode_seqs": 2e-3,
-                 "kv_slots": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1, error_median=0,
-                error_p90=0, total_error=0, observed_max={"prefill_tokens": 1e9, "prefill_pairs": 1e12,
-                                                          "decode_seqs": 1e9, "kv_slots": 1e12})
+TRUE = StepCost({"fixed": 0.01, "prefill_tokens": 4e-4, "cold_prefill_tokens": 0.0, "prefill_pairs": 2e-7,
+                 "decode_seqs": 2e-3, "kv_tokens": 1e-6, "extra_forwards": 0.0, "loading": 0.0}, steps=1,
+                error_median=0, error_p90=0, total_error=0,
+                observed_max={"prefill_tokens": 1e9, "prefill_pairs": 1e12, "decode_seqs": 1e9, "kv_tokens": 1e12})
 
 
 def workload(seed=5, count=150, rate=3.0):
@@ -64,14 +63,12 @@ def _span(rid, model, prompt, output, prefill_start, first_token, finished):
                            chunks=[PrefillChunk(prefill_start, first_token, 0, 0)])
 
 
-def test_spans_price_the_kv_in_the_blocks_the_engine_reserves():
-    # alone: a prompt of 20 tokens holds two blocks of 16 once prefilled; over its 4 decode steps it holds
-    # on average its prompt, half its output and half a block past them
-    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], block_size=16)
-    assert prefill["kv_slots_reserved"] == 32
-    assert decode["kv_slots_reserved"] == pytest.approx(20 + 2.5 + 8)
-    (prefill, _) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], block_size=64)
-    assert prefill["kv_slots_reserved"] == 64
+def test_spans_price_the_kv_in_the_tokens_the_sequences_hold():
+    # alone: a prompt of 20 tokens holds them once prefilled; over its 4 decode steps it holds on average its
+    # prompt and half its output
+    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)])
+    assert prefill["kv_tokens_cached"] == 20
+    assert decode["kv_tokens_cached"] == pytest.approx(20 + 2.5)
 
 
 def test_a_pseudo_step_serving_two_models_runs_a_forward_pass_for_each():
@@ -84,22 +81,3 @@ def test_a_pseudo_step_serving_two_models_runs_a_forward_pass_for_each():
     assert b_decode["forwards"] == 2                      # model-0 decoded beside it all along
     assert a_decode["forwards"] == pytest.approx(1 + 0.75 / 3.5)    # model-1 beside it for 0.75 s of 3.5
     assert c_prefill["forwards"] == c_decode["forwards"] == 1
-
-
-def test_under_a_contiguous_allocator_each_sequence_is_priced_at_its_whole_reservation():
-    # the engine reserves blocks_per_request blocks for every sequence, short or long: the simulator prices
-    # those slots, so the spans must be fitted on them too (else the KV term is extrapolated tenfold)
-    contiguous = SETTINGS.changed({"allocator": "contiguous"})
-    reservation = contiguous.blocks_per_request * contiguous.block_size
-    (prefill, decode) = pseudo_steps([_span("a", "model-0", 20, 5, 0.0, 1.0, 2.0)], contiguous.block_size,
-                                     reservation)
-    assert prefill["kv_slots_reserved"] == decode["kv_slots_reserved"] == reservation == 2048
-
-
-def test_the_spans_cost_follows_the_allocator_of_the_settings():
-    requests = workload(count=60)
-    spans = spans_of(requests)
-    paged = spans_cost(spans, SETTINGS)
-    contiguous = spans_cost(spans, SETTINGS.changed({"allocator": "contiguous"}))
-    assert paged.observed_max["kv_slots"] < contiguous.observed_max["kv_slots"]
-    assert contiguous.observed_max["kv_slots"] % (SETTINGS.blocks_per_request * SETTINGS.block_size) == 0
