@@ -128,4 +128,5 @@ def test_with_every_prefill_cold_there_is_no_cold_term_to_split_the_prefill_cost
     cost = fit_steps(prefills_after_pauses(100, cold_extra=0.0, pauses=(2.0, 3.0)))
     assert cost.cold_after_s is None
     assert cost.coefficients["prefill_tokens"] == pytest.approx(2e-5, rel=1e-3)
-    assert cost.seconds(200, 0, 0, 0, False, since_prefill_s=0.1) == cost.seconds(200, 0, 0, 0, False, since_prefill_s=9.0)
+    soon, late = (cost.seconds(200, 0, 0, 0, False, since_prefill_s=s) for s in (0.1, 9.0))
+    assert soon == late
