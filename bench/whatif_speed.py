@@ -30,10 +30,11 @@ SETTINGS = Settings(block_size=16, max_num_seqs=64, max_num_batched_tokens=2048,
                     kv_cache_memory=2 * 2**30, kv_bytes_per_token=131072, models=1, num_preload_models=1,
                     max_resident_models=None, model="medium")
 # a GPU-like step: 8 ms fixed, 2 ms per 1000 prefill tokens: enough to serve 50 requests/s
-COST = StepCost({"fixed": 0.008, "prefill_tokens": 2e-6, "prefill_pairs": 1e-10, "decode_seqs": 5e-5,
-                 "kv_slots": 1e-8, "extra_forwards": 0.002, "loading": 0.0},
+COST = StepCost({"fixed": 0.008, "prefill_tokens": 2e-6, "cold_prefill_tokens": 5e-7, "prefill_pairs": 1e-10,
+                 "decode_seqs": 5e-5, "kv_tokens": 1e-8, "extra_forwards": 0.002, "loading": 0.0},
                 steps=1000, error_median=0.05, error_p90=0.1, total_error=0.0,
-                observed_max={"prefill_tokens": 4096, "prefill_pairs": 1e7, "decode_seqs": 256, "kv_slots": 1e6})
+                observed_max={"prefill_tokens": 4096, "prefill_pairs": 1e7, "decode_seqs": 256, "kv_tokens": 1e6},
+                cold_after_s=0.5)
 
 
 def workload(minutes: float, rate: float, seed: int = 0) -> list[ServedRequest]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agent.errors import CollectError, UserError
 from agent.lab.fixes import as_flags
+from agent.whatif.figures import alike
 from agent.whatif.settings import TUNABLE, as_set_flags
 
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions",
@@ -52,7 +53,7 @@ def short_effect(effect: dict) -> str:
     if None in (b99, a99, bt, at):
         return "no prediction: too few requests finished"
     return (f"predicted P99 TTFT {b99 * 1000:.0f} -> {a99 * 1000:.0f} ms, throughput {bt:.1f} -> {at:.1f} tokens/s"
-            + (" (extrapolated)" if effect.get("extrapolated") else ""))
+            + (" (extrapolated)" if effect.get("extrapolated") else "") + _unchanged_note(effect))
 
 
 def render_effect(effect: dict) -> str:
@@ -68,4 +69,10 @@ def render_effect(effect: dict) -> str:
         else:
             parts.append(f"{key} {before:.3g} -> {after:.3g}")
     note = " (extrapolated past the steps recorded)" if effect.get("extrapolated") else ""
-    return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts)
+    return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts) + _unchanged_note(effect)
+
+
+def _unchanged_note(effect: dict) -> str:
+    """Said when the fix leaves P99 TTFT where it is: it may still free memory, but not for latency's sake."""
+    before, after = effect["predicted"]["ttft_p99_s"]
+    return "; P99 TTFT unchanged at today's load" if alike(before, after) else ""

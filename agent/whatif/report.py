@@ -7,13 +7,16 @@ from dataclasses import dataclass
 
 from agent.errors import UserError
 from agent.lab.fixes import as_flags
-from agent.whatif.figures import COMPARED, relative_error, serving_figures
+from agent.whatif.figures import COMPARED, alike, relative_error, serving_figures
 from agent.whatif.fit import FitError, StepCost, fit_steps
 from agent.whatif.predict import Prediction, predict
 from agent.whatif.settings import Settings, as_set_flags
 from agent.whatif.spans import fit_spans
 from agent.whatif.workload import Observed, scaled
 from engine_hooks.records.timeline import RequestTimeline
+
+# the figures a candidate must share with today's to be predicted alike it
+ALIKE_FIGURES = ("ttft_p50_s", "ttft_p99_s", "latency_p99_s", "throughput_tokens_per_s")
 
 
 @dataclass
@@ -26,6 +29,10 @@ class WhatIf:
     replayed: list          # the requests replayed: the observed ones, maybe arriving faster (`--scale-rate`)
     scale_rate: float = 1.0
 
+    def alike_today(self, prediction: Prediction) -> bool:
+        """A candidate predicted as today: at this load its change binds nowhere the simulation can see."""
+        return all(alike(self.today.figures.get(k), prediction.figures.get(k)) for k in ALIKE_FIGURES)
+
     def errors(self) -> dict:
         return {k: relative_error(self.today.figures.get(k), self.measured.get(k)) for k in COMPARED}
 
@@ -36,7 +43,8 @@ class WhatIf:
             "fit": {**self.cost.to_dict(), "on": "steps" if self.observed.steps else "request intervals"},
             "today": {"settings": self.today.settings.__dict__, "predicted": self.today.to_dict(),
                       "measured": self.measured, "relative_error": self.errors()},
-            "candidates": [{"set": as_set_flags(changes), "predicted": p.to_dict()} for changes, p in self.candidates],
+            "candidates": [{"set": as_set_flags(changes), "predicted": p.to_dict(), "alike_today": self.alike_today(p)}
+                           for changes, p in self.candidates],
         }
 
 
@@ -98,16 +106,25 @@ def _figure(key: str, value) -> str:
 ROWS = (*COMPARED, "preemptions", "kv_used_ratio_mean")
 
 
+def _cold_note(c: StepCost) -> str:
+    warm, cold = c.coefficients["prefill_tokens"], c.coefficients["cold_prefill_tokens"]
+    if c.cold_after_s is None or not cold or not warm:
+        return ""
+    return f"; a prefill over {c.cold_after_s:g} s after the last costs {cold / warm:.0%} more a token (cold)"
+
+
 def render(w: WhatIf) -> str:
     c = w.cost
     on = "steps" if w.observed.steps else "pseudo-steps from the requests' prefill and decode intervals"
     lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}"
              + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""),
              f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
-             f"{c.loads} model loads seen"]
+             f"{c.loads} model loads seen" + _cold_note(c)]
     columns = [("today measured", w.measured), ("today predicted", w.today.figures)]
     columns += [(f"candidate {i}", p.figures) for i, (_, p) in enumerate(w.candidates, 1)]
-    lines += [f"candidate {i}: {as_flags(changes)}" for i, (changes, _) in enumerate(w.candidates, 1)]
+    lines += [f"candidate {i}: {as_flags(changes)}"
+              + ("  (predicted alike today: at this load the change binds nowhere)" if w.alike_today(p) else "")
+              for i, (changes, p) in enumerate(w.candidates, 1)]
     errors = w.errors()
     width = max(len(r) for r in ROWS)
     head = f"{'':<{width}}  " + "  ".join(f"{name:>15}" for name, _ in columns) + f"  {'error':>7}"

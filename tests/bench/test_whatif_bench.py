@@ -95,3 +95,28 @@ def test_a_recommended_fix_equal_to_another_candidate_is_refused_not_counted_twi
     with pytest.raises(SystemExit, match="repeat one change"):
         bench.three_candidates("cold-load", lambda: {"max_resident_models": 2})
     assert len(bench.three_candidates("healthy", lambda: 1 / 0)) == 3      # no fix asked of a healthy run
+
+
+def test_a_pick_predicted_alike_another_makes_no_choice_and_stays_out_of_the_shares(bench):
+    right = bench.best_of_three("a", [bench.Candidate("best", 0.1, 1.0, 1.0), bench.Candidate("x", 0.2, 2.0, 2.0),
+                                      bench.Candidate("y", 0.3, 3.0, 3.0)])
+    # the same schedule priced alike: the measured order of the two is the machine's, not the change's
+    tied = bench.best_of_three("b", [bench.Candidate("paged", 0.2000, 1.3, 1.3),
+                                     bench.Candidate("more memory", 0.2001, 1.0, 1.0),
+                                     bench.Candidate("cap", 0.5, 2.0, 2.0)])
+    assert right["decided"] and not tied["decided"] and tied["alike"] == ["more memory"]
+    figures = bench.summary([], [right, tied])
+    assert (figures["best_of_three_decided"], figures["best_of_three_alike"]) == (1, 1)
+    assert figures["best_of_three_right_share"] == 1.0
+    assert bench.summary([], [tied])["best_of_three_right_share"] is None
+
+
+def test_the_steps_bench_groups_the_recordings_by_the_scenario_in_their_names(bench, tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(BENCH.parent))
+        spec = importlib.util.spec_from_file_location("bench_whatif_steps", BENCH.parent / "whatif_steps.py")
+        steps_bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(steps_bench)
+    for scenario in ("kv-fragmentation", "healthy"):
+        path = bench.recording_path(tmp_path, scenario, 30, 2, {"max_num_seqs": 3}, 1.5, twin=1)
+        assert steps_bench.scenario_of(path) == scenario

@@ -30,7 +30,9 @@ def bundle(model_dir, tmp_path_factory):
 
 def test_whatif_json_has_the_fit_today_and_candidates(bundle, model_dir):
     path, lab = bundle
-    proc = _run(["whatif", "--replay", str(path), "--json", "--set", "max-num-seqs=1"], model_dir)
+    # a long-prefill threshold past every prompt (at most 120 tokens) chunks nothing: today's schedule again
+    proc = _run(["whatif", "--replay", str(path), "--json", "--set", "max-num-seqs=1",
+                 "--set", "long-prefill-token-threshold=200"], model_dir)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert set(doc) >= {"fit", "today", "candidates"}
@@ -43,10 +45,11 @@ def test_whatif_json_has_the_fit_today_and_candidates(bundle, model_dir):
     # what was measured from the bundle is what lab measured of the same requests
     assert today["measured"]["ttft_p99_s"] == pytest.approx(lab["ttft_p99_s"], rel=1e-6)
     assert set(today["predicted"]["stages"]) == {"kv_cache", "scheduler", "cold_path"}
-    (candidate,) = doc["candidates"]
+    candidate, inert = doc["candidates"]
     assert candidate["set"] == {"max-num-seqs": 1}
     # one request at a time: the others queue behind it
     assert candidate["predicted"]["ttft_p99_s"] > today["predicted"]["ttft_p99_s"]
+    assert not candidate["alike_today"] and inert["alike_today"]
 
 
 def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
