@@ -40,7 +40,7 @@ class StepCost:
     error_p90: float
     total_error: float                          # |sum predicted - sum observed| / sum observed: the busy time
     observed_max: dict[str, float]
-    load_seconds: dict[str, float] = field(default_factory=dict)   # per model, the mean of its loads
+    load_seconds: dict[str, list[float]] = field(default_factory=dict)   # per model, its loads' times as seen
     loads: int = 0
     cold_after_s: float | None = None           # a prefill this long after the last one runs cold
 
@@ -62,12 +62,19 @@ class StepCost:
                    or forwards - 1 > m.get("extra_forwards", forwards))
         return t, outside
 
-    def load_time(self, model: str) -> float:
-        if model in self.load_seconds:
-            return self.load_seconds[model]
-        if self.load_seconds:
-            return float(np.mean(list(self.load_seconds.values())))
-        return DEFAULT_LOAD_S
+    def load_time(self, model: str, nth: int = 0) -> float:
+        """The time of `model`'s load number `nth` (from 0) in a replay: what its load of that number took when
+        seen, so that a first load's slowness and the loads' spread replay as they were (a mean would make every
+        load a typical one too slow and a slow one too fast); past the loads seen, those after its first again,
+        in turn. A model never seen loaded: the mean of all the loads seen."""
+        seen = self.load_seconds.get(model)
+        if seen:
+            if nth < len(seen):
+                return seen[nth]
+            again = seen[1:] or seen
+            return again[(nth - len(seen)) % len(again)]
+        pooled = [s for times in self.load_seconds.values() for s in times]
+        return float(np.mean(pooled)) if pooled else DEFAULT_LOAD_S
 
     def to_dict(self) -> dict:
         return {"features": list(FEATURES), "coefficients": self.coefficients, "steps": self.steps,
@@ -124,7 +131,7 @@ def fit_steps(steps: list[dict], loads: list[dict] | None = None, busy_gap: floa
         steps=len(y), error_median=float(np.median(rel)), error_p90=float(np.percentile(rel, 90)),
         total_error=float(abs(predicted.sum() - y.sum()) / y.sum()) if y.sum() > 0 else 0.0,
         observed_max={name: float(x[:, i].max()) for i, name in enumerate(FEATURES) if name in RANGED},
-        load_seconds={m: float(np.mean(v)) for m, v in per_model.items()}, loads=len(loads), cold_after_s=cold_after)
+        load_seconds=per_model, loads=len(loads), cold_after_s=cold_after)
 
 
 def _fit(steps: list[dict], busy_gap: float, cold_after: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -71,7 +71,8 @@ class Simulation:
 
 
 class Residency:
-    """`ModelResidency` without weights: which models are resident, and when the loader finishes each."""
+    """`ModelResidency` without weights: which models are resident, and when the loader finishes each; a model's
+    load number n (from 0) takes `load_seconds(model, n)`."""
 
     def __init__(self, settings: Settings, load_seconds) -> None:
         self.capacity = settings.max_resident_models or settings.models
@@ -81,12 +82,14 @@ class Residency:
         self.loads: list[tuple[str, float, float]] = []
         self._loader_free_at = 0.0
         self._load_seconds = load_seconds
+        self._loads_of: dict[str, int] = {}     # model -> how many times loaded so far
 
     def request_load(self, model: str, now: float) -> None:
         if model in self.resident or model in self.loading:
             return
         start = max(now, self._loader_free_at)     # one loader thread: loads queue behind each other
-        end = self._loader_free_at = start + self._load_seconds(model)
+        nth = self._loads_of[model] = self._loads_of.get(model, -1) + 1
+        end = self._loader_free_at = start + self._load_seconds(model, nth)
         self.loading[model] = end
         self.loads.append((model, start, end))
 

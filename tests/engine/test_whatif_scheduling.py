@@ -58,7 +58,7 @@ def simulated_decisions(cfg: EngineConfig, requests) -> list[dict]:
                         kv_bytes_per_token=TINY_KV_BYTES_PER_TOKEN, models=1, num_preload_models=1,
                         max_resident_models=None, model="tiny")
     assert settings.num_blocks == cfg.num_blocks()
-    sim = Simulator(settings, lambda *_: (0.001, False), lambda _m: 1.0)
+    sim = Simulator(settings, lambda *_: (0.001, False), lambda *_: 1.0)
     sim.trace = []
     result = sim.run([SimRequest(rid, "model-0", 0.0, prompt, out) for rid, prompt, out in requests])
     assert all(r.finished is not None for r in result.requests)

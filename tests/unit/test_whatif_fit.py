@@ -85,14 +85,16 @@ def test_too_few_steps_is_an_error_that_says_so():
         fit_steps(synthetic_steps(3, noise=0.0))
 
 
-def test_load_time_is_the_mean_of_the_loads_seen():
-    loads = [{"model": "model-1", "start": 0, "end": 1.0, "seconds": 1.0, "ok": True},
-             {"model": "model-1", "start": 5, "end": 6.5, "seconds": 1.5, "ok": True},
+def test_a_models_loads_replay_the_times_its_loads_took_in_turn():
+    loads = [{"model": "model-1", "start": 0, "end": 0.7, "seconds": 0.7, "ok": True},     # its first: slow
+             {"model": "model-1", "start": 5, "end": 5.2, "seconds": 0.2, "ok": True},
+             {"model": "model-1", "start": 9, "end": 9.3, "seconds": 0.3, "ok": True},
              {"model": "model-2", "start": 9, "end": 9.4, "seconds": 9.9, "ok": False}]
     cost = fit_steps(synthetic_steps(50, noise=0.0), loads)
-    assert cost.load_time("model-1") == pytest.approx(1.25)
-    assert cost.load_time("model-3") == pytest.approx(1.25)    # unseen: the mean of those seen
-    assert cost.loads == 2
+    assert [cost.load_time("model-1", n) for n in range(6)] == pytest.approx([0.7, 0.2, 0.3, 0.2, 0.3, 0.2])
+    assert cost.load_time("model-3") == pytest.approx(0.4)    # never seen loaded: the mean of the loads seen
+    assert cost.load_time("model-2") == pytest.approx(0.4)    # its only load failed
+    assert cost.loads == 3
 
 
 def prefills_after_pauses(n: int, cold_extra: float, pauses=(0.01, 0.3, 0.7, 1.6), seed: int = 3) -> list[dict]:
