@@ -1,12 +1,13 @@
 """What-if's accuracy against the lab: record a run under A, predict B from A's recording alone, run B on the
 same arrivals (same seed) and compare.
 
-    python bench/whatif.py [--duration 15] [--only SCENARIO,...] [--through hooks|vllm] [--json] [--keep DIR]
+    python bench/whatif.py [--duration 15] [--only SCENARIO,...] [--through hooks|vllm] [--json | --markdown]
+                           [--keep DIR]
 
 `--through vllm` predicts from A's `llm_request` spans alone, as from a vLLM server read from outside (the
 bundled engine's vLLM face): the step cost fitted on the spans' prefill and decode intervals
 (agent/whatif/spans.py); with `--keep` the B runs of an earlier `--through hooks` run in the same directory
-are reused.
+are reused, and so is A read through the vLLM face, its spans' timelines kept beside its recording.
 
 The matrix: each scenario's recommended fix and two other flag changes (the three candidates of which the
 prediction must pick the best by P99 TTFT), healthy under 1.5x, 2x, 3x and 4x its rate and hol-blocking under
@@ -59,6 +60,7 @@ from agent.whatif.report import what_if  # noqa: E402
 from agent.whatif.settings import as_set_flags  # noqa: E402
 from agent.whatif.spans import fit_spans  # noqa: E402
 from agent.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
+from engine_hooks.records.timeline import RequestTimeline  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine matters
 RECOMMENDED = "recommended"
@@ -74,12 +76,15 @@ CANDIDATES = {    # scenario -> its three candidates (field -> value, or the dia
 }
 RATE_SCALES = {"healthy": (1.5, 2.0, 3.0, 4.0), "hol-blocking": (2.0,)}
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "throughput_tokens_per_s")
+MARKDOWN_HEADINGS = {"ttft_p50_s": ("P50 TTFT", "s"), "ttft_p99_s": ("P99 TTFT", "s"),
+                     "throughput_tokens_per_s": ("throughput", "tok/s")}
 WARM_UP_S = 3.0           # arrivals of the warm-up run before the matrix
 OUTSIDE_MARK = "*"        # a case whose prediction lies outside the fitted range
 LOAD_AVERAGES: list[float] = []     # the machine's 1-minute load average as each run started
 TARGETS = {"median_abs_error_ttft_p50": 0.10, "median_abs_error_ttft_p99": 0.20,
            "median_abs_error_throughput": 0.10, "fidelity_median_abs_error_ttft_p50": 0.05,
            "best_of_three_right_share": 0.90}
+TARGETS_THROUGH_VLLM = {"median_abs_error_ttft_p99": 0.25}   # spans alone: no steps to fit on, a looser target
 
 
 def record(path: Path, scenario: str, duration: float, seed: int, changes: dict | None = None,
@@ -109,17 +114,30 @@ def recording_path(workdir: Path, scenario: str, duration: float, seed: int, cha
 
 def recorded(workdir: Path, scenario: str, duration: float, seed: int, log, label: str, changes: dict | None = None,
              rate_scale: float = 1.0, outside: bool = False, twin: int = 0) -> tuple[Path, object]:
-    """(the recording of this run, its LabResult, or None when an earlier invocation's recording is reused)."""
+    """(the recording of this run, its LabResult, or None when an earlier invocation's recording is reused).
+    A run read through its vLLM face (`outside`) keeps the timelines its spans gave beside the bundle, which
+    does not hold them (`spans_path`): a recording without them is not reused."""
     path = recording_path(workdir, scenario, duration, seed, changes, rate_scale, outside, twin)
-    if path.exists() and path.stat().st_size:
+    if path.exists() and path.stat().st_size and (not outside or spans_path(path).exists()):
         log(f"{scenario}: {label} (twin {twin}) reused from {path}")
         return path, None
     LOAD_AVERAGES.append(os.getloadavg()[0])
     log(f"{scenario}: {label} (twin {twin}), load average {LOAD_AVERAGES[-1]:.1f}")
     partial = path.with_suffix(".partial")
     result = record(partial, scenario, duration, seed, changes, rate_scale, outside)
+    if outside:
+        spans_path(path).write_text(json.dumps([t.to_dict() for t in result.outside_timelines]))
     partial.replace(path)       # only a run that completed is kept for reuse
     return path, result
+
+
+def spans_path(recording: Path) -> Path:
+    return recording.with_suffix(".spans.json")
+
+
+def outside_timelines(recording: Path) -> list[RequestTimeline]:
+    """The request timelines the spans of a run read through its vLLM face gave (kept by `recorded`)."""
+    return [RequestTimeline.from_dict(t) for t in json.loads(spans_path(recording).read_text())]
 
 
 def twin_difference(workdir: Path, scenario: str, duration: float, seed: int, log, label: str, first: dict,
@@ -230,11 +248,9 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
     """A read through its vLLM interfaces only (spans: arrivals, lengths, prefill and decode intervals; no steps),
     its settings as the operator knows them; each B measured by the hooks (the same recordings as `--through
     hooks`, reused with `--keep`)."""
-    path = recording_path(workdir, scenario, duration, seed, outside=True)
-    log(f"{scenario}: A through vllm")
-    lab = record(path, scenario, duration, seed, outside=True)      # the spans are the run's, not in the bundle
+    path, _ = recorded(workdir, scenario, duration, seed, log, "A through vllm", outside=True)
     hooks = from_bundle(str(path))
-    spans = lab.outside_timelines
+    spans = outside_timelines(path)
     observed = Observed(f"{path} (spans)", from_timelines(str(path), spans), hooks.engine_config,
                         frames=hooks.frames, timelines=hooks.timelines)
     candidates = three_candidates(scenario, lambda: recommended_changes(hooks))
@@ -291,19 +307,44 @@ def _kind(row: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     """The error table: `*` marks a case predicted outside the fitted range."""
-    names = [r["case"] + (f" {OUTSIDE_MARK}" if r["outside_fitted_range"] else "") for r in rows]
+    names = _case_names(rows)
     width = max(len(n) for n in names)
     columns = "measured predicted  error  twins own-cost"
     head = f"{'case':<{width}}  " + "  ".join(f"{k.removesuffix('_s'):>{len(columns)}}" for k in COMPARED)
     lines = [head, f"{'':<{width}}  " + "  ".join(columns for _ in COMPARED)]
     for name, r in zip(names, rows, strict=True):
-        cells = []
-        for k in COMPARED:
-            c = r[k]
-            error, twins, own = (_percent(c[e]) for e in ("error", "twins", "own_cost_error"))
-            cells.append(f"{_num(c['measured']):>8} {_num(c['predicted']):>9} {error:>6} {twins:>6} {own:>8}")
+        cells = [f"{m:>8} {p:>9} {e:>6} {t:>6} {o:>8}" for m, p, e, t, o in (_cells(r, k) for k in COMPARED)]
         lines.append(f"{name:<{width}}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The same table as docs/whatif.md shows it; the own-cost columns only where some case has them (not
+    through the vLLM face)."""
+    own = any(r[k]["own_cost_error"] is not None for r in rows for k in COMPARED)
+    head, rule = ["case"], ["---"]
+    for key in COMPARED:
+        name, unit = MARKDOWN_HEADINGS[key]
+        head += [f"{name} measured / predicted ({unit})", "error", "twins"] + (["own cost"] if own else [])
+        rule += ["---:"] * (4 if own else 3)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
+    for name, r in zip(_case_names(rows), rows, strict=True):
+        cells = [name]
+        for measured, predicted, error, twins, own_cost in (_cells(r, k) for k in COMPARED):
+            cells += [f"{measured} / {predicted}", error, twins] + ([own_cost] if own else [])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _case_names(rows: list[dict]) -> list[str]:
+    return [r["case"] + (f" {OUTSIDE_MARK}" if r["outside_fitted_range"] else "") for r in rows]
+
+
+def _cells(row: dict, key: str) -> tuple[str, str, str, str, str]:
+    """Measured, predicted, error, twins, own-cost error of one figure of one case, as printed."""
+    c = row[key]
+    return (_num(c["measured"]), _num(c["predicted"]),
+            *(_percent(c[e]) for e in ("error", "twins", "own_cost_error")))
 
 
 def _percent(value) -> str:
@@ -327,7 +368,9 @@ def main() -> None:
     parser.add_argument("--keep", help="keep the recordings in this directory, and reuse those already there")
     parser.add_argument("--through", choices=("hooks", "vllm"), default="hooks",
                         help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
-    parser.add_argument("--json", action="store_true")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true")
+    output.add_argument("--markdown", action="store_true", help="the error table as docs/whatif.md shows it")
     args = parser.parse_args()
     scenarios = args.only.split(",") if args.only else list(CANDIDATES)
     started = time.monotonic()
@@ -347,10 +390,11 @@ def main() -> None:
             rows += scenario_rows
             choices += [choice] if choice else []
     figures = summary(rows, choices)
+    targets = TARGETS_THROUGH_VLLM if args.through == "vllm" else TARGETS
     if args.json:
-        emit({"rows": rows, "choices": choices, "summary": figures, "targets": TARGETS}, True)
+        emit({"rows": rows, "choices": choices, "summary": figures, "targets": targets}, True)
         return
-    print(table(rows))
+    print(markdown_table(rows) if args.markdown else table(rows))
     outside = [r["case"] for r in rows if r["outside_fitted_range"]]
     print(f"{OUTSIDE_MARK}: predicted outside the range of batches the step cost was fitted on: "
           + (", ".join(outside) if outside else "none"))
@@ -361,7 +405,7 @@ def main() -> None:
         print(f"{c['scenario']}: picked {c['picked']} (measured P99 TTFT {_twins(c['picked_twins_p99_s'])} s), "
               f"best {c['best']} ({_twins(c['best_twins_p99_s'])} s): {verdict}")
     print()
-    emit({**figures, **{f"target_{k}": v for k, v in TARGETS.items()}}, False)
+    emit({**figures, **{f"target_{k}": v for k, v in targets.items()}}, False)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ reusing a recording of the same run only."""
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -47,6 +48,20 @@ def test_the_summary_gives_the_twins_floor_beside_the_error_and_the_medians_with
     assert not any(line.startswith("s: two *") for line in lines)
 
 
+def test_the_markdown_table_has_own_cost_columns_only_where_a_case_was_predicted_from_its_own_steps(bench):
+    through_spans = [_row(bench, "s: A from A's spans (fidelity)", 1.0, 1.02, 0.3, fidelity=True),
+                     _row(bench, "s: one (from spans)", 2.0, 3.0, 0.1, outside=True)]
+    with_own = through_spans + [bench.compare("s: two", {"ttft_p99_s": 1.5}, {"ttft_p99_s": 1.0}, {},
+                                              own={"ttft_p99_s": 0.9})]
+    spans_lines, own_lines = bench.markdown_table(through_spans).splitlines(), \
+        bench.markdown_table(with_own).splitlines()
+    assert "own cost" not in spans_lines[0] and own_lines[0].count("own cost") == len(bench.COMPARED)
+    assert all(line.count("|") == spans_lines[0].count("|") for line in spans_lines)
+    assert all(line.count("|") == own_lines[0].count("|") for line in own_lines)
+    assert spans_lines[-1].startswith("| s: one (from spans) * | 2 / 3 | +50% | +10% |")
+    assert "| 1 / 1.5 | +50% | - | -10% |" in own_lines[-1]
+
+
 def test_keep_reuses_a_recording_of_the_same_run_and_only_of_it(bench, tmp_path, monkeypatch):
     runs = []
 
@@ -65,6 +80,28 @@ def test_keep_reuses_a_recording_of_the_same_run_and_only_of_it(bench, tmp_path,
     other, _ = bench.recorded(tmp_path, "healthy", 15, 1, log, "B", {"max_num_seqs": 4})
     longer, _ = bench.recorded(tmp_path, "healthy", 20, 1, log, "B", {"max_num_seqs": 2})
     assert len({first, twin, other, longer}) == 4 and len(runs) == 4
+
+
+def test_a_run_read_through_the_vllm_face_is_reused_with_the_timelines_its_spans_gave(bench, tmp_path,
+                                                                                     monkeypatch):
+    from engine_hooks.records.timeline import RequestTimeline
+
+    runs = []
+
+    def fake_record(path, scenario, duration, seed, changes=None, rate_scale=1.0, outside=False):
+        runs.append(outside)
+        Path(path).write_text("{}\n")
+        return SimpleNamespace(outside_timelines=[RequestTimeline("r1", "m", 12, 3, arrival=5.0, finished=6.0)])
+
+    monkeypatch.setattr(bench, "record", fake_record)
+    log = [].append
+    first, result = bench.recorded(tmp_path, "healthy", 15, 1, log, "A", outside=True)
+    again, reused = bench.recorded(tmp_path, "healthy", 15, 1, log, "A", outside=True)
+    assert (again, reused) == (first, None) and runs == [True]
+    assert [t.to_dict() for t in bench.outside_timelines(again)] == [t.to_dict() for t in result.outside_timelines]
+    bench.spans_path(first).unlink()        # kept by an earlier bench that did not keep the spans: run again
+    bench.recorded(tmp_path, "healthy", 15, 1, log, "A", outside=True)
+    assert runs == [True, True] and bench.outside_timelines(first)[0].prompt_tokens == 12
 
 
 def test_a_run_cut_short_is_not_reused(bench, tmp_path, monkeypatch):
