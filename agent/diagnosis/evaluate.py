@@ -68,32 +68,62 @@ def shown_value(value, state: str) -> float | None:
 
 
 class StageTracker:
-    """The hysteresis of one stage over successive frames."""
+    """The hysteresis of one stage over successive frames.
+
+    A worse level is held for `rise` known samples before it is reported, a better one for `clear`. An
+    unknown reading (no signal of the stage readable in that frame) keeps the level reported until `clear`
+    of them come in a row, and keeps the known levels before it: on a bursty engine a signal comes and goes,
+    and its firing samples still add up. An engine gone (`gone`) is unknown at once.
+    A firing reading not yet held for `rise` samples is reported as warn (`unconfirmed` says for how many
+    samples it has fired), never hidden behind ok: a stage whose signal fires now is never ok."""
 
     def __init__(self, rise: int, clear: int) -> None:
         self.rise, self.clear = rise, clear
-        self.state = "unknown"
+        self.state = "unknown"            # what is reported
         self.since: float | None = None
-        self._known: deque[str] = deque(maxlen=max(rise, clear))   # recent raw levels since data was missing
+        self.unconfirmed = 0              # samples in a row firing while the held level is below warn
+        self._held = "unknown"            # the level the hysteresis holds
+        self._known: deque[str] = deque(maxlen=max(rise, clear))   # the latest known raw levels
+        self._unknown_run = 0
 
-    def update(self, raw: str, t: float) -> None:
+    def update(self, raw: str, t: float, gone: bool = False) -> None:
         if raw == "unknown":
-            self._known.clear()
-            self._set("unknown", t)
+            self._unknown_run += 1
+            if gone or self._unknown_run >= self.clear:   # data gone for as long as a better level must hold
+                self._known.clear()
+                self._held, self.unconfirmed = "unknown", 0
+                self._set("unknown", t)
             return
+        self._unknown_run = 0
         self._known.append(raw)
-        known = list(self._known)
+        self._held = self._hold(list(self._known))
+        firing_run = _trailing(self._known, "firing")
+        self.unconfirmed = firing_run if severity(self._held) < severity("warn") else 0
+        self._set("warn" if self.unconfirmed else self._held, t)
+
+    def _hold(self, known: list[str]) -> str:
         held_up = min(known[-self.rise:], key=severity) if len(known) >= self.rise else "ok"
-        if severity(held_up) > severity(self.state):
-            self._set(held_up, t)
-        elif len(known) >= self.clear:
+        if severity(held_up) > severity(self._held):
+            return held_up
+        if len(known) >= self.clear:
             held_down = max(known[-self.clear:], key=severity)
-            if severity(held_down) < severity(self.state):
-                self._set(held_down, t)
+            if severity(held_down) < severity(self._held):
+                return held_down
+        return "ok" if self._held == "unknown" else self._held
 
     def _set(self, state: str, t: float) -> None:
         if state != self.state or self.since is None:
             self.state, self.since = state, t
+
+
+def _trailing(levels, level: str) -> int:
+    """How many of the latest `levels` in a row are `level`."""
+    run = 0
+    for seen in reversed(levels):
+        if seen != level:
+            break
+        run += 1
+    return run
 
 
 def read_signal(signal: Signal, frame: Frame, window: list[Frame]):
@@ -169,7 +199,7 @@ class LiveDiagnosis:
         changes = {}
         for stage, tracker in self.trackers.items():
             old = tracker.state
-            tracker.update(raw[stage], frame.time_unix)
+            tracker.update(raw[stage], frame.time_unix, gone=self.unavailable is not None)
             if tracker.state != old:
                 changes[stage] = (old, tracker.state)
         self.last = frame
@@ -292,6 +322,9 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
                                  provenance=provenance, how=how))
     evidence.sort(key=lambda e: -severity(e.state) if e.state in ("ok", "warn", "firing") else 1)
     explanation, recommendations = explain(stage, tracker.state, evidence, frame)
+    if tracker.unconfirmed:
+        samples = f"{tracker.unconfirmed} sample" + ("s" if tracker.unconfirmed > 1 else "")
+        explanation = f"firing at {samples}, {tracker.rise} confirm it (warn until then): {explanation}"
     since = None
     if tracker.since is not None:
         since = dt.datetime.fromtimestamp(tracker.since, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -3,7 +3,7 @@
 import pytest
 
 from agent.diagnosis import DiagnosisConfig, diagnose, load_config
-from agent.diagnosis.evaluate import stage_states
+from agent.diagnosis.evaluate import StageTracker, stage_states
 from agent.errors import UserError
 from tests.helpers.frame_builders import engine_snapshot, frame, series
 
@@ -93,22 +93,51 @@ def test_not_applicable_is_healthy_with_no_value():
 def test_hysteresis_needs_rise_samples_to_fire_and_clear_samples_to_clear():
     high, low = {"kv": {"fragmentation_ratio": 0.5}}, HEALTHY
     states = [s["kv_cache"] for _, s in stage_states(series([low, high, high, high, low, low, low, low]))]
-    assert states == ["ok", "ok", "firing", "firing", "firing", "firing", "ok", "ok"]
+    assert states == ["ok", "warn", "firing", "firing", "firing", "firing", "ok", "ok"]
 
 
-def test_a_flapping_signal_never_flaps_the_state():
+def test_a_flapping_signal_never_fires_and_never_hides_behind_ok():
     high, low = {"kv": {"fragmentation_ratio": 0.5}}, HEALTHY
     states = [s["kv_cache"] for _, s in stage_states(series([high, low] * 6))]
-    assert set(states) == {"ok"}
+    assert states == ["warn", "ok"] * 6     # each firing sample unconfirmed: warn while it fires, never firing
     states = [s["kv_cache"] for _, s in stage_states(series([high, high, low] * 4))]
     assert states[2:] == ["firing"] * (len(states) - 2)   # one low sample in three never clears it
+
+
+def _tracked(levels, rise=2, clear=3):
+    tracker = StageTracker(rise, clear)
+    out = []
+    for t, level in enumerate(levels):
+        tracker.update(level, float(t))
+        out.append((tracker.state, tracker.unconfirmed))
+    return out
+
+
+def test_a_firing_sample_after_missing_data_is_warn_with_its_sample_count_never_ok():
+    assert _tracked(["unknown", "firing"]) == [("unknown", 0), ("warn", 1)]
+    assert _tracked(["firing"]) == [("warn", 1)]
+
+
+def test_a_signal_alternating_unknown_and_firing_is_reported_firing():
+    states = [state for state, _ in _tracked(["unknown", "firing"] * 4)]
+    assert states[-1] == "firing" and "ok" not in states
+
+
+def test_one_missing_sample_keeps_the_state_and_an_engine_gone_is_unknown_at_once():
+    assert [s for s, _ in _tracked(["firing", "firing", "unknown", "unknown", "unknown"])] == \
+        ["warn", "firing", "firing", "firing", "unknown"]      # unknown after `clear` missing samples
+    tracker = StageTracker(2, 3)
+    for t in range(3):
+        tracker.update("firing", float(t))
+    tracker.update("unknown", 3.0, gone=True)
+    assert tracker.state == "unknown"
 
 
 def test_rise_and_clear_come_from_config():
     high = {"kv": {"fragmentation_ratio": 0.5}}
     config = DiagnosisConfig(rise=4, clear=1)
     states = [s["kv_cache"] for _, s in stage_states(series([high] * 4 + [HEALTHY]), config)]
-    assert states == ["ok", "ok", "ok", "firing", "ok"]
+    assert states == ["warn", "warn", "warn", "firing", "ok"]
 
 
 def test_root_is_the_stage_whose_evidence_began_first():
