@@ -70,10 +70,10 @@ def shown_value(value, state: str) -> float | None:
 class StageTracker:
     """The hysteresis of one stage over successive frames.
 
-    A worse level is held for `rise` known samples before it is reported, a better one for `clear`. An
-    unknown reading (no signal of the stage readable in that frame) keeps the level reported until `clear`
-    of them come in a row, and keeps the known levels before it: on a bursty engine a signal comes and goes,
-    and its firing samples still add up. An engine gone (`gone`) is unknown at once.
+    A worse level is held for `rise` known samples before it is reported, a better one for `clear`. An unknown
+    reading (no signal of the stage readable in that frame) keeps a warn or firing state until `clear` of them
+    come in a row (ok is never kept on no data), and keeps the known levels before it: on a bursty engine a
+    signal comes and goes, and its firing samples still add up. An engine gone (`gone`) is unknown at once.
     A firing reading not yet held for `rise` samples is reported as warn (`unconfirmed` says for how many
     samples it has fired), never hidden behind ok: a stage whose signal fires now is never ok."""
 
@@ -89,7 +89,9 @@ class StageTracker:
     def update(self, raw: str, t: float, gone: bool = False) -> None:
         if raw == "unknown":
             self._unknown_run += 1
-            if gone or self._unknown_run >= self.clear:   # data gone for as long as a better level must hold
+            # trouble is not cleared by a sample that could not be read, until as many as would clear it; ok is
+            # never kept on no data
+            if gone or severity(self.state) < severity("warn") or self._unknown_run >= self.clear:
                 self._known.clear()
                 self._held, self.unconfirmed = "unknown", 0
                 self._set("unknown", t)

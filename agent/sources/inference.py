@@ -119,31 +119,44 @@ class KvCapacity:
         return self.tokens / self.num_blocks
 
 
+MIN_BLOCKS_IN_USE = 4   # fewer blocks in use on average: a few requests' partial blocks, no pattern to judge
+
+
 def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | None:
     """The share of reserved KV slots holding no token, over the window's scrapes: slots in use (KV usage x
     blocks, less the engine's reserved blocks, x tokens a block) against the tokens the running requests hold
-    (Gauges.held_tokens). Not judged where the model forces the block size: a hybrid model's block is sized
-    to hold a mamba state, so its empty attention slots are the model's, not a setting's (Inferred with no
-    value, saying so)."""
+    (Gauges.held_tokens), less the block size's floor: each running request's last block is partly empty
+    whatever the allocator does (vLLM's CPU blocks hold 128 tokens: one short request leaves most of its block
+    empty), so up to a block less one token a request is not waste. Not judged with fewer than
+    MIN_BLOCKS_IN_USE blocks in use on average, nor where the model forces the block size: a hybrid model's
+    block is sized to hold a mamba state, so its empty attention slots are the model's, not a setting's
+    (Inferred with no value, saying so)."""
     if kv is None or not kv.num_blocks:
         return None
     if kv.forced_block_size:
         return Inferred(None, f"not judged: the model sets the block size ({kv.block_size} tokens, a hybrid "
                               f"attention + mamba layout: {kv.tokens:,} tokens in {kv.num_blocks:,} blocks)")
-    pairs = [(max(0, round(g.kv_ratio * kv.num_blocks) - kv.reserved_blocks) * kv.tokens_per_block, g.held_tokens)
-             for g in gauges if g.kv_ratio is not None and g.held_tokens is not None]
-    pairs = [(r, h) for r, h in pairs if r > 0]
-    reserved = sum(r for r, _ in pairs)
-    if not reserved:
+    seen = [(max(0, round(g.kv_ratio * kv.num_blocks) - kv.reserved_blocks), g.held_tokens, g.running or 0.0)
+            for g in gauges if g.kv_ratio is not None and g.held_tokens is not None]
+    seen = [(blocks, held, running) for blocks, held, running in seen if blocks > 0]
+    if not seen:
         return None
-    held = min(reserved, sum(h for _, h in pairs))
+    blocks = sum(b for b, _, _ in seen) / len(seen)
+    if blocks < MIN_BLOCKS_IN_USE:
+        return Inferred(None, f"not judged: {blocks:.1f} KV blocks in use on average (of {kv.num_blocks:,}), fewer "
+                              f"than {MIN_BLOCKS_IN_USE}: the running requests' last, partial blocks, not a pattern")
+    reserved = blocks * kv.tokens_per_block
+    held = min(reserved, sum(h for _, h, _ in seen) / len(seen))
+    running = sum(r for _, _, r in seen) / len(seen)
+    floor = min(reserved - held, running * (kv.tokens_per_block - 1))
     less = f", less {kv.reserved_blocks} reserved" if kv.reserved_blocks else ""
-    return Inferred(1.0 - held / reserved,
-                    f"{reserved / len(pairs):,.0f} KV slots in use on average (kv_cache_usage_perc x {kv.num_blocks:,} "
-                    f"blocks{less}, x {kv.tokens_per_block:g} tokens a block) against {held / len(pairs):,.0f} tokens "
-                    f"held by running requests (prompt and generation tokens counted, less those of the requests "
-                    f"finished, at most what the running requests hold on average, prefix-cache hits shared) over "
-                    f"{len(pairs)} scrapes")
+    return Inferred((reserved - held - floor) / reserved,
+                    f"{reserved:,.0f} KV slots in use on average (kv_cache_usage_perc x {kv.num_blocks:,} "
+                    f"blocks{less}, x {kv.tokens_per_block:g} tokens a block) against {held:,.0f} tokens held by "
+                    f"running requests (prompt and generation tokens counted, less those of the requests finished, "
+                    f"at most what the running requests hold on average, prefix-cache hits shared) and "
+                    f"{floor:,.0f} slots their last blocks leave empty ({running:.1f} running, up to "
+                    f"{kv.tokens_per_block - 1:g} each: the block size's floor) over {len(seen)} scrapes")
 
 
 def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
