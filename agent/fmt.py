@@ -8,6 +8,7 @@ STATE_STYLE = {"firing": "bold white on red", "warn": "bold black on yellow", "o
                "unknown": "bold white on grey37", "info": "bold white on blue"}
 STATE_COLOR = {"firing": "red", "warn": "yellow", "ok": "green", "unknown": "grey50", "info": "cyan"}
 STATE_MARK = {"firing": "FIRING", "warn": "WARN", "ok": "OK", "unknown": "UNKNOWN", "info": "info"}
+BOUND_MARK = {"at_least": "≥ ", "at_most": "≤ "}   # before a value that is a bound (Evidence.bound)
 
 
 def clock(time_unix: float | None) -> str:
@@ -52,14 +53,17 @@ def size(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
-def evidence_value(value: float | None, unit: str) -> str:
+def evidence_value(value: float | None, unit: str, bound: str | None = None) -> str:
+    """An evidence row's value; one that is a bound (Evidence.bound) marked as one ("≥ 300 ms")."""
     if value is None:
         return "n/a"
     if unit == "seconds":
-        return seconds(value)
-    if unit == "share of samples":
-        return pct(value)
-    return f"{value:.2f}"
+        text = seconds(value)
+    elif unit == "share of samples":
+        text = pct(value)
+    else:
+        text = f"{value:.2f}"
+    return BOUND_MARK.get(bound, "") + text
 
 
 def limit(value: float | None, unit: str) -> str:

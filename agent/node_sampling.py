@@ -101,16 +101,19 @@ class NodeSampling:
         self.probe.close()
 
     def run_for(self, duration: float, stop: threading.Event | None = None) -> list[Frame]:
-        """Sample every interval on this thread for `duration`, or until `stop` is set; then close. The frames."""
+        """Sample every interval on this thread for `duration`, or until `stop` is set; then close. The frames.
+        A tick starts an interval after the one before started, or when that one ends if it took longer (a busy
+        engine answering slowly): the next comes as the engine answers, not an interval after."""
         stop = stop or threading.Event()
         try:
             self.start_source()
             deadline = time.monotonic() + duration
             while not stop.is_set():
+                next_at = time.monotonic() + self.interval
                 self.sampler.tick()
-                if time.monotonic() + self.interval > deadline:
+                if next_at > deadline:
                     break
-                stop.wait(self.interval)
+                stop.wait(max(0.0, next_at - time.monotonic()))
         finally:
             self.close()
         return self.sampler.frames()

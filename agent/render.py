@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from agent.diagnosis.model import Diagnosis
+from agent.fmt import BOUND_MARK
 from agent.runbooks import runbook_stem
 
 _MARK = {"firing": "FIRING", "warn": "warn", "ok": "ok", "unknown": "unknown", "info": "info"}
@@ -26,7 +27,7 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
         lines.append(f"  {s.explanation}")
         if verbose:
             for e in s.evidence:
-                value = "n/a" if e.value is None else f"{e.value:.4g}"
+                value = "n/a" if e.value is None else BOUND_MARK.get(e.bound, "") + f"{e.value:.4g}"
                 limits = f"warn {_limit(e.warn)} / firing {_limit(e.firing)}"
                 origin = _ORIGIN.get(e.provenance, "")
                 lines.append(f"    {_MARK[e.state]:<7} {e.signal:<30} {value:>10} {e.unit:<17} {limits}{origin}")
@@ -49,7 +50,8 @@ def render_run(run) -> str:
     if run.tail is not None:
         lines.append(f"tail: {run.tail.sentence()}")
     for i, ep in enumerate(run.episodes):
-        peak = f"; peak {ep.peak.label} {ep.peak.value:.3g}" if ep.peak and ep.peak.value is not None else ""
+        peak = (f"; peak {ep.peak.label} {BOUND_MARK.get(ep.peak.bound, '')}{ep.peak.value:.3g}"
+                if ep.peak and ep.peak.value is not None else "")
         mark = "  <- the tail's requests" if i in run.tail_episodes else ""
         lines.append(f"episode: {ep.stage} {_MARK[ep.state]} {clock(ep.start_unix)}-{clock(ep.end_unix)}"
                      f"{' (still on at the end)' if ep.open else ''}{peak}{mark}")

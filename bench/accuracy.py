@@ -1,12 +1,16 @@
 """Accuracy: the run's diagnosis on a matrix of lab configurations (bench/_accuracy_matrix.py),
 each stage reached by several causes and healthy runs at several loads, each with several seeds.
 
-    python bench/accuracy.py [--quick] [--json] [--seeds N] [--only NAME,...] [--through hooks|vllm] [--stress]
+    python bench/accuracy.py [--quick] [--json] [--seeds N] [--only NAME,...] [--through hooks|vllm|real-vllm]
+                             [--stress]
 
 `--through vllm` judges each run as `--engine vllm` would a vLLM server: through the engine's vLLM
 interfaces only (agent.lab.outside: its /metrics and llm_request spans), and counts how often that
-agrees with the hooks' verdict on the same run. `--stress` runs a busy co-runner process on every core during
-each run (bench/_busy.py), as a noisy host: the diagnosis must stay as right, and no healthy run may fire.
+agrees with the hooks' verdict on the same run. `--through real-vllm` runs a real vLLM (its CPU build, `make vllm`)
+on the configurations of bench/_real_vllm_matrix.py and diagnoses it with `stagelens diagnose --engine vllm`
+(bench/_real_vllm_run.py): healthy must read ok, a fault its root with the flag an expert would change.
+`--stress` runs a busy co-runner process on every core during each run (bench/_busy.py), as a noisy host: the
+diagnosis must stay as right, and no healthy run may fire.
 Under `--stress` a healthy case's open-loop rate is halved, so that it stays within the slowed engine's
 capacity (stressed_flags); `healthy_firing_hooks_not` counts the false pages: outside fires, the hooks don't.
 
@@ -37,6 +41,7 @@ NONE = "none"                  # healthy expected, or all-OK diagnosed
 STRESSED_HEALTHY_RATE = 0.5    # a healthy rate's share under --stress: the co-runners take about half the CPU
 EXPLODED = 5.0                 # a P99 TTFT this many times the P50 is one no verdict should call OK
 TARGETS = {"right_share": ">= 0.95", "right_share_through_vllm": ">= 0.95", "right_share_stressed": ">= 0.90",
+           "right_share_real_vllm": ">= 0.95", "healthy_warn_or_firing_runs": "0", "default_diagnose_same": ">= 9/10",
            "healthy_firing_runs": "0", "exploded_but_ok_runs": "0", "cold-start.right": ">= 2/3"}
 ROWS = (*STAGES, NONE)
 COLUMNS = (*STAGES, NONE, "unknown", "error")
@@ -130,31 +135,46 @@ def confusion_text(table: dict[str, dict[str, int]]) -> str:
     return "\n".join(lines)
 
 
+def _real_matrix():
+    from _real_vllm_matrix import CASES as REAL_CASES
+    from _real_vllm_matrix import MATRIX as REAL_MATRIX
+    from _real_vllm_matrix import QUICK as REAL_QUICK
+
+    return REAL_CASES, REAL_QUICK, REAL_MATRIX
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, one configuration per stage and a healthy one")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seeds", type=int, help="seeds per configuration [3; 1 with --quick]")
     parser.add_argument("--only", help="comma-separated configuration names: " + ",".join(CASES))
-    parser.add_argument("--through", choices=("hooks", "vllm"), default="hooks",
-                        help="judge through the hooks, or through the engine's vLLM interfaces only")
+    parser.add_argument("--through", choices=("hooks", "vllm", "real-vllm"), default="hooks",
+                        help="judge through the hooks, through the engine's vLLM interfaces only, or a real vLLM")
     parser.add_argument("--stress", action="store_true", help="a busy co-runner process on every core during each run")
     args = parser.parse_args()
+    real = args.through == "real-vllm"
+    table_of = _real_matrix() if real else (CASES, QUICK, MATRIX)
     if args.only:
-        unknown = [n for n in args.only.split(",") if n not in CASES]
+        unknown = [n for n in args.only.split(",") if n not in table_of[0]]
         if unknown:
-            parser.error(f"--only: no configuration {', '.join(unknown)} (choose from {', '.join(CASES)})")
-        cases = [CASES[n] for n in args.only.split(",")]
+            parser.error(f"--only: no configuration {', '.join(unknown)} (choose from {', '.join(table_of[0])})")
+        cases = [table_of[0][n] for n in args.only.split(",")]
     else:
-        cases = [CASES[n] for n in QUICK] if args.quick else list(MATRIX)
+        cases = [table_of[0][n] for n in table_of[1]] if args.quick else list(table_of[2])
     seeds = args.seeds or (1 if args.quick else 3)
     duration = 12.0 if args.quick else 20.0
     # the table and run lines go to stdout before the figures, or to stderr when stdout is JSON
     out = sys.stderr if args.json else sys.stdout
 
     started = time.monotonic()
-    runs = []
-    for case in cases:
+    runs, repeated = [], {}
+    if real:
+        from _real_vllm_run import WINDOW_S, run_matrix
+
+        runs, repeated = run_matrix(cases, seeds, args.stress)
+        duration = WINDOW_S
+    for case in [] if real else cases:
         for seed in range(1, seeds + 1):
             r = run_one(case, seed, duration, args.through, args.stress)
             runs.append(r)
@@ -178,6 +198,7 @@ def main() -> None:
                      "right_share": sum(r["right"] for r in runs) / len(runs) if runs else None,
                      "right_share_target": TARGETS["right_share_stressed" if args.stress else
                                                    "right_share" if args.through == "hooks"
+                                                   else "right_share_real_vllm" if real
                                                    else "right_share_through_vllm"]}
     for stage in (*STAGES, NONE):
         mine = [r for r in runs if r["expected"] == stage]
@@ -191,6 +212,14 @@ def main() -> None:
         figures["healthy_firing_hooks_not"] = sum(r["verdict"] == "firing" and r.get("hooks_diagnosed") == NONE
                                                   for r in healthy)
     figures["healthy_warn_runs"] = sum(r["verdict"] == "warn" for r in healthy)
+    if real:
+        figures["healthy_warn_or_firing_runs"] = sum(r["verdict"] in ("warn", "firing") for r in healthy)
+        figures["healthy_warn_or_firing_runs_target"] = TARGETS["healthy_warn_or_firing_runs"]
+        figures["fault_runs_lever_named"] = sum(bool(r.get("lever_named")) for r in faults)
+        for name, rep in repeated.items():
+            figures[f"{name}.default_diagnose_same"] = f"{rep['same']}/{rep['of']} {rep['modal']}"
+        if repeated:
+            figures["default_diagnose_same_target"] = TARGETS["default_diagnose_same"]
     figures["exploded_but_ok_runs"] = sum(r.get("exploded", False) and r["verdict"] == "ok" for r in runs)
     figures["exploded_but_ok_runs_target"] = TARGETS["exploded_but_ok_runs"]
     figures["error_runs"] = sum(r["diagnosed"] == "error" for r in runs)

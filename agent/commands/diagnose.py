@@ -65,8 +65,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     else:
         from agent.node_sampling import sample_for
 
-        frames = sample_for((ctx.obj or {}).get("nvml_snapshot"), duration, engine_source=engine_source)
-        _require_engine(frames, engine_source)
+        frames = engine_frames(sample_for((ctx.obj or {}).get("nvml_snapshot"), duration,
+                                          engine_source=engine_source), engine_source)
     run = judge_run(frames, timelines, config)
     result = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
@@ -118,14 +118,23 @@ def fetch_diagnosis(url: str) -> Diagnosis:
     return result
 
 
-def _require_engine(frames: list, engine_source) -> None:
-    """An engine named on the command line that never answered is a failure to collect, said as such."""
+def engine_frames(frames: list, engine_source) -> list:
+    """The frames to judge: with an engine named on the command line, those in which it answered. A busy engine
+    past the scrape's deadline now and then leaves its window to the scrapes it answered (a frame without it
+    would read "no engine is observed"). An engine that never answered is a failure to collect, said as such, and
+    so is one that answered once: a window is the change between two of its scrapes."""
     if engine_source is None:
-        return
-    failed = [c for f in frames for c in f.failed_collectors() if c.name == "engine"]
-    if len(failed) == len(frames):
-        kind, _, reason = (failed[-1].error or "").partition(": ")    # the reason without the exception's type
-        if kind == "EngineMismatchError":    # it answered, with none of the engine's metrics
-            raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
-                               f"{reason}")
+        return frames
+    failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
+    answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
+    kind, _, reason = (failed[-1] if failed else "").partition(": ")    # the reason without the exception's type
+    if not answered and kind == "EngineMismatchError":    # it answered, with none of the engine's metrics
+        raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
+                           f"{reason}")
+    if not answered:
         raise CollectError(f"the engine at {engine_source.url} did not answer: {reason or kind}")
+    if len(answered) < 2:
+        raise CollectError(f"the engine at {engine_source.url} answered {len(answered)} of {len(frames)} scrapes: "
+                           f"a window needs two (its counters and histograms are read as their change); give "
+                           f"--duration longer" + (f" (the others: {reason or kind})" if failed else ""))
+    return answered

@@ -210,11 +210,12 @@ def engine_url_option(func):
     return command
 
 
-def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags(), interval: float = 1.0):
+def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
     """The engine source for `--engine KIND --engine-url URL` (and its span receiver and KV-events
     subscriber, started with the source); None for an engine not read from outside. UserError for a flag
-    missing, given without what it needs, or malformed. Its scrape has at most the sampling interval: an
-    engine slow to answer (or dripping its answer) delays each frame by one interval at most."""
+    missing, given without what it needs, or malformed. Its scrape has a deadline of its own, fit for a busy
+    engine (agent.sources.vllm.SCRAPE_TIMEOUT_S), not the sampling interval: a frame waits for the engine's
+    answer, at most that long."""
     o = outside
     if kind not in OUTSIDE_ENGINES:
         for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
@@ -245,7 +246,7 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags(), interv
     from agent.sources.gauge_poll import POLL_S
     from agent.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
 
-    return VllmSource(o.engine_url, timeout_s=min(SCRAPE_TIMEOUT_S, interval), kind=kind, spans=spans,
+    return VllmSource(o.engine_url, timeout_s=SCRAPE_TIMEOUT_S, kind=kind, spans=spans,
                       kv_events=subscriber, poll_s=POLL_S)
 
 

@@ -45,7 +45,7 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
     from agent.lab.scenario_run import run_lab
     from agent.record import BundleWriter
 
-    source = open_engine_source(engine_kind, outside, interval)
+    source = open_engine_source(engine_kind, outside)
     if source is not None:
         return _record_outside(ctx, source, out_path, interval, flags)
     engine_cfg, workload_cfg = build_configs(flags, SCENARIOS[scenario].defaults if scenario else {})

@@ -80,7 +80,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     host, port = parse_listen(listen)
     if scenario and engine_kind != "lab":
         raise UserError("--scenario needs --engine lab")
-    engine_source = open_engine_source(engine_kind, outside, interval)
+    engine_source = open_engine_source(engine_kind, outside)
     face = _face_settings(engine_kind, vllm_face, vllm_face_otlp, vllm_face_kv_events)
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario, face) \
         if engine_kind == "lab" else None

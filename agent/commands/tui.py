@@ -55,7 +55,7 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
         raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, {not_lab}")
     if (url or replay_path) and engine_kind != "lab":
         raise UserError("--engine reads an engine from this process: not with --connect or --replay")
-    outside = open_engine_source(engine_kind, outside, interval)
+    outside = open_engine_source(engine_kind, outside)
     base, notice = server_settings(url) if url else (None, None)
     config = load_config(config_path, thresholds, base)
     source = _source(ctx, url, replay_path, scenario, interval, flags, outside)

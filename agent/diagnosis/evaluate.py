@@ -57,13 +57,24 @@ def signal_state(signal: Signal, threshold: Threshold, value) -> str:
     return threshold_level(value, threshold.warn, threshold.firing, signal.direction)
 
 
+_BOUND_SHOWN = {"ok": "at_most", "warn": "at_least", "firing": "at_least"}   # the bound that decides each state
+
+
+def shown_bound(value, state: str) -> str | None:
+    """Which bound of a bounded value its evidence shows ("at_least" when it is in trouble, "at_most" when it
+    is ok); None for a plain value, or bounds straddling a threshold (nothing shown)."""
+    bound = _BOUND_SHOWN.get(state) if isinstance(value, Bounded) else None
+    return bound if bound is not None and getattr(value, bound) is not None else None
+
+
 def shown_value(value, state: str) -> float | None:
-    """The number a signal's evidence shows: a bounded value's bound that decided its state (at least when
-    it is in trouble, at most when it is ok), none while its bounds straddle a threshold."""
+    """The number a signal's evidence shows: a bounded value's bound that decided its state (shown_bound),
+    none while its bounds straddle a threshold."""
     if isinstance(value, NotJudged):
         return value.value
     if isinstance(value, Bounded):
-        return {"ok": value.at_most, "warn": value.at_least, "firing": value.at_least}.get(state)
+        bound = shown_bound(value, state)
+        return None if bound is None else getattr(value, bound)
     return value if isinstance(value, int | float) else None
 
 
@@ -135,6 +146,8 @@ def read_signal(signal: Signal, frame: Frame, window: list[Frame]):
         value = signal.read(frame, window)
     except (KeyError, TypeError, AttributeError, ZeroDivisionError):
         return UNKNOWN    # a frame from an older or partial source: the signal is unknown, not wrong
+    if value is NOT_APPLICABLE and not signal.published(frame):
+        return UNKNOWN    # an engine that never gives the figure cannot say the situation it judges did not arise
     if value is UNKNOWN or value is NOT_APPLICABLE:
         return value
     numbers = ([value.at_least] + ([] if value.at_most is None else [value.at_most]) if isinstance(value, Bounded)
@@ -321,7 +334,7 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
         provenance, how = signal.provenance(frame, value)
         evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing, signal.unit,
                                  f"{span:.0f}s", state, applicable=value is not NOT_APPLICABLE,
-                                 provenance=provenance, how=how))
+                                 provenance=provenance, how=how, bound=shown_bound(value, state)))
     evidence.sort(key=lambda e: -severity(e.state) if e.state in ("ok", "warn", "firing") else 1)
     explanation, recommendations = explain(stage, tracker.state, evidence, frame)
     if tracker.unconfirmed:

@@ -8,6 +8,7 @@ from agent.diagnosis.model import Evidence, Recommendation
 from agent.diagnosis.recommendation_flags import for_engine
 from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
 from agent.diagnosis.wording import main_wait_reason
+from agent.fmt import BOUND_MARK
 from agent.frame import Frame
 from agent.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
 from engine_hooks.records.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
@@ -15,6 +16,7 @@ from engine_hooks.records.timeline import BEHIND_LONG_PREFILL
 from engine_hooks.records.waits import MAX_NUM_SEQS, TOKEN_BUDGET
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
+BLOCK_SIGNALS = {"kv_fragmentation_ratio", "kv_access_efficiency"}   # what a block size changes
 TARGET_BLOCK_WASTE = 0.10
 
 
@@ -33,7 +35,7 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
         return f"{STAGE_NAMES[stage]} healthy: {rows}", []
     sentences = [_inferred_sentence(e) if e.provenance == "inferred" else _tail_sentence(e, ctx)
                  if e.signal.endswith("_tail_share") else _sentence(e, ctx) for e in bad[:2]]
-    return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source)
+    return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source, ctx.cfg.kv_capacity_lever)
 
 
 def _inferred_sentence(e: Evidence) -> str:
@@ -91,22 +93,28 @@ def _fmt_value(value, unit: str) -> str:
 
 
 def _fmt_row(e: Evidence) -> str:
-    return f"{e.label} {_fmt_value(e.value, e.unit)}"
+    return f"{e.label} {_shown(e)}"
 
 
 def _head(e: Evidence) -> str:
-    return f"{e.label} {_fmt_value(e.value, e.unit)} {_cmp(e)}"
+    return f"{e.label} {_shown(e)} {_cmp(e)}"
+
+
+def _shown(e: Evidence) -> str:
+    """The evidence's value; a bound said as one ("≥ 300 ms")."""
+    return BOUND_MARK.get(e.bound, "") + _fmt_value(e.value, e.unit)
 
 
 # --- KV cache -------------------------------------------------------------------------------------
 def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     cfg = ctx.cfg
+    signals = {e.signal for e in bad}
     out = []
     if cfg.allocator == "contiguous":
         out.append(Recommendation("--allocator paged: reserve KV block by block instead of max_model_len per request "
                                   "(PagedAttention took fragmentation from 30% to 12% in the report)",
                                   {"allocator": "paged"}))
-    elif not cfg.block_size_forced:    # a hybrid model's block holds a mamba state: its size is not a choice
+    elif not cfg.block_size_forced and signals & BLOCK_SIGNALS:   # a hybrid model's block size is not a choice
         best = choose_block_size(ctx.lengths, cfg.block_size)
         if best is not None and best != cfg.block_size:
             waste_now = block_waste(ctx.lengths, cfg.block_size)
@@ -170,7 +178,9 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
     chain = _consequence(ctx)
     if chain is not None:
         out.append(chain[1])
-    if "head_of_line_blocking" in signals or not cfg.enable_chunked_prefill or (
+    # V1 engines chunk prefills by default: chunking is advised where the evidence shows long prefills in the
+    # way, or where it is known to be off (an engine read from outside may not say)
+    if "head_of_line_blocking" in signals or cfg.enable_chunked_prefill is False or (
             main and main[0] in (BEHIND_LONG_PREFILL, TOKEN_BUDGET)):
         budget = 8192 if str(ctx.device).startswith("cuda") else 512
         cap = budget // 4
@@ -183,10 +193,12 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
                                   {"policy": "short-first"}))
     if main and main[0] == MAX_NUM_SEQS and cfg.max_num_seqs:
         more = cfg.max_num_seqs * 2
-        out.append(Recommendation(f"--max-num-seqs {more}: the batch is full while the budget is not",
+        out.append(Recommendation(f"--max-num-seqs {more}: the batch is held at its limit of {cfg.max_num_seqs} "
+                                  f"while requests wait, and neither the token budget nor the KV cache holds it",
                                   {"max_num_seqs": more}))
-    out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: batch 8, chunked "
-                              "prefill on (balanced: batch 12; aggressive: batch 16 with FP8, offline only)"))
+    if not out:   # no lever the evidence points at: the report's profiles
+        out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: batch 8, chunked "
+                                  "prefill on (balanced: batch 12; aggressive: batch 16 with FP8, offline only)"))
     return out
 
 

@@ -15,6 +15,8 @@ EVIDENCE_STATES = (*STATES, "info")   # info: measured, shown, not judged here
 # Where a signal's value came from: measured (hooks, NVML, the host), inferred from what an engine read from
 # outside publishes (`how` says from what), or not observable on that engine.
 PROVENANCES = ("measured", "inferred", "not observable")
+# A value known only within bounds (an engine's coarse histogram) is shown as the bound that decided its state.
+BOUNDS = ("at_least", "at_most")
 
 
 def severity(state: str) -> int:
@@ -38,11 +40,12 @@ class Evidence:
     applicable: bool = True
     provenance: str | None = None   # one of PROVENANCES; None: no data at all (no engine, no GPU)
     how: str | None = None          # for an inferred value: from what, with the numbers
+    bound: str | None = None        # one of BOUNDS: `value` is that bound, not the value itself; None: the value
 
     def to_dict(self) -> dict:
         return {"signal": self.signal, "value": self.value, "warn": self.warn, "firing": self.firing,
                 "unit": self.unit, "window": self.window, "state": self.state, "label": self.label,
-                "provenance": self.provenance, "how": self.how}
+                "provenance": self.provenance, "how": self.how, "bound": self.bound}
 
     @classmethod
     def from_dict(cls, data, where: str = "evidence") -> Evidence:
@@ -50,7 +53,8 @@ class Evidence:
         provenance = f.one_of("provenance", PROVENANCES, nullable=True, absent=True)
         return cls(f.string("signal"), f.string("label"), f.number("value"), f.number("warn"), f.number("firing"),
                    f.string("unit"), f.string("window"), f.one_of("state", EVIDENCE_STATES),
-                   provenance=provenance, how=f.string("how", nullable=True, absent=True))
+                   provenance=provenance, how=f.string("how", nullable=True, absent=True),
+                   bound=f.one_of("bound", BOUNDS, nullable=True, absent=True))
 
 
 @dataclass

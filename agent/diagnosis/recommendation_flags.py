@@ -51,14 +51,17 @@ NO_KNOB = {
 }
 
 
-def for_engine(recommendations: list[Recommendation], engine: str | None) -> list[Recommendation]:
-    """The recommendations as `engine` (vllm | sglang) takes them; the bundled engine's unchanged."""
+def for_engine(recommendations: list[Recommendation], engine: str | None,
+               kv_lever: str | None = None) -> list[Recommendation]:
+    """The recommendations as `engine` (vllm | sglang) takes them; the bundled engine's unchanged. `kv_lever`,
+    the engine's flag that set its KV cache's size as it was set, is named wherever the advice is more KV
+    memory: with the block count forced, a larger memory share changes nothing."""
     flags_of = FLAGS.get(engine or "")
     if flags_of is None:
         return recommendations
     out = []
     for rec in recommendations:
-        text = _inline(rec.text, engine)
+        text = _inline(rec.text, engine, kv_lever)
         if rec.flags and text.startswith("--") and ": " in text:
             lead, why = text.split(": ", 1)
             spelled = [flags_of[k](v) for k, v in rec.flags.items() if flags_of.get(k) is not None]
@@ -71,8 +74,11 @@ def for_engine(recommendations: list[Recommendation], engine: str | None) -> lis
     return out
 
 
-def _inline(text: str, engine: str) -> str:
+def _inline(text: str, engine: str, kv_lever: str | None = None) -> str:
     lead, sep, why = text.partition(": ")
-    for ours, theirs in INLINE[engine].items():
+    theirs_of = dict(INLINE[engine])
+    if kv_lever:
+        theirs_of["--kv-cache-memory"] = f"raise {kv_lever}, which sets its size now"
+    for ours, theirs in theirs_of.items():
         why = why.replace(ours, theirs)
     return lead + sep + why

@@ -77,6 +77,10 @@ class Signal:
     reads: tuple[str, ...] = ()   # the engine snapshot's figures it reads (paths); none: a node signal
     says: Callable[[object, object], str] | None = None   # (evidence, context): its sentence after its value
 
+    def published(self, frame: Frame) -> bool:
+        """Whether the engine `frame` observes gives every figure this signal reads (published)."""
+        return frame.engine is None or all(published(frame, path) for path in self.reads)
+
     def provenance(self, frame: Frame | None, value) -> tuple[str | None, str | None]:
         """(measured | inferred | not observable, how it was inferred) of this signal's value in `frame`;
         (None, None) when nothing was there to read (no engine for an engine signal, no GPU)."""
@@ -90,6 +94,31 @@ class Signal:
         if value is NOT_APPLICABLE and outside:   # no data to judge: what the engine's counts say did not arise
             return "inferred", how or "the situation it judges did not arise in the window, by the engine's counts"
         return ("inferred", how) if how else ("measured", None)
+
+
+# What an engine read from outside never publishes (docs/engines.md): None idle or busy, so its None never says
+# that the situation the signal judges did not arise
+NEVER_FROM_OUTSIDE = frozenset({"window.kv.access_efficiency", "window.kv.effective_bandwidth_ratio",
+                                "window.kv.bandwidth_swing_cv", "window.scheduler.budget_use_while_waiting",
+                                "window.cold_path.step_time_inflation"})
+FROM_SPANS = frozenset({"window.scheduler.head_of_line_share", "window.tail"})   # ... what only its spans tell
+BUSY_WHILE_WAITING = "window.scheduler.busy_ratio_while_waiting"   # ... and what only some engines publish
+
+
+def published(frame: Frame, path: str) -> bool:
+    """Whether the engine `frame` observes gives the figure at `path` at all. The hooks give every figure; an
+    engine read from outside gives neither what it never publishes, nor what only its spans tell before any of
+    them reached the agent, nor how busy it was while requests waited where it does not publish how busy it is
+    (vLLM; SGLang has gpu_execution_seconds_total)."""
+    if _hooked(frame):
+        return True
+    if path in NEVER_FROM_OUTSIDE:
+        return False
+    if path in FROM_SPANS:
+        return bool((frame.engine.intake or {}).get("traces.llm_request_spans"))
+    if path == BUSY_WHILE_WAITING:
+        return frame.window is not None and frame.window.scheduler.busy_ratio is not None
+    return True
 
 
 def _at(snapshot, path: str):
@@ -124,8 +153,11 @@ def _no_step(w: Window) -> bool | None:
 
 
 def _no_request(w: Window) -> bool | None:
+    """No request finished, waits or runs; where the finished are not counted (a scrape without the request
+    histograms), none seen waiting in the window and none running: every wait the signal judges is absent."""
     s = w.scheduler
-    return _none_counted(s.requests_finished, s.waiting, s.running)
+    ended = s.requests_finished if s.requests_finished is not None else s.waiting_share
+    return _none_counted(ended, s.waiting, s.running)
 
 
 def _decided_wait_p99(w: Window):

@@ -1,8 +1,9 @@
 """The tail, explained: of the requests at or past the P99, how much of their time each stage took.
 
 The engine adds up the components of the tail's requests (engine_hooks.records.attribution.tail); here they are
-charged to stages (agent.vocabulary) and judged: a tail is *attributable* when it is slow against the
-median and one stage holds most of its time.
+charged to stages (agent.vocabulary), a queue whose reason the engine did not publish kept apart (neither a
+stage's nor compute), and judged: a tail is *attributable* when it is slow against the median and one stage holds
+most of its time.
 """
 
 from __future__ import annotations
@@ -12,18 +13,28 @@ from dataclasses import dataclass, field
 from agent.vocabulary import COMPONENT_NAMES, STAGE_NAMES, STAGES, stage_of
 from engine_hooks.records.attribution import COMPUTE
 from engine_hooks.records.snapshot import TailFigures
+from engine_hooks.records.timeline import QUEUED
 
 OWN = COMPUTE                 # the requests' own prefill and decode, and step boundaries: no stage's fault
+UNEXPLAINED = QUEUED          # queue time whose reason the engine did not publish: no stage's, and no compute either
+PARTS = (*STAGES, UNEXPLAINED, OWN)   # what a tail's time is split into
+PART_NAMES = {**STAGE_NAMES, UNEXPLAINED: COMPONENT_NAMES[QUEUED], OWN: "compute"}
 SLOW_TAIL_FACTOR = 3.0        # a tail this many times the median is one to explain
 SLOW_TAIL_FLOOR_S = 0.05      # ... and this long, so a microsecond jitter is never "exploded"
 BLAME_SHARE = 0.5             # a stage holding this share of the tail's time explains it
 
 
+def _part_of(component: str) -> str:
+    """The stage a component is charged to; UNEXPLAINED for a queue the engine gave no reason for; else OWN."""
+    return stage_of(component) or (UNEXPLAINED if component == QUEUED else OWN)
+
+
 def by_stage(components: dict[str, float] | None) -> dict[str, float]:
-    """Seconds by component -> seconds by stage (OWN for the requests' own work)."""
+    """Seconds by component -> seconds by stage (UNEXPLAINED for a queue without its reason, OWN for the
+    requests' own work)."""
     out: dict[str, float] = {}
     for component, s in (components or {}).items():
-        key = stage_of(component) or OWN
+        key = _part_of(component)
         out[key] = out.get(key, 0.0) + s
     return out
 
@@ -43,7 +54,7 @@ class Tail:
     threshold_s: float            # the quantile's value: the tail is the requests at or past it
     requests: int
     of_requests: int
-    shares: dict[str, float]      # stage (or OWN) -> share of the tail's time
+    shares: dict[str, float]      # stage (or UNEXPLAINED, OWN) -> share of the tail's time
     components: dict[str, float] = field(default_factory=dict)   # component -> seconds, summed over the tail
 
     @classmethod
@@ -88,8 +99,8 @@ class Tail:
             if self.shares[key] < 0.005:
                 continue
             top = self.top_component(key) if key in STAGE_NAMES else None
-            parts.append((f"{self.shares[key]:.0%}", STAGE_NAMES.get(key, key) + (f" ({COMPONENT_NAMES[top]})"
-                                                                                   if top else "")))
+            parts.append((f"{self.shares[key]:.0%}", PART_NAMES.get(key, key) + (f" ({COMPONENT_NAMES[top]})"
+                                                                                  if top else "")))
         if not parts:
             return head + "no time was measured"
         (share, name), rest = parts[0], parts[1:]

@@ -16,7 +16,8 @@ The JSON document (`stagelens fleet --json`) is stable: fields are added, never 
         "stages": {"kv_cache": {"state": "firing", "since": "2025-01-01T11:57:00+00:00"}, ...},   every stage
         "evidence": {"stage": "kv_cache", "signal": "kv_fragmentation_ratio", "state": "firing",
                      "value": 0.91, "unit": "ratio"},       the worst signal; null when none warns or fires
-        "tail": {"kv_cache": 0.7, "scheduler": 0.1, "cold_path": 0.0, "compute": 0.2},   P99 TTFT shares, or null
+        "tail": {"kv_cache": 0.7, "scheduler": 0.1, "cold_path": 0.0, "queued": 0.0, "compute": 0.2},   P99 TTFT
+                                                   shares (queued: no reason published), or null
         "frame_age_s": 1.2,                        seconds since the agent's latest frame, or null
         "frame_stale": false,                      that age is past agent.fleet.model.FRAME_STALE_S
         "collector_failures": 0,                   collectors failing in the latest frame

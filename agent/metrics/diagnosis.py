@@ -1,4 +1,5 @@
-"""The diagnosis as metrics: each stage's state, every signal's value, state and thresholds, the root stage.
+"""The diagnosis as metrics: each stage's state, every signal's value (and whether it is a bound), state and
+thresholds, the root stage.
 
 States are one gauge per stage, ordered by severity so `>= 1` means warn or worse, `== 2` firing:
 unknown -1, ok 0, warn 1, firing 2 (the encoding the alert rules and the dashboard rely on).
@@ -10,6 +11,8 @@ from agent.metrics.families import Scrape
 
 STATE_VALUES = {"unknown": -1, "ok": 0, "warn": 1, "firing": 2}
 STATE_DOC = "unknown -1, ok 0, warn 1, firing 2"
+BOUND_DOC = ("1 where a signal's value (stagelens_signal_value) is a bound of it, not the value itself: bound "
+             "at_least or at_most (an engine's coarse histogram places the value only within a bucket).")
 
 
 def collect(out: Scrape, frame, diagnosis) -> None:
@@ -29,6 +32,9 @@ def collect(out: Scrape, frame, diagnosis) -> None:
         for e in stage.evidence:
             out.gauge("stagelens_signal_value", "Value of a stage signal over the diagnosis window.",
                       e.value, stage=stage.stage, signal=e.signal)
+            if e.bound is not None and e.value is not None:
+                out.gauge("stagelens_signal_bound_info", BOUND_DOC, 1, stage=stage.stage, signal=e.signal,
+                          bound=e.bound)
             out.gauge("stagelens_signal_state", f"State of a stage signal ({STATE_DOC}).",
                       STATE_VALUES.get(e.state, -1), stage=stage.stage, signal=e.signal)
             for level, value in (("warn", e.warn), ("firing", e.firing)):

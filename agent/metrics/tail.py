@@ -4,13 +4,13 @@ each stage took (agent.diagnosis.tail)."""
 from __future__ import annotations
 
 from agent.diagnosis.signals import window_tail
-from agent.diagnosis.tail import OWN
+from agent.diagnosis.tail import PARTS
 from agent.metrics.families import Scrape
-from agent.vocabulary import STAGES
 
 SECONDS = "The window's requests' TTFT or latency at the quantile (the tail starts at the 99th)."
 SHARE = ("Share of the P99 tail's time charged to each stage (compute: the requests' own work and step "
-         "boundaries), over the window.")
+         "boundaries; queued: queue time whose reason the engine did not publish, charged to no stage), over the "
+         "window.")
 
 
 def collect(out: Scrape, frame, _diagnosis) -> None:
@@ -23,6 +23,6 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
         percentile = f"{tail.quantile * 100:g}"   # not `quantile`: Prometheus keeps that label for summaries
         out.gauge("stagelens_tail_seconds", SECONDS, tail.threshold_s, metric=metric, percentile=percentile)
         out.gauge("stagelens_tail_seconds", SECONDS, tail.p50_s, metric=metric, percentile="50")
-        for stage in (*STAGES, OWN):
+        for stage in PARTS:
             out.gauge("stagelens_tail_share", SHARE, tail.share(stage), metric=metric, percentile=percentile,
                       stage=stage)

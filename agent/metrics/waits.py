@@ -51,4 +51,9 @@ class WaitMetrics:
     def on_frame(self, _frame, timelines: list) -> None:
         """A sampler listener. Register it after the tracing listener, whose trace ids `trace_id_for` looks up."""
         for timeline in timelines:
-            self.observe(timeline, self.trace_id_for(timeline) if self.trace_id_for else None)
+            self.observe(timeline, self._trace_id(timeline))
+
+    def _trace_id(self, timeline) -> str | None:
+        """The engine's own trace of the request where its span gave one (an outside engine: its trace is the one
+        to jump to), else the trace this agent exported of it."""
+        return timeline.trace_id or (self.trace_id_for(timeline) if self.trace_id_for else None)

@@ -65,7 +65,8 @@ def _labels(ex: Exposition, prefix: str, name: str) -> set[str]:
 
 
 def _vllm(ex: Exposition) -> str:
-    if any(n in ex.families for n in _V0_ONLY):
+    engines = _labels(ex, "vllm:", "engine")
+    if _vllm_v0(ex, engines):
         said = "vLLM V0 (gpu_cache_usage_perc, no engine label)"
     elif KV_CACHE_USAGE_PERC in ex.families and GPU_CACHE_USAGE_PERC in ex.families:
         said = "vLLM V1 (0.10-style names)"
@@ -73,8 +74,16 @@ def _vllm(ex: Exposition) -> str:
         said = "vLLM V1 (0.8/0.9-style names)"
     else:
         said = "vLLM V1 (0.11+ names)"
-    engines = _labels(ex, "vllm:", "engine")
     return said + (f", {len(engines)} data-parallel engines" if len(engines) > 1 else "")
+
+
+def _vllm_v0(ex: Exposition, engines: set[str]) -> bool:
+    """Whether the scrape is vLLM V0's: a family only V0 published, or the old usage name alone with no `engine`
+    label on any family (V1 labels every family of its engines with it; V0 never did), as a V0 build that
+    publishes none of those families shows."""
+    if any(n in ex.families for n in _V0_ONLY):
+        return True
+    return GPU_CACHE_USAGE_PERC in ex.families and KV_CACHE_USAGE_PERC not in ex.families and not engines
 
 
 def _sglang(ex: Exposition) -> str:

@@ -15,16 +15,18 @@ import math
 from dataclasses import dataclass
 
 from agent.sources.families import HistogramDelta, quantile_interpolated
+from agent.sources.wait_bounds import WaitBounds
 from engine_hooks.records.attribution import components
 from engine_hooks.records.stats import percentile
 from engine_hooks.records.timeline import QUEUED, RequestTimeline
-from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
+from engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.hooks.recorder)
 LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked
                                              # prefill's default budget is 512 tokens a step)
 KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
                               # the hooks' "free memory" line (engine_hooks.hooks.recorder's free_memory_share)
+MIN_FINISHED = 20             # fewer requests finished in the window: their P99 speaks for them, not the queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class Gauges:
     held_tokens: float | None = None   # tokens in the running requests (held_tokens())
     adapters: bool = False          # the engine serves LoRA adapters (vllm:lora_requests_info)
     preemptions: float | None = None   # preempted (SGLang: retracted) so far: a counter
+    preempted_share: float | None = None   # of the time since the sample before, the share its preemptions say
+                                           # the KV cache was full (vLLM: mark_preemptions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +68,11 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
     for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
     `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
-    found the KV cache full (kv_full) is charged to `no_free_blocks`, the rest to `queued` (the scheduler's);
-    `deferred` counts as waiting on a model only where the engine serves LoRA adapters (loading one is what
-    defers a request there) and the engine publishes who it deferred."""
+    found the KV cache full is charged to `no_free_blocks` (after a preemption with room seen, the share
+    full_share says); with the batch held at its limit
+    (pinned_batch), the queue of a scrape that found it there to `max_num_seqs`; the rest to `queued` (a reason
+    the engine does not say). `deferred` counts as waiting on a model only where the engine serves LoRA
+    adapters (loading one is what defers a request there) and the engine publishes who it deferred."""
     if span <= 0:
         return None
     seen = [g for g in gauges if g.waiting is not None]
@@ -74,14 +80,19 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
         return None
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
     full = [g for g in seen if kv_full(g)]
+    limit = pinned_batch(seen)
+    at_limit = [g for g in seen if limit is not None and g not in full and g.running == limit.value]
     on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
     rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
     by_scrape = len(seen)
-    no_blocks = sum(r for g, r in zip(seen, rest, strict=True) if g in full) / by_scrape
-    queued = sum(rest) / by_scrape - no_blocks
+    no_blocks = sum(r * full_share(g) for g, r in zip(seen, rest, strict=True)) / by_scrape
+    batch_full = sum(r for g, r in zip(seen, rest, strict=True) if g in at_limit) / by_scrape
+    queued = sum(rest) / by_scrape - no_blocks - batch_full
     out = {QUEUED: queued * span}
     if any(g.kv_ratio is not None for g in seen):
         out[NO_FREE_BLOCKS] = no_blocks * span
+    if limit is not None:
+        out[MAX_NUM_SEQS] = batch_full * span
     if adapters:
         out[MODEL_LOADING] = sum(on_model) / by_scrape * span
     usage = _mean([g.kv_ratio for g in seen])
@@ -89,15 +100,49 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     if usage is not None:
         parts.append(f"KV usage {usage:.2f} on average, no room for one more request in {len(full)} of them "
                      f"({no_blocks:.2f} waiting there: no free blocks)")
+    if limit is not None:
+        parts.append(f"{batch_full:.2f} waiting while the batch was held at its limit ({limit.how})")
     if adapters:
         parts.append(f"{sum(on_model) / by_scrape:.2f} deferred while LoRA adapters load")
     return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
 
 
+PINNED_SAMPLES = 3   # samples that found a queue and the same batch, at the least, to call it the batch's limit
+
+
+def pinned_batch(gauges: list[Gauges]) -> Inferred | None:
+    """The batch limit the samples show, where they show one: the running count at every sample (scrape or
+    gauge poll, at least PINNED_SAMPLES) that found requests waiting with room in the KV cache, the same at
+    each and the most that ran in the window. vLLM admits a waiting request whenever its token budget, a KV
+    block and --max-num-seqs allow: a batch that never grows while a queue waits and blocks are free is held
+    by its limit (a budget-bound batch varies as prefills come and go). The limit itself is not published."""
+    queued = [g for g in gauges if g.waiting and g.running is not None and g.kv_ratio is not None
+              and not kv_full(g)]
+    if len(queued) < PINNED_SAMPLES or len({g.running for g in queued}) != 1:
+        return None
+    limit = queued[0].running
+    if limit < 1 or limit < max(g.running for g in gauges if g.running is not None):
+        return None
+    return Inferred(round(limit), f"{limit:.0f} running at each of the {len(queued)} samples that found requests "
+                                  f"waiting with room in the KV cache")
+
+
 def kv_full(g: Gauges) -> bool:
-    """Whether the scrape found no room in the KV cache for one more request like those running: under
-    10% free, or less free than a running request holds on average (an allocator reserving much per
-    request is full long before 90%)."""
+    """Whether the sample found no room in the KV cache for one more request like those running (_no_room), or
+    followed a preemption that says the cache was full since the sample before (vLLM: mark_preemptions)."""
+    return full_share(g) > 0
+
+
+def full_share(g: Gauges) -> float:
+    """How much of the time up to the sample the KV cache had no room: all of it where its usage leaves none,
+    else the share its preemptions say (vLLM: mark_preemptions), as for a sample of the gauge poll's rate."""
+    return 1.0 if _no_room(g) else g.preempted_share or 0.0
+
+
+def _no_room(g: Gauges) -> bool:
+    """Whether the sample's KV usage leaves no room for one more request like those running: under 10% free,
+    or less free than a running request holds on average (an allocator reserving much per request is full
+    long before 90%)."""
     if g.kv_ratio is None:
         return False
     per_request = g.kv_ratio / g.running if g.running else 0.0
@@ -113,6 +158,7 @@ class KvCapacity:
     block_size: int
     reserved_blocks: int = 0
     forced_block_size: bool = False  # a hybrid model's block holds a mamba state: the block size is not a choice
+    lever: str | None = None         # the engine's flag that set the size, with its value
 
     @property
     def tokens_per_block(self) -> float:
@@ -159,23 +205,67 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
                     f"{kv.tokens_per_block - 1:g} each: the block size's floor) over {len(seen)} scrapes")
 
 
+def mark_preemptions(samples: list[Gauges], per_preemption_s: float) -> list[Gauges]:
+    """vLLM's samples (in time order) with `preempted_share` set from the preemptions counted since the sample
+    before. vLLM preempts a running request only when it cannot allocate it a KV block (V1 when allocate_slots
+    fails, V0 when it cannot append slots; else only an operator's reset of the prefix cache), so the cache was
+    full then, whatever usage the sample, taken later, reads. For how long is not published: each preemption
+    counts as `per_preemption_s` of the time between the two samples (the gauge poll's period: what a sample at
+    its rate would find), so a busy host's few samples far apart read as many close together would, rather than
+    full all along. SGLang's retractions are not marked: that each one came for want of room is not established
+    here for every release (its counter is recent; the older gauge counts those retracted now), so they count
+    where the usage seen leaves no room (full_while_waiting)."""
+    return samples[:1] + [dataclasses.replace(g, preempted_share=_preempted_share(before, g, per_preemption_s))
+                          for before, g in itertools.pairwise(samples)]
+
+
+def _preempted_share(before: Gauges, g: Gauges, per_preemption_s: float) -> float | None:
+    if g.preemptions is None or before.preemptions is None:
+        return None
+    rise = g.preemptions - before.preemptions     # fewer: a restart, which says nothing of the time between
+    if rise <= 0:
+        return 0.0
+    span = g.at - before.at
+    return min(1.0, rise * per_preemption_s / span) if span > 0 else 1.0
+
+
+FEWEST_SAMPLES = 3   # a share of fewer can only read 0, 1/2 or 1: ok or firing by the signal's default lines (0.2,
+                     # 0.5), nothing between, so the same window could read ok on one run and FIRING on the next
+
+
 def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
     """The share of samples, scrapes and the gauge polls between them (each against the one before), that found
-    the KV cache with no room for one more request (kv_full) while requests waited or were preempted since (an
+    the KV cache with no room for one more request (_no_room) while requests waited or were preempted since (an
     engine sets its KV usage once a step, so one scrape a window can miss it): a queue the KV cache holds back, the
-    KV cache's evidence that the scheduler's queue is its consequence. The same test charges the queue's wait
-    to `no_free_blocks` (wait_seconds_by_reason), so the stage that fires and the charge agree."""
-    seen = []
-    for before, g in zip(scrapes, scrapes[1:], strict=False):
-        preempted = (None if g.preemptions is None or before.preemptions is None
-                     else g.preemptions > before.preemptions)
-        if g.kv_ratio is None or (g.waiting is None and preempted is None):
-            continue
-        seen.append(kv_full(g) and bool((g.waiting or 0) > 0 or preempted))
+    KV cache's evidence that the scheduler's queue is its consequence. A sample after a preemption with room seen
+    counts for the share of its time the preemptions say the cache was full (vLLM: mark_preemptions). The same
+    test charges the queue's wait to `no_free_blocks` (wait_seconds_by_reason, by full_share), so the stage that
+    fires and the charge agree. Fewer than FEWEST_SAMPLES samples give no share, saying so."""
+    seen = [share for before, g in itertools.pairwise(scrapes) if (share := _full_while_pressed(before, g)) is not None]
     if not seen:
         return None
-    return Inferred(sum(seen) / len(seen), f"the KV cache had no room for one more request while requests waited or "
-                                           f"were preempted at {sum(seen)} of {len(seen)} scrapes")
+    how = (f"the KV cache had no room for one more request while requests waited or were preempted at "
+           f"{round(sum(seen), 2):g} of {len(seen)} samples")
+    if len(seen) < FEWEST_SAMPLES:
+        return Inferred(None, f"{how}: {len(seen)} samples are too few for a share (fewer than {FEWEST_SAMPLES} "
+                              f"read only 0, 1/2 or 1)")
+    if any(g.preempted_share for g in scrapes):
+        how += (" (a sample after a preemption with room seen counts for the share of its time the preemptions say "
+                "the cache was full: vLLM preempts only when it cannot allocate a KV block)")
+    return Inferred(sum(seen) / len(seen), how)
+
+
+def _full_while_pressed(before: Gauges, g: Gauges) -> float | None:
+    """How much of a sample (against the one before) found the KV cache full while requests were pressed: all of
+    it where its usage left no room while requests waited or were preempted, else the share of its time a
+    preemption says it was (vLLM); None where neither the usage nor what pressed is published."""
+    if g.preempted_share:     # preempted since the sample before: pressed, and full for that share at least
+        return full_share(g)
+    preempted = (None if g.preemptions is None or before.preemptions is None
+                 else g.preemptions > before.preemptions)
+    if g.kv_ratio is None or (g.waiting is None and preempted is None):
+        return None
+    return float(_no_room(g) and ((g.waiting or 0) > 0 or bool(preempted)))
 
 
 def held_tokens(counted: Counted) -> float | None:
@@ -389,35 +479,42 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
 
 
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ordinary_step: float | None = None,
-                     queued: tuple[float, int] | None = None, longest_step: float | None = None) -> Inferred | None:
+                     queued: tuple[float, int] | None = None, longest_step: float | None = None,
+                     waiting_now: float | None = None) -> Inferred | WaitBounds | None:
     """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99); without them only bounds are known
     (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
     (`queued`, queued_mean_wait, over two requests at least) less the step in progress (at most the longer of
-    `period` and `ordinary_step`: ordinary_step_bounds) bounds it from below."""
+    `period` and `ordinary_step`: ordinary_step_bounds) bounds it from below. Where that bound is past what
+    fewer than MIN_FINISHED finished requests show while requests still wait (`waiting_now`), those waiting
+    wait longer than the few that finished: the P99 is known only from below (WaitBounds, no upper bound)."""
     step = max(period, ordinary_step or 0.0) if period is not None else None
-    found = _finished_wait_p99(timelines, period, longest_step)
+    found = _finished_wait_p99(timelines, period, longest_step, waiting_now)
     if queued is None or queued[1] < 2 or period is None:
         return found
     bound = queued[0] - step
     if bound <= 0 or (found is not None and found.value >= bound):
         return found
-    return Inferred(bound, f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average "
-                           f"(num_requests_waiting by Little's law, less KV and model waits) less the step in "
-                           f"progress ({_ms(step)}): at least that"
-                    + (f"; {found.how}" if found is not None else ""))
+    how = (f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average (num_requests_waiting "
+           f"by Little's law, less KV and model waits) less the step in progress ({_ms(step)}): at least that"
+           + (f"; {found.how}" if found is not None else ""))
+    if len(timelines) < MIN_FINISHED and waiting_now:
+        return WaitBounds(bound, None, how)
+    return Inferred(bound, how)
 
 
-def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None,
-                       longest: float | None) -> Inferred | None:
+def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None, longest: float | None,
+                       waiting_now: float | None = None) -> Inferred | None:
     if not timelines or period is None:
         return None
     value = sustained_p99(decided_waits(timelines, period, longest))
+    few = (f"; only {len(timelines)} requests finished in the window while {waiting_now:.0f} wait: the P99 of "
+           f"those {len(timelines)}, not of the queue" if len(timelines) < MIN_FINISHED and waiting_now else "")
     return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
                            f"(their llm_request spans) from the first step boundary their spans show after each "
                            f"one's arrival (a request's scheduling, first token or end; one step period is "
                            f"{period * 1000:.0f} ms), or past the longest step ({_ms(longest)}), whole behind a "
-                           f"long prompt's prefill")
+                           f"long prompt's prefill{few}")
 
 
 def _ms(seconds: float | None) -> str:

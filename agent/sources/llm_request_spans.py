@@ -16,7 +16,9 @@ output processor's `do_tracing`). What this module reads:
 | `gen_ai.latency.time_in_model_prefill` | int/double s | one prefill chunk after the queue wait |
 | `gen_ai.response.finish_reasons` | string array | `finish_reason` (an ERROR span status reads `error`) |
 
-vLLM sets no span status and (upstream) no finish reason, so `finish_reason` is usually None.
+vLLM sets no span status and (upstream) no finish reason, so `finish_reason` is usually None. Where the
+span names no model, the engine source fills it from its `/metrics` (`with_model`). The span's own trace id is
+kept (`trace_id`), so a figure drawn from the request can point at the engine's own trace.
 `gen_ai.latency.e2e` and `time_in_model_decode` are not needed: the span's own end is the finish.
 
 Times: span timestamps are epoch nanoseconds of the engine's host; timelines carry this process's
@@ -33,6 +35,7 @@ a span's content.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -56,7 +59,7 @@ from engine_hooks.records.vllm_names import (
     USAGE_PROMPT_TOKENS,
 )
 
-__all__ = ["LLM_REQUEST", "QUEUED", "timeline_from_span"]
+__all__ = ["LLM_REQUEST", "QUEUED", "timeline_from_span", "with_model"]
 
 UNKNOWN_MODEL = "unknown"
 
@@ -99,6 +102,7 @@ def timeline_from_span(span: trace_pb2.Span, clock_offset: float,
         finished=finished,
         finish_reason=_finish_reason(span, attrs, notes),
         first_token=arrival + ttft if ttft is not None else None,
+        trace_id=_trace_id(span),
     )
     events = [(arrival, "arrival")]
     if queue is not None:
@@ -117,6 +121,19 @@ def timeline_from_span(span: trace_pb2.Span, clock_offset: float,
         tl.ttft_components = components(tl, tl.first_token)
     tl.latency_components = components(tl, finished)
     return tl
+
+
+def with_model(timelines: list[RequestTimeline], model: str | None) -> list[RequestTimeline]:
+    """The timelines, those whose span named no model (vLLM V1 omits it) given `model`: the one the engine's
+    `/metrics` names. Copies: the receiver keeps its own as they came."""
+    if not model:
+        return timelines
+    return [dataclasses.replace(t, model=model) if t.model == UNKNOWN_MODEL else t for t in timelines]
+
+
+def _trace_id(span: trace_pb2.Span) -> str | None:
+    """The span's trace id in hex; None where it is not a valid one (16 bytes, not all zero)."""
+    return span.trace_id.hex() if len(span.trace_id) == 16 and any(span.trace_id) else None
 
 
 def _value(attrs: dict[str, common_pb2.AnyValue], key: str) -> tuple[str | None, object]:

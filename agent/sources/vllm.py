@@ -39,7 +39,7 @@ from agent.sources.families import (
     values,
     without_rank_copies,
 )
-from agent.sources.gauge_poll import GaugePoller
+from agent.sources.gauge_poll import POLL_S, GaugePoller
 from agent.sources.inference import (
     Counted,
     Gauges,
@@ -52,12 +52,15 @@ from agent.sources.inference import (
     head_of_line_share,
     held_tokens,
     kv_full,
+    mark_preemptions,
     ordinary_step_bounds,
+    pinned_batch,
     queued_mean_wait,
     step_period,
     wait_seconds_by_reason,
     waiting_share,
 )
+from agent.sources.llm_request_spans import with_model
 from agent.sources.plausible import refuse_implausible, rule_for
 from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
 from agent.sources.step_stall import StepWatch, growing_wait, stalled_wait
@@ -107,7 +110,8 @@ from engine_hooks.records.vllm_names import (
 log = logging.getLogger(__name__)
 
 KINDS = ("vllm", "sglang")
-SCRAPE_TIMEOUT_S = 2.0                # at most: the sampler gives it no more than its interval (Prometheus's rule too)
+SCRAPE_TIMEOUT_S = 5.0                # a busy engine's, not the sampling interval's: a real vLLM (0.32, CPU build)
+                                      # under load answered in 0.6-3 s; a tick waits for it, the next comes after
 MAX_BODY_BYTES = 8 * 1024 * 1024      # a /metrics body past this is not an engine's: prometheus_text.MAX_SERIES
                                       # lines of 400 bytes; reading 32 MB held the agent's /metrics 300 ms
 
@@ -283,8 +287,8 @@ class VllmSource:
         """Requests the engine's spans told of (none without `spans`), their queue time charged by the mix of
         waiting reasons the gauge poll saw while each waited, else the latest window's (a span does not say why
         its request waited)."""
-        return [] if self.spans is None else charge_queued(self.spans.recent_timelines(since), self._by_reason,
-                                                           self.poller.kept() if self.poller else ())
+        return [] if self.spans is None else charge_queued(self._named(self.spans.recent_timelines(since)),
+                                                           self._by_reason, self._polled())
 
     def _window_timelines(self, start: float) -> tuple[list, list[int] | None]:
         """From one read of the spans kept (by finish): the requests that finished after `start`, the window, and
@@ -293,7 +297,20 @@ class VllmSource:
             return [], None
         kept = [t for t in self.spans.recent_timelines() if t.finished is not None]
         lengths = [t.prompt_tokens + t.output_tokens for t in kept[-LENGTHS_SAMPLE:]] or None
-        return kept[bisect.bisect_right(kept, start, key=lambda t: t.finished):], lengths
+        return self._named(kept[bisect.bisect_right(kept, start, key=lambda t: t.finished):]), lengths
+
+    def _named(self, timelines: list) -> list:
+        """The spans' timelines, the model filled in where a span names none, from the latest scrape's."""
+        try:
+            latest = self._scrapes[-1]    # one step: the HTTP API reads timelines while the sampler scrapes
+        except IndexError:
+            return timelines
+        return with_model(timelines, self._model(latest.exposition))
+
+    def _model(self, ex: Exposition) -> str | None:
+        """The model a scrape names: its families' `model_name` label (SGLang 0.3's `name`)."""
+        running = ex.first(self._names("running"))
+        return label(running, "model_name") or label(running, "name")
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
@@ -351,6 +368,15 @@ class VllmSource:
                       adapters=_serves_adapters(ex.first(self._names("lora"))),
                       preemptions=total(ex.first(self._names("preemptions"))))
 
+    def _marked(self, samples: list[Gauges]) -> list[Gauges]:
+        """The samples (in time order) with what vLLM's preemptions say of its KV cache between them (SGLang's
+        retractions are not read so: agent.sources.inference.mark_preemptions says why)."""
+        return mark_preemptions(samples, per_preemption_s=POLL_S) if self.kind == "vllm" else samples
+
+    def _polled(self) -> list[Gauges]:
+        """Every sample the gauge poll keeps, marked as the window's are."""
+        return self._marked(self.poller.kept()) if self.poller else []
+
     def _capacity(self, ex: Exposition) -> KvCapacity | None:
         """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid model's
         blocks do not hold block_size tokens each), SGLang's token pool (a block of one token)."""
@@ -369,6 +395,8 @@ class VllmSource:
         gauges = [w.gauges for w in window]
         if self.poller is not None and before is not None:   # the polls between the scrapes, in time order
             gauges = sorted(gauges + self.poller.samples(before.at, now.at), key=lambda g: g.at)
+        samples = self._marked(([before.gauges] if before else []) + gauges)   # each against the one before
+        gauges = samples[1:] if before else samples
 
         def family(figure):
             return ex.first(self._names(figure))
@@ -414,10 +442,11 @@ class VllmSource:
         queued = None if self.spans is None else queued_mean_wait(
             by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None), now.gauges.waiting)
         ordinary, longest = ordinary_step_bounds(itl, timelines, steps)    # one pass over the window's spans
-        decided = decided_wait_p99(timelines, period, ordinary, queued, longest) if span else None
-        bounds = None
-        if decided is not None:
-            inferred["window.scheduler.decided_wait_p99_s"] = decided.how
+        found = decided_wait_p99(timelines, period, ordinary, queued, longest, now.gauges.waiting) if span else None
+        # a floor only where the few requests finished say less than those still queued wait
+        decided, bounds = (None, found) if isinstance(found, WaitBounds) else (found, None)
+        if found is not None:
+            inferred["window.scheduler.decided_wait_p99_s"] = found.how
         elif span:
             left = (queue or e2e).count / span if (queue or e2e) is not None else None
             bounds = queue_wait_p99_bounds(queue, [g.waiting for g in gauges if g.waiting is not None], left, span,
@@ -455,8 +484,7 @@ class VllmSource:
                 + (", requests waiting at every scrape)" if share_waiting == 1.0 else ")"))
         kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(gauges, capacity)),
                        full_while_waiting_share=infer("window.kv.full_while_waiting_share",
-                                                      full_while_waiting(([before.gauges] if before else [])
-                                                                         + gauges)),
+                                                      full_while_waiting(samples)),
                        sequence_lengths=lengths)
         if self.kv_events is not None:
             blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
@@ -465,7 +493,7 @@ class VllmSource:
         cold = ColdPathFigures(waiting_on_model=_whole(now.gauges.deferred) if now.gauges.adapters else None)
         tail = None
         if timelines:
-            charged = charge_queued(timelines, by_reason, self.poller.kept() if self.poller else ())
+            charged = charge_queued(timelines, by_reason, self._polled())
             tail = WindowTail(ttft=attribution_tail(charged, "ttft"), latency=attribution_tail(charged, "latency"))
             inferred["window.tail"] = (f"{len(charged)} requests' llm_request spans: queue, prefill and decode; "
                                        f"their queue time charged by the window's mix of waiting reasons")
@@ -482,10 +510,12 @@ class VllmSource:
         snap = EngineSnapshot(
             clock=Clock(monotonic=now.at, wall=time.time()),
             engine=EngineInfo(source=self.kind, generation=self.generation,
-                              model=label(family("running"), "model_name") or label(family("running"), "name"),
+                              model=self._model(ex),
                               allocator="paged", block_size=None if capacity is None or self.kind == "sglang"
                               else capacity.block_size,
                               kv_capacity_tokens=None if capacity is None else capacity.tokens,
+                              kv_capacity_lever=None if capacity is None else capacity.lever,
+                              max_num_seqs=infer("engine.max_num_seqs", pinned_batch(gauges)),
                               block_size_forced=None if capacity is None else capacity.forced_block_size),
             usage=usage,
             window=Window(span_s=span, kv=kv, scheduler=scheduler, cold_path=cold, tail=tail),
@@ -560,7 +590,21 @@ def _cache_config(family, v1: bool) -> KvCapacity | None:
     tokens = sum(published) if None not in published else num_blocks * block_size
     forced = tokens != num_blocks * block_size or any(_int(s.labels.get("mamba_block_size")) for s in samples)
     return KvCapacity(num_blocks=num_blocks, tokens=tokens, block_size=block_size,
-                      reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced)
+                      reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced,
+                      lever=_capacity_lever(samples[0].labels))
+
+
+def _capacity_lever(labels: dict[str, str]) -> str:
+    """The vLLM flag that set the KV cache's size, with its value: a block count forced by
+    --num-gpu-blocks-override outranks a memory size (--kv-cache-memory-bytes; a CPU build's
+    VLLM_CPU_KVCACHE_SPACE shows there too), which outranks the share of device memory."""
+    override = _int(labels.get("num_gpu_blocks_override"))
+    if override:
+        return f"--num-gpu-blocks-override {override}"
+    memory = _int(labels.get("kv_cache_memory_bytes"))
+    if memory:
+        return f"--kv-cache-memory-bytes {memory}"
+    return f"--gpu-memory-utilization {labels.get('gpu_memory_utilization') or '0.9'}"
 
 
 def _serves_adapters(family) -> bool:

@@ -37,8 +37,8 @@ def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], le
         if lower > 0:
             at_most = None if math.isinf(upper) else upper
             return WaitBounds(max(0.0, lower - (step or 0.0)), at_most,
-                              f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: at least "
-                              f"{lower:g} s")
+                              f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: queued at "
+                              f"least {lower:g} s{_less_step(step)}")
         mean = histogram_mean(queue)
         how = f"the queue-time histogram's P99 is in its first bucket, (0, {upper:g}] s"
         if mean is not None and MARKOV_FACTOR * mean < upper:
@@ -56,7 +56,14 @@ def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], le
     return WaitBounds(max(0.0, mean_wait - (step or 0.0)), None,
                       f"{queued:.0f} requests waiting at every one of {len(waiting)} scrapes, {left_per_s:.2f} "
                       f"a second leaving the queue: {_said(mean_wait)} of wait on average (Little's law), "
-                      f"which a queue present throughout makes most requests wait")
+                      f"which a queue present throughout makes most requests wait{_less_step(step)}")
+
+
+def _less_step(step: float | None) -> str:
+    """What the bound of the decided wait leaves out of the queue time: the step in progress at arrival."""
+    if not step:
+        return ""
+    return f", less one step period ({_said(step)}) that any scheduler makes a request arriving mid-step wait"
 
 
 def _said(seconds: float) -> str:

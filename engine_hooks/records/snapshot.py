@@ -73,6 +73,7 @@ class EngineInfo(_Section):
     kv_cache_bytes: int | None = None
     kv_bytes_per_token: int | None = None
     kv_capacity_tokens: int | None = None   # tokens the KV cache holds in all (vLLM's kv_cache_size_tokens)
+    kv_capacity_lever: str | None = None    # an engine read from outside: the flag that sets that capacity, as set
     block_size_forced: bool | None = None   # the model sets the block size (hybrid attention + mamba)
     resident_models: list[str] | None = None
     loading_models: list[str] | None = None

@@ -57,6 +57,7 @@ class RequestTimeline:
     # where its time went (engine_hooks.records.attribution): component -> seconds, up to the first token and to the end
     ttft_components: dict[str, float] | None = None
     latency_components: dict[str, float] | None = None
+    trace_id: str | None = None      # the engine's own trace of it (an outside engine's span): 32 hex digits
 
     @property
     def ttft_s(self) -> float | None:

@@ -8,6 +8,7 @@ the dicts."""
 from __future__ import annotations
 
 import math
+import re
 
 from engine_hooks.records.timeline import RequestTimeline
 
@@ -29,6 +30,7 @@ def read_timeline(d) -> RequestTimeline:
     for key in ("finished", "first_token"):
         _require(d, key, _is_time, nullable=True, optional=True)
     _require(d, "finish_reason", _is_str, nullable=True, optional=True)
+    _require(d, "trace_id", _is_trace_id, nullable=True, optional=True)
     for key in ("ttft_components", "latency_components"):
         _require(d, key, _is_components, nullable=True, optional=True)
     _require_items(d, "events", {"t": _is_time, "event": _is_str})
@@ -78,6 +80,11 @@ def _require_items(d: dict, key: str, required: dict, optional: dict | None = No
 
 def _is_str(v) -> bool:
     return isinstance(v, str)
+
+
+def _is_trace_id(v) -> bool:
+    """A W3C trace id as written: 32 lowercase hex digits (what an exemplar label may carry)."""
+    return isinstance(v, str) and re.fullmatch(r"[0-9a-f]{32}", v) is not None
 
 
 def _is_str_or_none(v) -> bool:

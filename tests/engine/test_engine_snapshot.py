@@ -117,7 +117,8 @@ def test_every_recorded_bundle_reads_and_writes_back_as_recorded(name):
         scheduler, info = again["engine"]["window"]["scheduler"], again["engine"]["engine"]
         assert [scheduler.pop(k) for k in ("decided_wait_p99_at_least_s", "decided_wait_p99_at_most_s",
                                            "no_step_for_s")] == [None] * 3
-        assert [info.pop(k) for k in ("generation", "kv_capacity_tokens", "block_size_forced")] == [None] * 3
+        assert [info.pop(k) for k in ("generation", "kv_capacity_tokens", "kv_capacity_lever", "block_size_forced")
+                ] == [None] * 4
         assert again == original
 
 

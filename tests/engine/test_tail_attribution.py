@@ -135,7 +135,7 @@ def test_a_fault_that_stops_halfway_is_an_episode_with_its_interval():
     ep = episodes[0]
     assert ep.state == "firing" and not ep.open
     base = frames[0].time_unix
-    assert ep.start_unix - base == 4           # two samples to rise
+    assert ep.start_unix - base == 3           # its first firing sample: warn until the second confirms it
     assert 9 <= ep.end_unix - base <= 11       # three to clear
     assert ep.peak.signal in ("scheduler_wait_p99", "head_of_line_blocking")
     assert run.basis == "end" and run.diagnosis.verdict == "ok"
@@ -198,9 +198,9 @@ def test_live_the_root_is_the_stage_the_tail_blames_and_a_disagreement_is_said()
     d = diagnose(frames)
     assert d.stage("scheduler").state == d.stage("cold_path").state == "firing"
     assert d.root_stage == "cold_path" and d.disagreement is None
-    # the first sample with the slow tail: the cold path has not yet held its level for `rise` samples
+    # the first sample with the slow tail: the cold path has not yet held its level for `rise` samples (warn)
     d = diagnose(frames[:3])
-    assert d.root_stage == "scheduler" and d.stage("cold_path").state == "ok"
+    assert d.root_stage == "scheduler" and d.stage("cold_path").state == "warn"
     assert d.disagreement.startswith("the window's P99 tail blames cold_path, the signals point at scheduler")
     config = load_config(overrides=["cold_path_tail_share=0.3:0.99"])
     d = diagnose(frames, config)

@@ -73,6 +73,7 @@ def exported_metric_names(model_dir) -> set[str]:
     engine["intake"] = {"traces.spans": 1.0, "kv_events.messages": 1.0}   # what an outside engine sent
     engine["engine"]["source"] = "hooks"
     engine["engine"]["generation"] = engine["engine"]["block_size_forced"] = None   # words and a flag, not figures
+    engine["engine"]["kv_capacity_lever"] = None
     engine["window"]["cold_path"]["loads_in_progress"] = [{"model": "model-1", "since": 0.0, "seconds": 2.0}]
     full.engine = EngineSnapshot.from_dict(engine)
     full.node_sample.gpus = [read(GpuSample, _fill_missing(plain_fields(g))) for g in full.node_sample.gpus]

@@ -24,6 +24,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+import psutil
+
+from tests.helpers.prometheus_support import free_port
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VLLM_PYTHON = pathlib.Path(os.environ.get("STAGELENS_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 TINY_MODEL_SCRIPT = ROOT / "deploy" / "vllm-cpu" / "tiny_model.py"
@@ -45,14 +49,6 @@ def make_tiny_model(directory: pathlib.Path) -> pathlib.Path:
         if made.returncode != 0:
             raise RuntimeError(f"tiny_model.py failed: {made.stderr[-2000:]}")
     return directory
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RealVllm:
@@ -84,10 +80,24 @@ class RealVllm:
             if self.process.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {self.process.returncode}:\n{self.log_tail()}")
             if self.healthy():
+                self._pin_engine()
                 return self
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"vLLM did not answer /health within {deadline_s:.0f} s:\n{self.log_tail()}")
+
+    def _pin_engine(self) -> None:
+        """The engine's processes (engine core, worker) on the first core, the API server on the rest, as on a
+        node where the engine has cores of its own. vLLM's CPU worker already binds its compute threads to core 0
+        and leaves the others to the rest; its engine core, though, spins on whatever core it gets between
+        steps, and on a 2-core host starves its own API server: /metrics then answered in 5 s or more, with the
+        gauges of a moment after the load, and the clients re-sent late, so the load was not the one asked for."""
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            return
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            _pin(child.pid, cores[:1])
+        _pin(self.process.pid, cores[1:])
 
     def healthy(self) -> bool:
         try:
@@ -126,12 +136,19 @@ class RealVllm:
         return total
 
 
+def _pin(pid: int, cores: list[int]) -> None:
+    """Every thread of process `pid` onto `cores` (sched_setaffinity takes one thread at a time)."""
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):    # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cores)
+
+
 @dataclass
 class LoadResult:
     sent: int = 0
     ok: int = 0
     failed: list[str] = field(default_factory=list)
-    ttfts: list[float] = field(default_factory=list)   # seconds to the first streamed token
+    latencies: list[float] = field(default_factory=list)   # seconds, request to whole answer
 
 
 def prompt_of(tokens: int, rng: random.Random) -> str:
@@ -141,21 +158,18 @@ def prompt_of(tokens: int, rng: random.Random) -> str:
 
 def complete(url: str, prompt: str, output_tokens: int, result: LoadResult, lock: threading.Lock,
              timeout_s: float = 120) -> None:
-    """One streamed completion; its TTFT and outcome go into `result`."""
+    """One completion, not streamed (a stream's events cost vLLM's API server, which also answers /metrics, a
+    core's worth on a 2-core host); its latency and outcome go into `result`."""
     body = json.dumps({"model": SERVED_NAME, "prompt": prompt, "max_tokens": output_tokens, "ignore_eos": True,
-                       "temperature": 0, "stream": True}).encode()
+                       "temperature": 0}).encode()
     request = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"content-type": "application/json"})
     start = time.monotonic()
-    first = None
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            for line in response:
-                if first is None and line.startswith(b"data: {"):
-                    first = time.monotonic() - start
+            response.read()
         with lock:
             result.ok += 1
-            if first is not None:
-                result.ttfts.append(first)
+            result.latencies.append(time.monotonic() - start)
     except (OSError, urllib.error.URLError) as exc:
         with lock:
             result.failed.append(str(exc)[:200])

@@ -26,15 +26,29 @@ def runtime_only(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if "vllm:" not in line) + "\n"
 
 
+def without(text: str, *families: str) -> str:
+    """The capture without the lines (samples, HELP and TYPE) of `families`."""
+    def family(line: str) -> str:
+        return line.split()[2] if line.startswith("# ") else line.split("{", 1)[0].split(" ", 1)[0]
+    return "\n".join(line for line in text.splitlines() if not line or family(line) not in families) + "\n"
+
+
 @pytest.mark.parametrize("text, kind, said", [
     (real("vllm_v0_idle_qwen25_coder_1_5b.txt"), "vllm", "vLLM V0 (gpu_cache_usage_perc, no engine label)"),
+    # a V0 build publishing none of the families only V0 had: told by its families' lack of an engine label
+    (without(real("vllm_v0_idle_qwen25_coder_1_5b.txt"), "vllm:num_requests_swapped", "vllm:cpu_cache_usage_perc",
+             "vllm:gpu_prefix_cache_hit_rate"), "vllm", "vLLM V0 (gpu_cache_usage_perc, no engine label)"),
+    # ... where V1, with the old usage name only, labels every family with its engine
+    (without(real("vllm_v1_0.10_idle_qwen3_4b.txt"), "vllm:kv_cache_usage_perc"), "vllm",
+     "vLLM V1 (0.8/0.9-style names)"),
     (real("vllm_v1_0.10_idle_qwen3_4b.txt"), "vllm", "vLLM V1 (0.10-style names)"),
     (real("vllm_v1_0.28_hybrid_idle_qwen38_27b.txt"), "vllm", "vLLM V1 (0.11+ names)"),
     ((ENGINES / "vllm_v1_new_names.txt").read_text(), "vllm", "vLLM V1 (0.11+ names), 2 data-parallel engines"),
     (real("sglang_0.3_idle_gemma2_9b.txt"), "sglang", "SGLang 0.3 (num_requests_running, label name)"),
     (real("sglang_0.4_overloaded_llama31_8b.txt"), "sglang", "SGLang 0.4 (num_running_reqs, label model_name)"),
     (real("sglang_0.5_busy_qwen32b_excerpt.txt"), "sglang", "SGLang 0.4.4+ (num_running_reqs, per-rank labels)"),
-], ids=["vllm-v0", "vllm-v1-0.10", "vllm-v1-0.28-hybrid", "vllm-v1-dp", "sglang-0.3", "sglang-0.4", "sglang-0.5"])
+], ids=["vllm-v0", "vllm-v0-without-v0-only-families", "vllm-v1-old-usage-name", "vllm-v1-0.10",
+        "vllm-v1-0.28-hybrid", "vllm-v1-dp", "sglang-0.3", "sglang-0.4", "sglang-0.5"])
 def test_each_generation_is_named(text, kind, said):
     assert generation(parse_exposition(text), kind, "http://h/metrics") == said
 

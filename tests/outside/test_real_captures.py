@@ -122,19 +122,45 @@ def test_rank_copies_are_counted_once_and_data_parallel_ranks_added(serve):
 
 
 # --- a full KV cache with a queue: the KV cache's doing -----------------------------------------------------
-def full_kv_stand_in() -> str:
-    """No full-KV scrape was found published whole (SOURCES.md): the V1 0.10 capture made into the issue's
-    stand-in, every change here: both usage gauges at 0.985, 40 running, 16 waiting, 30 preemptions so far
-    (its counter then grows with the others)."""
-    model = 'engine="0",model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"'
+V1_NAME = 'model_name="Qwen/Qwen3-4B-Instruct-2507-FP8"'
+V1_MODEL = f'engine="0",{V1_NAME}'
+
+
+def v1_changed(usage: str, preempted: str, *more: tuple[str, str]) -> str:
+    """The V1 0.10 capture with both usage gauges at `usage`, 40 running, 16 waiting, `preempted` preemptions so
+    far (the counter then grows with the others) and the changes `more`, each (line, the line it becomes)."""
     text = capture("vllm_v1_0.10_idle_qwen3_4b.txt")
-    for old, new in ((f"{{{model}}} 0.0011764705882353343", f"{{{model}}} 0.985"),
-                     (f"vllm:num_requests_running{{{model}}} 0.0", f"vllm:num_requests_running{{{model}}} 40.0"),
-                     (f"vllm:num_requests_waiting{{{model}}} 0.0", f"vllm:num_requests_waiting{{{model}}} 16.0"),
-                     (f"vllm:num_preemptions_total{{{model}}} 0.0", f"vllm:num_preemptions_total{{{model}}} 30.0")):
+    for old, new in ((f"{{{V1_MODEL}}} 0.0011764705882353343", f"{{{V1_MODEL}}} {usage}"),
+                     (f"vllm:num_requests_running{{{V1_MODEL}}} 0.0", f"vllm:num_requests_running{{{V1_MODEL}}} 40.0"),
+                     (f"vllm:num_requests_waiting{{{V1_MODEL}}} 0.0", f"vllm:num_requests_waiting{{{V1_MODEL}}} 16.0"),
+                     (f"vllm:num_preemptions_total{{{V1_MODEL}}} 0.0",
+                      f"vllm:num_preemptions_total{{{V1_MODEL}}} {preempted}"), *more):
         assert old in text, old
         text = text.replace(old, new)
     return text
+
+
+def full_kv_stand_in() -> str:
+    """No full-KV scrape was found published whole (SOURCES.md): the V1 0.10 capture made into the issue's
+    stand-in, every change here: both usage gauges at 0.985, 40 running, 16 waiting, 30 preemptions so far."""
+    return v1_changed("0.985", "30.0")
+
+
+def preempting_stand_in() -> str:
+    """A window as a real capture showed it (47 preemptions in it, a queue-time P99 of 40 s and more, the KV
+    cache under 90% at the scrape), made from the V1 0.10 capture, every change here: usage 0.62, 40 running, 16
+    waiting, 470 preemptions so far (4.7 a second as the counters grow 1% a second: 47 in a 10 s window), the 40
+    running requests' 8,000 tokens generated so far (so the blocks in use hold them: no fragmentation), and the 6
+    queue times past 40 s: none in the buckets up to 40 s, 270 s in all."""
+    buckets = [(f'vllm:request_queue_time_seconds_bucket{{engine="0",le="{le}",{V1_NAME}}} 6.0',
+                f'vllm:request_queue_time_seconds_bucket{{engine="0",le="{le}",{V1_NAME}}} 0.0')
+               for le in ("0.3", "0.5", "0.8", "1.0", "1.5", "2.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0",
+                          "40.0")]
+    return v1_changed("0.62", "470.0", *buckets,
+                      (f"vllm:request_queue_time_seconds_sum{{{V1_MODEL}}} 0.0003117750002274988",
+                       f"vllm:request_queue_time_seconds_sum{{{V1_MODEL}}} 270.0"),
+                      (f"vllm:generation_tokens_total{{{V1_MODEL}}} 1739.0",
+                       f"vllm:generation_tokens_total{{{V1_MODEL}}} 9739.0"))
 
 
 def test_a_full_kv_cache_with_a_queue_and_preemptions_is_the_kv_caches(serve):
@@ -152,3 +178,18 @@ def test_a_full_kv_cache_with_a_queue_and_preemptions_is_the_kv_caches(serve):
     assert by_reason["no_free_blocks"] > 0 and by_reason["queued"] == 0
     scheduler = result.stage("scheduler")
     assert scheduler.state != "firing" or scheduler.consequence_of == "kv_cache"
+
+
+def test_preemptions_with_room_at_the_scrape_are_the_kv_caches(serve):
+    """vLLM V1 preempts a running request only when it cannot allocate a KV block: 47 preemptions in the window
+    say the cache was full then, though each scrape, taken later, finds it 62% in use. The queue's 40 s are the
+    KV cache's consequence (before: root scheduler, the KV cache ok)."""
+    result, frame = judged(serve(preempting_stand_in(), per_s=0.01), "vllm")
+    assert result.verdict == "firing" and result.root_stage == "kv_cache", states(result)
+    assert frame.engine.usage.used_blocks == round(0.62 * 850)
+    full = next(e for e in result.stage("kv_cache").evidence if e.signal == "kv_full_while_waiting")
+    assert full.state == "firing" and "preemption" in full.how
+    scheduler = result.stage("scheduler")
+    wait = next(e for e in scheduler.evidence if e.signal == "scheduler_wait_p99")
+    assert wait.state == "firing" and "at least 40 s" in wait.how
+    assert scheduler.state == "firing" and scheduler.consequence_of == "kv_cache"

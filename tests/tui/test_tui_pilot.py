@@ -36,7 +36,7 @@ async def test_injected_frames_show_the_firing_stage_its_evidence_and_the_transi
         assert "FIRING" in screen and "root stage: scheduler" in screen
         assert "scheduler wait p99 900 ms > 20 ms" in screen           # the evidence, with its numbers
         assert "test-node" in screen and "● LIVE" in screen
-        assert "OK → FIRING" in screen                                  # the event log
+        assert "UNKNOWN → WARN" in screen and "WARN → FIRING" in screen  # the event log: warn at the first sample
         assert "f  apply fix: " in screen and "--enable-chunked-prefill" in screen
         assert app.state.diagnosis.root_stage == "scheduler"
 

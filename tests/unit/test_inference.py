@@ -17,6 +17,7 @@ from agent.sources.inference import (
     full_while_waiting,
     head_of_line_share,
     held_tokens,
+    mark_preemptions,
     ordinary_step_bounds,
     queued_mean_wait,
     sustained_p99,
@@ -155,8 +156,40 @@ def test_a_full_kv_cache_with_a_queue_or_preemptions_counts_against_the_kv_cache
                Gauges(at=3.0, running=40, waiting=0, kv_ratio=0.985, preemptions=16.0),    # full, nothing pressed
                Gauges(at=4.0, running=40, waiting=9, kv_ratio=0.40, preemptions=16.0)]     # a queue, room left
     found = full_while_waiting(scrapes)
-    assert found.value == pytest.approx(2 / 4) and "at 2 of 4 scrapes" in found.how
+    assert found.value == pytest.approx(2 / 4) and "at 2 of 4 samples" in found.how
     assert full_while_waiting([Gauges(at=0.0, kv_ratio=0.99)]) is None
+
+
+def sampled_preempting(every_s: float) -> list[Gauges]:
+    """10 s of an engine sampled every `every_s`: a queue of 4, the KV cache 60% in use at every sample, and one
+    preemption every 2 s (at 2, 4, ... 10 s)."""
+    return [Gauges(at=i * every_s, running=8, waiting=4, kv_ratio=0.6, preemptions=float(i * every_s // 2))
+            for i in range(round(10 / every_s) + 1)]
+
+
+def test_a_preemption_with_room_seen_is_the_kv_caches_evidence_however_often_it_is_sampled():
+    """vLLM preempts a running request only when it cannot allocate a KV block: the cache was full then, whatever
+    a later sample reads. Each preemption counts as 0.25 s of a full cache (one sample of the gauge poll's), so 5
+    in 10 s read 0.125 whether the samples came four a second or one in 2 s (counted whole, a busy host's few
+    samples would read 1.0, FIRING, where the poll's read 0.125, ok)."""
+    often, seldom = sampled_preempting(0.25), sampled_preempting(2.0)
+    for samples in (often, seldom):
+        found = full_while_waiting(mark_preemptions(samples, per_preemption_s=0.25))
+        assert found.value == pytest.approx(5 * 0.25 / 10), len(samples)
+        assert "preemption" in found.how
+    assert full_while_waiting(often).value == 0.0     # SGLang's retractions are not marked: they need a full cache
+    # the queue waited for blocks as long as the share says: 4 waiting, an eighth of 5 of the 6 samples' time
+    marked = mark_preemptions(seldom, per_preemption_s=0.25)
+    assert wait_seconds_by_reason(marked, 10.0).value[NO_FREE_BLOCKS] == pytest.approx(4 * 0.125 * 5 / 6 * 10)
+
+
+def test_a_share_of_fewer_than_three_samples_is_not_given():
+    """Two samples can only read 0, 1/2 or 1: ok or FIRING by the signal's lines (0.2, 0.5), nothing between, so
+    the same cache read from two samples or from ten could be ok once and FIRING the other: not given, saying why."""
+    full = [Gauges(at=float(t), running=40, waiting=16, kv_ratio=0.985) for t in range(4)]
+    few = full_while_waiting(full[:3])
+    assert few.value is None and "2 samples" in few.how and "too few" in few.how
+    assert full_while_waiting(full).value == 1.0
 
 
 def test_a_request_passed_over_at_a_step_boundary_its_spans_show_was_held_from_there():

@@ -117,3 +117,25 @@ def test_a_polling_feed_gets_each_finished_timeline_once():
     sampling = NodeSampling(source, DGX, run_source_services=False)
     got = [t.request_id for _ in range(3) for t in sampling.tick()[1]]
     assert got == ["r0", "r1", "r2"]
+
+
+class SlowSource(FinishingSource):
+    """An engine source answering each snapshot in `answer_s`, as a busy engine does."""
+
+    def __init__(self, answer_s: float) -> None:
+        super().__init__()
+        self.answer_s = answer_s
+
+    def snapshot(self, now_monotonic):
+        import time
+
+        time.sleep(self.answer_s)
+        return super().snapshot(now_monotonic)
+
+
+def test_ticks_come_as_a_slow_engine_answers():
+    """An engine answering in 1 s, sampled every 0.5 s: the next tick starts when the answer came (the interval
+    is already past), not an interval after it, so a busy engine still gives a window its scrapes."""
+    frames = sample_for(DGX, duration=2.0, interval=0.5, engine_source=SlowSource(1.0))
+    starts = [f.time_monotonic for f in frames]
+    assert len(frames) >= 2 and max(b - a for a, b in zip(starts, starts[1:], strict=False)) < 1.4, starts

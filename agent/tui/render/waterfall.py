@@ -7,7 +7,7 @@ from itertools import groupby
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from agent.diagnosis.tail import OWN, by_stage
+from agent.diagnosis.tail import OWN, UNEXPLAINED, by_stage
 from agent.fmt import seconds
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 from engine_hooks.records.timeline import RequestTimeline
@@ -15,13 +15,14 @@ from engine_hooks.records.waits import PREEMPTED
 
 KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
 _PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column
-SHORT = {KV_CACHE: "kv", SCHEDULER: "sched", COLD_PATH: "cold", OWN: "own"}
+SHORT = {KV_CACHE: "kv", SCHEDULER: "sched", COLD_PATH: "cold", UNEXPLAINED: "queue", OWN: "own"}
 BLAME_W = 10
 
 
 def blame(timeline: RequestTimeline) -> str:
-    """The stage that took most of the request's latency and its share ("cold 91%"); "own" when its own
-    work did; "" when the timeline carries no split (an older bundle)."""
+    """The stage that took most of the request's latency and its share ("cold 91%"); "queue" when a queue the
+    engine gave no reason for did; "own" when its own work did; "" when the timeline carries no split (an older
+    bundle)."""
     stages = by_stage(timeline.latency_components)
     total = sum(stages.values())
     if not total:

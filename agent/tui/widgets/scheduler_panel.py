@@ -13,7 +13,7 @@ from agent.tui.render.cell_table import CellTable, Column
 from agent.tui.render.waterfall import Waterfall
 from agent.tui.state import TuiState
 from agent.tui.widgets.panel import Panel
-from agent.tui.widgets.signal_rows import evidence_state
+from agent.tui.widgets.signal_rows import evidence_state, evidence_text
 from agent.vocabulary import stage_of
 from engine_hooks.records.snapshot import EngineInfo
 
@@ -34,13 +34,19 @@ def figures_grid(state: TuiState) -> CellTable:
 
     grid.add_row(cell("queue", str(f.get("waiting", "-"))), cell("running", str(f.get("running", "-"))),
                  cell("wait p50", seconds(f.get("wait_p50_s"))))
-    grid.add_row(cell("wait p99", seconds(f.get("wait_p99_s")), "scheduler_wait_p99"),
+    grid.add_row(cell("wait p99", _wait_p99(state, f.get("wait_p99_s")), "scheduler_wait_p99"),
                  cell("busy", pct(f.get("busy_ratio"))),
                  cell("busy while waiting", pct(f.get("busy_while_waiting")), "compute_utilisation"))
     grid.add_row(cell("budget use", pct(f.get("budget_use")), "token_budget_use"),
                  cell("HOL share", ratio(f.get("hol_share")), "head_of_line_blocking"),
                  cell("decode", f"{f['decode_tokens_per_s']:.0f} tok/s" if f.get("decode_tokens_per_s") else "-"))
     return grid
+
+
+def _wait_p99(state: TuiState, figure: float | None) -> str:
+    """The window's decided-wait P99; where only its bounds are known (an engine's coarse histogram), the bound
+    its evidence shows, marked as one."""
+    return seconds(figure) if figure is not None else evidence_text(state, "scheduler_wait_p99")
 
 
 def settings_line(state: TuiState) -> Text:

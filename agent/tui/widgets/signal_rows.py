@@ -26,6 +26,12 @@ def evidence_state(state: TuiState, signal_id: str) -> tuple[str, float | None]:
     return (e.state, e.value) if e else ("unknown", None)
 
 
+def evidence_text(state: TuiState, signal_id: str) -> str:
+    """The signal's value as its evidence shows it, a bound marked as one ("≥ 300 ms"); "-" without one."""
+    e = _evidence(state, signal_id)
+    return "-" if e is None or e.value is None else evidence_value(e.value, e.unit, e.bound)
+
+
 # an engine read from outside: where the value came from, beside it
 _ORIGIN = {"inferred": "inferred", "not observable": "not observable on this engine"}
 
@@ -40,7 +46,7 @@ def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     threshold = state.config.threshold(signal_id)
     text = Text()
     text.append(f"{signal.label} ", style="bold")
-    text.append(evidence_value(value, signal.unit), style=f"bold {STATE_COLOR[st]}")
+    text.append(evidence_value(value, signal.unit, e.bound if e else None), style=f"bold {STATE_COLOR[st]}")
     text.append(f" {STATE_MARK[st]}", style=STATE_COLOR[st])
     worse = ">" if signal.direction == "above" else "<"
     if st != "info":      # a signal measured but not judged here has no thresholds to show

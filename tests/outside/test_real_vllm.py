@@ -1,0 +1,193 @@
+"""A real vLLM — the PyPI CPU build, V1 engine, on a tiny random-weight Llama the project writes itself — read
+from outside by `stagelens diagnose`, as on-call would on a node: its /metrics, its OTLP traces to the agent.
+
+Each server below is started once for its tests (about 35 s on an idle 2-core machine), driven by a bounded
+load on loopback, and diagnosed by the real CLI. Each test asserts what an expert would conclude: the verdict,
+the root stage, the evidence, and the flag they would change. `make test` builds the venv (`make vllm`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from agent.record import read_bundle
+from tests.helpers.cli_run import STAGELENS as STAGELENS_BIN
+from tests.helpers.prometheus_support import free_port
+from tests.helpers.real_vllm import (
+    SERVED_NAME,
+    Background,
+    RealVllm,
+    closed_loop,
+    make_tiny_model,
+    open_loop,
+    vllm_missing,
+)
+
+pytestmark = pytest.mark.real_vllm
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    missing = vllm_missing()
+    if missing:
+        if os.environ.get("CI"):
+            pytest.fail(f"a real vLLM is missing under CI: {missing}")
+        pytest.skip(missing)
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def _server(tiny_model, tmp_path_factory, name: str, *flags: str, otlp_port: int | None = None,
+            kv_events_port: int | None = None) -> RealVllm:
+    env = {}
+    if kv_events_port is not None:
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{kv_events_port}"}
+        flags = (*flags, "--kv-events-config", json.dumps(config))
+    if otlp_port is not None:
+        flags = (*flags, "--otlp-traces-endpoint", f"127.0.0.1:{otlp_port}")
+        env = {"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true", "OTEL_BSP_SCHEDULE_DELAY": "500"}
+    log = tmp_path_factory.mktemp(name) / "vllm.log"
+    return RealVllm(tiny_model, log, *flags, env=env).start()
+
+
+def diagnose(server: RealVllm, seconds: float | None = None, otlp_port: int | None = None) -> tuple[int, dict]:
+    """`stagelens diagnose --json` against the server: (exit status, the diagnosis)."""
+    args = [STAGELENS_BIN, "diagnose", "--json", "--engine", "vllm", "--engine-url", server.url]
+    if seconds is not None:
+        args += ["--duration", str(seconds)]
+    if otlp_port is not None:
+        args += ["--otlp-receiver-grpc", f"127.0.0.1:{otlp_port}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.stdout, f"no diagnosis (exit {done.returncode}): {done.stderr[-2000:]}"
+    return done.returncode, json.loads(done.stdout)
+
+
+def stage(d: dict, name: str) -> dict:
+    return next(s for s in d["stages"] if s["stage"] == name)
+
+
+def evidence(d: dict, signal: str) -> dict:
+    return next(e for s in d["stages"] for e in s["evidence"] if e["signal"] == signal)
+
+
+def advice(d: dict, name: str) -> str:
+    return " | ".join(stage(d, name)["recommendations"])
+
+
+def states(d: dict) -> dict[str, str]:
+    return {s["stage"]: s["state"] for s in d["stages"]}
+
+
+# --- a healthy server ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def healthy(tiny_model, tmp_path_factory):
+    port, kv_events = free_port(), free_port()
+    server = _server(tiny_model, tmp_path_factory, "healthy", otlp_port=port, kv_events_port=kv_events)
+    server.otlp_port, server.kv_events_port = port, kv_events
+    yield server
+    server.stop()
+
+
+def test_an_idle_vllm_is_ok(healthy):
+    code, d = diagnose(healthy)
+    assert (code, d["verdict"]) == (0, "ok"), d
+    assert d["engine"].startswith("vLLM V1")
+    # what vLLM does not publish reads not observable, idle or busy: never "ok" on nothing
+    assert evidence(d, "kv_access_efficiency")["provenance"] == "not observable"
+
+
+@pytest.mark.parametrize("rate", [3.0, 8.0])
+def test_a_healthy_vllm_under_light_load_never_pages(healthy, rate):
+    """Short requests at a few a second: nothing waits, one 128-token block each holds most of a request's
+    slots empty. That is the block size's floor, not fragmentation: no stage warns or fires."""
+    with Background(open_loop, healthy.url, rate, 14, 32, 48, seed=int(rate)) as load:
+        time.sleep(2)
+        code, d = diagnose(healthy, seconds=8, otlp_port=healthy.otlp_port)
+    assert load.result.ok >= rate * 8 and not load.result.failed
+    assert (code, d["verdict"]) == (0, "ok"), json.dumps(d, indent=1)[:4000]
+    assert evidence(d, "kv_fragmentation_ratio")["state"] != "firing"
+
+
+def test_a_recording_holds_vllms_spans_and_kv_events_as_it_sent_them(healthy, tmp_path):
+    """`record` beside the server: its llm_request spans over gRPC become timelines under the served model's name
+    and their own trace ids, and its ZMQ KV events count the blocks it stored."""
+    out = tmp_path / "vllm.jsonl"
+    with Background(open_loop, healthy.url, 4.0, 10, 300, 32, seed=7) as load:
+        time.sleep(1)
+        done = subprocess.run([STAGELENS_BIN, "record", "--out", str(out), "--engine", "vllm", "--engine-url",
+                               healthy.url, "--otlp-receiver-grpc", f"127.0.0.1:{healthy.otlp_port}",
+                               "--kv-events", f"tcp://127.0.0.1:{healthy.kv_events_port}", "--duration", "9"],
+                              capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    bundle = read_bundle(str(out))
+    assert load.result.ok >= 20 and bundle.timelines
+    assert {t["model"] for t in bundle.timelines} == {SERVED_NAME}
+    assert all(len(t["trace_id"]) == 32 for t in bundle.timelines)
+    assert all(t["prompt_tokens"] == 300 and t["output_tokens"] == 32 for t in bundle.timelines)
+    stored = [f.engine.window.kv.blocks_stored for f in bundle.frames if f.engine is not None]
+    # each 332-token request fills two whole 128-token blocks: vLLM publishes a block once it is full
+    assert max(s or 0 for s in stored) >= 2 * 4
+
+
+# --- the batch capped at 2 -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def batch_capped(tiny_model, tmp_path_factory):
+    port = free_port()
+    server = _server(tiny_model, tmp_path_factory, "batch-capped", "--max-num-seqs", "2", otlp_port=port)
+    server.otlp_port = port
+    yield server
+    server.stop()
+
+
+def test_a_batch_held_at_max_num_seqs_fires_scheduler_and_advises_max_num_seqs(batch_capped):
+    """8 clients, 2 running at a time, KV almost empty: the scheduler's own limit holds the queue. The advice an
+    expert gives is a larger --max-num-seqs, not chunked prefill (V1's default) nor more KV memory."""
+    with Background(closed_loop, batch_capped.url, 8, 20, 64, 256) as load:
+        time.sleep(3)
+        code, d = diagnose(batch_capped, seconds=10, otlp_port=batch_capped.otlp_port)
+    assert not load.result.failed
+    assert (code, d["verdict"], d["root_stage"]) == (2, "firing", "scheduler"), json.dumps(d, indent=1)[:4000]
+    assert states(d)["kv_cache"] == "ok"
+    assert evidence(d, "scheduler_wait_p99")["state"] == "firing"
+    said = advice(d, "scheduler")
+    assert "--max-num-seqs 4" in said, said
+    assert "chunked" not in said and "gpu-memory-utilization" not in said, said
+
+
+def test_the_default_diagnose_never_says_ok_on_a_standing_queue(batch_capped):
+    """The default 3 s window, three times on a standing queue: never exit 0 with a firing row inside."""
+    with Background(closed_loop, batch_capped.url, 8, 25, 64, 256, seed=1):
+        time.sleep(3)
+        runs = [diagnose(batch_capped) for _ in range(3)]
+    for code, d in runs:
+        firing_rows = [e["signal"] for s in d["stages"] for e in s["evidence"] if e["state"] == "firing"]
+        assert code != 0 and d["verdict"] != "ok", d
+        if firing_rows:
+            assert d["verdict"] in ("warn", "firing")
+
+
+# --- a KV cache of 12 blocks ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_kv(tiny_model, tmp_path_factory):
+    server = _server(tiny_model, tmp_path_factory, "tiny-kv", "--num-gpu-blocks-override", "12",
+                     "--max-model-len", "1024")
+    yield server
+    server.stop()
+
+
+def test_a_kv_cache_too_small_fires_kv_cache_and_names_the_override(tiny_kv):
+    """12 blocks of 128 tokens for 8 clients of 512-token requests: V1 preempts and recomputes. The KV cache is
+    the root, and the lever is the block count the override forces, not the memory share."""
+    with Background(closed_loop, tiny_kv.url, 8, 20, 256, 256) as load:
+        time.sleep(3)
+        code, d = diagnose(tiny_kv, seconds=10)
+    assert not load.result.failed
+    assert tiny_kv.metric("vllm:num_preemptions_total") > 0
+    assert (code, d["root_stage"]) == (2, "kv_cache"), json.dumps(d, indent=1)[:4000]
+    said = advice(d, "kv_cache")
+    assert "--num-gpu-blocks-override 12" in said, said
+    assert "gpu-memory-utilization" not in said and "--block-size" not in said, said
