@@ -108,23 +108,26 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
 
 
 PINNED_SAMPLES = 3   # samples that found a queue and the same batch, at the least, to call it the batch's limit
+PINNED_SHARE = 0.75  # ... and of those that found a queue with room, the share at that batch (a sample may fall
+                     # between a request's end and its successor's admission)
 
 
 def pinned_batch(gauges: list[Gauges]) -> Inferred | None:
-    """The batch limit the samples show, where they show one: the running count at every sample (scrape or
-    gauge poll, at least PINNED_SAMPLES) that found requests waiting with room in the KV cache, the same at
-    each and the most that ran in the window. vLLM admits a waiting request whenever its token budget, a KV
-    block and --max-num-seqs allow: a batch that never grows while a queue waits and blocks are free is held
-    by its limit (a budget-bound batch varies as prefills come and go). The limit itself is not published."""
+    """The batch limit the samples show, where they show one: the most that ran in the window, found at (nearly)
+    every sample (scrape or gauge poll, at least PINNED_SAMPLES) that found requests waiting with room in the KV
+    cache. vLLM admits a waiting request whenever its token budget, a KV block and --max-num-seqs allow: a batch
+    that never grows while a queue waits and blocks are free is held by its limit (a budget-bound batch varies as
+    prefills come and go). The limit itself is not published."""
     queued = [g for g in gauges if g.waiting and g.running is not None and g.kv_ratio is not None
               and not kv_full(g)]
-    if len(queued) < PINNED_SAMPLES or len({g.running for g in queued}) != 1:
+    if not queued:
         return None
-    limit = queued[0].running
-    if limit < 1 or limit < max(g.running for g in gauges if g.running is not None):
+    limit = max(g.running for g in gauges if g.running is not None)
+    at_limit = sum(g.running == limit for g in queued)
+    if limit < 1 or at_limit < PINNED_SAMPLES or at_limit < PINNED_SHARE * len(queued):
         return None
-    return Inferred(round(limit), f"{limit:.0f} running at each of the {len(queued)} samples that found requests "
-                                  f"waiting with room in the KV cache")
+    return Inferred(round(limit), f"{limit:.0f} running at {at_limit} of the {len(queued)} samples that found "
+                                  f"requests waiting with room in the KV cache, never more")
 
 
 def kv_full(g: Gauges) -> bool:

@@ -45,7 +45,8 @@ def _server(tiny_model, tmp_path_factory, name: str, *flags: str, otlp_port: int
             kv_events_port: int | None = None) -> RealVllm:
     env = {}
     if kv_events_port is not None:
-        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{kv_events_port}"}
+        # vLLM binds a wildcard endpoint and connects to any other; the agent subscribes by connecting
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{kv_events_port}"}
         flags = (*flags, "--kv-events-config", json.dumps(config))
     if otlp_port is not None:
         flags = (*flags, "--otlp-traces-endpoint", f"127.0.0.1:{otlp_port}")

@@ -19,13 +19,14 @@ from agent.sources.inference import (
     held_tokens,
     mark_preemptions,
     ordinary_step_bounds,
+    pinned_batch,
     queued_mean_wait,
     sustained_p99,
     wait_seconds_by_reason,
 )
 from agent.sources.prometheus_text import Family, Sample
 from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
-from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
+from engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
 
 
 def span(rid: str, arrival: float, queue: float, prefill: float, prompt: int, end: float) -> RequestTimeline:
@@ -327,3 +328,19 @@ def test_before_any_request_finished_the_prompts_in_prefill_are_held():
                                ended=0)) is None
     # no count published at all (an engine without these histograms): still not known
     assert held_tokens(dataclasses.replace(absent, ended=None)) is None
+
+
+def test_a_batch_that_never_grows_while_a_queue_waits_with_free_blocks_is_held_at_its_limit():
+    held = [Gauges(at=float(t), running=2, waiting=6, kv_ratio=0.01) for t in range(8)]
+    held.insert(4, Gauges(at=4.5, running=1, waiting=6, kv_ratio=0.01))    # between an end and the next admission
+    limit = pinned_batch(held)
+    assert limit.value == 2 and "2 running at 8 of the 9 samples" in limit.how
+    by_reason = wait_seconds_by_reason(held, span=9.0).value
+    assert by_reason[MAX_NUM_SEQS] > 0.8 * sum(by_reason.values())
+    # a batch that varies as prefills come and go is held by something else (a token budget)
+    varying = [Gauges(at=float(t), running=r, waiting=4, kv_ratio=0.2) for t, r in enumerate([3, 5, 2, 6, 4, 3])]
+    assert pinned_batch(varying) is None and MAX_NUM_SEQS not in wait_seconds_by_reason(varying, span=6.0).value
+    # with the KV cache full, the queue waits for blocks, not for a seat
+    full = [Gauges(at=float(t), running=2, waiting=6, kv_ratio=0.97) for t in range(6)]
+    assert pinned_batch(full) is None
+    assert pinned_batch(held[:2]) is None                                  # two samples: no pattern yet
