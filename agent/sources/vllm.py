@@ -238,6 +238,7 @@ class VllmSource:
         self.reading = Reading()
         self.generation: str | None = None     # the metric names' generation the latest scrape showed
         self._scrapes: deque[_Scrape] = deque()
+        self._started: float | None = None      # when a restart of the engine was seen (monotonic), if one was
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
         self._steps = StepWatch()                        # a step outlasting scrapes (agent.sources.step_stall)
         self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
@@ -274,6 +275,9 @@ class VllmSource:
         scrape = _Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
         if self._scrapes and self._scrapes[-1].at >= scrape.at:
             self._scrapes.clear()          # a clock that did not advance gives no window
+        elif self._scrapes and self._restarted(self._scrapes[-1].exposition, exposition):
+            self._scrapes.clear()          # a window across a restart would mix two engines' gauges
+            self._started = scrape.at
         self._scrapes.append(scrape)
         # the window's base: the newest earlier scrape at least window_s old, else the oldest kept
         while len(self._scrapes) > 2 and self._scrapes[1].at <= scrape.at - self.window_s:
@@ -290,13 +294,21 @@ class VllmSource:
         return [] if self.spans is None else charge_queued(self._named(self.spans.recent_timelines(since)),
                                                            self._by_reason, self._polled())
 
+    def _restarted(self, before: Exposition, now: Exposition) -> bool:
+        """Whether the engine restarted between two scrapes: a counter it never lowers fell."""
+        names = self._names("prompt_tokens")
+        was, count = total(before.first(names)), total(now.first(names))
+        return was is not None and count is not None and count < was
+
     def _window_timelines(self, start: float) -> tuple[list, list[int] | None]:
         """From one read of the spans kept (by finish): the requests that finished after `start`, the window, and
         the lengths (prompt and output tokens) of the latest LENGTHS_SAMPLE finished, window or not."""
         if self.spans is None:
             return [], None
         kept = [t for t in self.spans.recent_timelines() if t.finished is not None]
-        lengths = [t.prompt_tokens + t.output_tokens for t in kept[-LENGTHS_SAMPLE:]] or None
+        # the block-size advice weighs this engine's requests, not those of the one before a restart
+        current = kept if self._started is None else [t for t in kept if t.arrival >= self._started]
+        lengths = [t.prompt_tokens + t.output_tokens for t in current[-LENGTHS_SAMPLE:]] or None
         return self._named(kept[bisect.bisect_right(kept, start, key=lambda t: t.finished):]), lengths
 
     def _named(self, timelines: list) -> list:

@@ -2,6 +2,8 @@
 vLLM V1's do not) and the request's trace id, which the agent's scheduler-wait histogram carries as its exemplar so a
 Grafana user jumps from the histogram to the engine's own trace."""
 
+import time
+
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest
@@ -9,7 +11,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 from agent.metrics.waits import WaitMetrics
 from agent.sources.vllm import VllmSource
 from engine_hooks.records.timeline_reading import TimelineError, read_timeline
-from tests.helpers.engine_stub import Engine, read_with_spans
+from tests.helpers.engine_stub import Engine, fixture, read_with_spans
 from tests.helpers.otlp_posts import TRACEPARENT, vllm_spans
 
 ENGINE_TRACE = TRACEPARENT.split("-")[1]     # the client's trace, which vLLM's llm_request span joins
@@ -55,3 +57,24 @@ def test_a_trace_id_read_back_is_one_or_refused():
     assert read_timeline(tl).trace_id is None
     with pytest.raises(TimelineError):
         read_timeline({**tl, "trace_id": "x" * 500})    # never an exemplar label past what Prometheus takes
+
+
+def test_after_a_restart_the_block_size_advice_weighs_only_the_new_engines_requests(engine):
+    """`serve` outlives the vLLM it reads: once a counter falls (a restart), the requests the engine before it
+    served no longer stand for this one's lengths, and the window starts afresh."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from agent.sources.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver()
+    receiver.ingest(encode_spans(vllm_spans(*({"gen_ai.request.id": f"old-{i}"} for i in range(3)))
+                                 ).SerializeToString(), "application/x-protobuf")
+    source = VllmSource(engine.url, timeout_s=2.0, spans=receiver)
+    now = time.monotonic()
+    engine.body = fixture("vllm_v1_new_names.txt")
+    source.snapshot(now)
+    engine.body = fixture("vllm_v1_new_names.next.txt")
+    assert source.snapshot(now + 1).window.kv.sequence_lengths        # the same engine: its requests count
+    engine.body = fixture("vllm_v1_new_names.txt")                    # its counters fell: a new engine
+    after = source.snapshot(now + 2)
+    assert after.window.kv.sequence_lengths is None and after.window.span_s == 0
