@@ -192,3 +192,31 @@ def test_a_kv_cache_too_small_fires_kv_cache_and_names_the_override(tiny_kv):
     said = advice(d, "kv_cache")
     assert "--num-gpu-blocks-override 12" in said, said
     assert "gpu-memory-utilization" not in said and "--block-size" not in said, said
+
+
+# --- long prompts against a token budget of 64 ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_budget(tiny_model, tmp_path_factory):
+    port = free_port()
+    server = _server(tiny_model, tmp_path_factory, "small-budget", "--max-num-batched-tokens", "64",
+                     "--max-num-seqs", "16", otlp_port=port)
+    server.otlp_port = port
+    yield server
+    server.stop()
+
+
+def test_long_prompts_against_a_small_budget_fire_head_of_line_blocking_and_advise_the_budget(small_budget):
+    """A quarter of the prompts 1,536 tokens, 64 tokens a step: each long prefill runs 24 steps and the short
+    requests that arrive meanwhile wait behind it. Their spans show it: head-of-line blocking, and the advice is
+    a larger budget with long prefills capped, the flags that let short requests share every step."""
+    def prompt(rng):
+        return 1536 if rng.random() < 0.25 else 32
+
+    with Background(open_loop, small_budget.url, 4.0, 16, prompt, 32, seed=3) as load:
+        time.sleep(3)
+        code, d = diagnose(small_budget, seconds=11, otlp_port=small_budget.otlp_port)
+    assert not load.result.failed
+    assert (code, d["root_stage"]) == (2, "scheduler"), json.dumps(d, indent=1)[:4000]
+    assert evidence(d, "head_of_line_blocking")["state"] in ("warn", "firing")
+    said = advice(d, "scheduler")
+    assert "--max-num-batched-tokens" in said and "--long-prefill-token-threshold" in said, said
