@@ -19,8 +19,8 @@ from pathlib import Path
 
 from _busy import busy_cores  # noqa: E402  (bench/ is the script's own directory)
 
+from tests.helpers import real_vllm
 from tests.helpers.prometheus_support import free_port
-from tests.helpers.real_vllm import Background, RealVllm, closed_loop, make_tiny_model, open_loop, vllm_missing
 
 STAGELENS = str(Path(sys.executable).with_name("stagelens"))
 WARMUP_S, WINDOW_S = 3.0, 12.0      # the load runs this long before the diagnosis, which watches this long
@@ -30,17 +30,17 @@ REPEATS = 10
 
 def run_matrix(cases, seeds: int, stress: bool, repeats: int = REPEATS) -> tuple[list[dict], dict]:
     """(one result a configuration and seed, the default diagnose's repeats on each standing fault)."""
-    missing = vllm_missing()
+    missing = real_vllm.vllm_missing()
     if missing:
         sys.exit(f"--through real-vllm: {missing}")
     work = Path(tempfile.mkdtemp(prefix="stagelens-real-vllm-"))
-    model = make_tiny_model(work / "tiny-llama")
+    model = real_vllm.make_tiny_model(work / "tiny-llama")
     runs, repeated = [], {}
     for case in cases:
         otlp = free_port()
-        server = RealVllm(model, work / f"{case.name}.log", *case.server, "--otlp-traces-endpoint",
-                          f"127.0.0.1:{otlp}", env={"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true",
-                                                    "OTEL_BSP_SCHEDULE_DELAY": "500"})
+        server = real_vllm.RealVllm(model, work / f"{case.name}.log", *case.server, "--otlp-traces-endpoint",
+                                    f"127.0.0.1:{otlp}", env={"OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true",
+                                                              "OTEL_BSP_SCHEDULE_DELAY": "500"})
         try:
             server.start()
         except RuntimeError as exc:
@@ -65,12 +65,13 @@ def _standing() -> tuple[str, ...]:
     return STANDING
 
 
-def _load(case, server: RealVllm, seconds: float, seed: int, stress: bool) -> Background:
+def _load(case, server: real_vllm.RealVllm, seconds: float, seed: int, stress: bool) -> real_vllm.Background:
     if case.load == "closed":
-        return Background(closed_loop, server.url, int(case.rate_or_clients), seconds, _fixed(case.prompt),
-                          case.output, seed=seed)
+        return real_vllm.Background(real_vllm.closed_loop, server.url, int(case.rate_or_clients), seconds,
+                                    _fixed(case.prompt), case.output, seed=seed)
     rate = case.rate_or_clients * (STRESSED_HEALTHY_RATE if stress and case.expected is None else 1.0)
-    return Background(open_loop, server.url, rate, seconds, _prompt(case.prompt), case.output, seed=seed)
+    return real_vllm.Background(real_vllm.open_loop, server.url, rate, seconds, _prompt(case.prompt), case.output,
+                                seed=seed)
 
 
 def _fixed(prompt) -> int:
@@ -84,20 +85,16 @@ def _prompt(prompt):
     return lambda rng: long if rng.random() < share else short
 
 
-def diagnose(server: RealVllm, seconds: float | None, otlp: int | None) -> tuple[int, dict | None, str]:
-    args = [STAGELENS, "diagnose", "--json", "--engine", "vllm", "--engine-url", server.url]
-    if seconds is not None:
-        args += ["--duration", str(seconds)]
-    if otlp is not None:
-        args += ["--otlp-receiver-grpc", f"127.0.0.1:{otlp}"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+def diagnose(server: real_vllm.RealVllm, seconds: float | None, otlp: int | None) -> tuple[int, dict | None, str]:
+    done = subprocess.run(real_vllm.diagnose_command(STAGELENS, server, seconds, otlp), capture_output=True, text=True,
+                          timeout=600)
     try:
         return done.returncode, json.loads(done.stdout), done.stderr
     except json.JSONDecodeError:
         return done.returncode, None, done.stderr
 
 
-def _run(case, seed: int, server: RealVllm, otlp: int, stress: bool) -> dict:
+def _run(case, seed: int, server: real_vllm.RealVllm, otlp: int, stress: bool) -> dict:
     out = {"config": case.name, "seed": seed, "expected": case.expected or "none", "lever": case.lever}
     with busy_cores(None if stress else 0), _load(case, server, WARMUP_S + WINDOW_S + 2, seed, stress) as load:
         time.sleep(WARMUP_S)
@@ -121,7 +118,7 @@ def _run(case, seed: int, server: RealVllm, otlp: int, stress: bool) -> dict:
             "firing_rows": [e["signal"] for s in d["stages"] for e in s["evidence"] if e["state"] == "firing"]}
 
 
-def _repeat(case, server: RealVllm, stress: bool, repeats: int) -> dict:
+def _repeat(case, server: real_vllm.RealVllm, stress: bool, repeats: int) -> dict:
     """The default `diagnose` (3 s, no traces) `repeats` times on the standing fault: how many give the modal
     verdict and root."""
     seen = []

@@ -143,6 +143,18 @@ def _pin(pid: int, cores: list[int]) -> None:
             os.sched_setaffinity(int(task.name), cores)
 
 
+def diagnose_command(stagelens: str, server: RealVllm, seconds: float | None = None,
+                     otlp_port: int | None = None) -> list[str]:
+    """`stagelens diagnose --json` against `server`, for `seconds` (the default window without), receiving its
+    traces on `otlp_port` (vLLM started with --otlp-traces-endpoint there) where given."""
+    args = [stagelens, "diagnose", "--json", "--engine", "vllm", "--engine-url", server.url]
+    if seconds is not None:
+        args += ["--duration", str(seconds)]
+    if otlp_port is not None:
+        args += ["--otlp-receiver-grpc", f"127.0.0.1:{otlp_port}"]
+    return args
+
+
 @dataclass
 class LoadResult:
     sent: int = 0

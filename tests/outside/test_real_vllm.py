@@ -23,6 +23,7 @@ from tests.helpers.real_vllm import (
     Background,
     RealVllm,
     closed_loop,
+    diagnose_command,
     make_tiny_model,
     open_loop,
     vllm_missing,
@@ -57,12 +58,8 @@ def _server(tiny_model, tmp_path_factory, name: str, *flags: str, otlp_port: int
 
 def diagnose(server: RealVllm, seconds: float | None = None, otlp_port: int | None = None) -> tuple[int, dict]:
     """`stagelens diagnose --json` against the server: (exit status, the diagnosis)."""
-    args = [STAGELENS_BIN, "diagnose", "--json", "--engine", "vllm", "--engine-url", server.url]
-    if seconds is not None:
-        args += ["--duration", str(seconds)]
-    if otlp_port is not None:
-        args += ["--otlp-receiver-grpc", f"127.0.0.1:{otlp_port}"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(diagnose_command(STAGELENS_BIN, server, seconds, otlp_port), capture_output=True,
+                          text=True, timeout=300)
     assert done.stdout, f"no diagnosis (exit {done.returncode}): {done.stderr[-2000:]}"
     return done.returncode, json.loads(done.stdout)
 
