@@ -276,8 +276,7 @@ class VllmSource:
         if self._scrapes and self._scrapes[-1].at >= scrape.at:
             self._scrapes.clear()          # a clock that did not advance gives no window
         elif self._scrapes and self._restarted(self._scrapes[-1].exposition, exposition):
-            self._scrapes.clear()          # a window across a restart would mix two engines' gauges
-            self._started = scrape.at
+            self._started = scrape.at      # counters count from zero again (counter_delta); lengths from here
         self._scrapes.append(scrape)
         # the window's base: the newest earlier scrape at least window_s old, else the oldest kept
         while len(self._scrapes) > 2 and self._scrapes[1].at <= scrape.at - self.window_s:

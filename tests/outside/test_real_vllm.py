@@ -125,7 +125,9 @@ def test_a_recording_holds_vllms_spans_and_kv_events_as_it_sent_them(healthy, tm
     assert load.result.ok >= 20 and bundle.timelines
     assert {t["model"] for t in bundle.timelines} == {SERVED_NAME}
     assert all(len(t["trace_id"]) == 32 for t in bundle.timelines)
-    assert all(t["prompt_tokens"] == 300 and t["output_tokens"] == 32 for t in bundle.timelines)
+    # vLLM's exporter retries spans no receiver took (the light-load tests' 32 -> 48): they arrive too, as sent
+    assert {(t["prompt_tokens"], t["output_tokens"]) for t in bundle.timelines} <= {(300, 32), (32, 48)}
+    assert sum(t["prompt_tokens"] == 300 for t in bundle.timelines) >= 15
     stored = [f.engine.window.kv.blocks_stored for f in bundle.frames if f.engine is not None]
     # each 332-token request fills two whole 128-token blocks: vLLM publishes a block once it is full
     assert max(s or 0 for s in stored) >= 2 * 4
