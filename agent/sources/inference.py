@@ -79,14 +79,14 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     if not seen:
         return None
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
-    full = [g for g in seen if kv_full(g)]
+    full = [full_share(g) for g in seen]      # per sample, once: charge_queued calls this for every request
     limit = pinned_batch(seen)
-    at_limit = [g for g in seen if limit is not None and g not in full and g.running == limit.value]
+    at_limit = [limit is not None and not f and g.running == limit.value for g, f in zip(seen, full, strict=True)]
     on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
     rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
     by_scrape = len(seen)
-    no_blocks = sum(r * full_share(g) for g, r in zip(seen, rest, strict=True)) / by_scrape
-    batch_full = sum(r for g, r in zip(seen, rest, strict=True) if g in at_limit) / by_scrape
+    no_blocks = sum(r * f for r, f in zip(rest, full, strict=True)) / by_scrape
+    batch_full = sum(r for r, held in zip(rest, at_limit, strict=True) if held) / by_scrape
     queued = sum(rest) / by_scrape - no_blocks - batch_full
     out = {QUEUED: queued * span}
     if any(g.kv_ratio is not None for g in seen):
@@ -98,7 +98,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     usage = _mean([g.kv_ratio for g in seen])
     parts = [f"{sum(g.waiting for g in seen) / by_scrape:.2f} requests waiting on average over {by_scrape} scrapes"]
     if usage is not None:
-        parts.append(f"KV usage {usage:.2f} on average, no room for one more request in {len(full)} of them "
+        parts.append(f"KV usage {usage:.2f} on average, no room for one more request in {sum(map(bool, full))} of them "
                      f"({no_blocks:.2f} waiting there: no free blocks)")
     if limit is not None:
         parts.append(f"{batch_full:.2f} waiting while the batch was held at its limit ({limit.how})")

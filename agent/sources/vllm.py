@@ -245,7 +245,8 @@ class VllmSource:
                        for name in (m.vllm if kind == "vllm" else m.sglang)}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
         polled = [n for f in POLLED for n in self._names(f)]
-        self.poller = GaugePoller(self._fetch, self._gauges, polled, poll_s) if poll_s else None
+        self.poller = GaugePoller(self._fetch, self._polled_gauges, polled, poll_s) if poll_s else None
+        self._last_poll: Gauges | None = None   # the poll before, which the next is marked against
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -384,9 +385,18 @@ class VllmSource:
         retractions are not read so: agent.sources.inference.mark_preemptions says why)."""
         return mark_preemptions(samples, per_preemption_s=POLL_S) if self.kind == "vllm" else samples
 
+    def _polled_gauges(self, ex: Exposition, at: float) -> Gauges:
+        """One poll's gauges, marked against the poll before as it arrives (on the poll's thread), so that the
+        samples kept (10 minutes of them) are marked once, not again at every scrape and every read."""
+        g = self._gauges(ex, at)
+        if self._last_poll is not None:
+            g = self._marked([self._last_poll, g])[1]
+        self._last_poll = g
+        return g
+
     def _polled(self) -> list[Gauges]:
-        """Every sample the gauge poll keeps, marked as the window's are."""
-        return self._marked(self.poller.kept()) if self.poller else []
+        """Every sample the gauge poll keeps, each marked as it came (_polled_gauges)."""
+        return self.poller.kept() if self.poller else []
 
     def _capacity(self, ex: Exposition) -> KvCapacity | None:
         """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid model's
