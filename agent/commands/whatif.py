@@ -28,16 +28,20 @@ from agent.numbers import Number
 @click.option("--slo", help="With --search: e.g. ttft_p99=0.5,tpot_p99=0.05 (seconds).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 TTFT against "
               "throughput to this PNG.")
+@click.option("--model-config", type=click.Path(), help="An engine read from outside: its model's config.json "
+              "(file or folder), for the prior that prices batches past those recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
            recommended: bool, scale_rate: float, do_search: bool, slo: str | None, plot_path: str | None,
-           as_json: bool) -> int:
+           model_config: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
     recent window of a running agent."""
+    from agent.whatif.prior import read_model_config
     from agent.whatif.recommended import recommended_changes
     from agent.whatif.report import render, today_settings, what_if
     from agent.whatif.search import parse_slo
     from agent.whatif.settings import parse_set
+    from agent.whatif.wider import Wider
     from agent.whatif.workload import from_agent, from_bundle
 
     if (slo or plot_path) and not do_search:
@@ -54,14 +58,18 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     candidates = list(changes)
     if recommended:
         candidates.append(recommended_changes(observed))
-    result = what_if(observed, candidates, settings, scale_rate=scale_rate)
+    wider = Wider(model_config, progress=lambda line: click.echo(line, err=True))
+    if model_config:
+        read_model_config(model_config)     # a bad config is refused before the work
+    result = what_if(observed, candidates, settings, scale_rate=scale_rate, wider=wider)
     document = result.to_dict()
     text = render(result)
     if do_search:
         from agent.whatif.search import search
         from agent.whatif.search_report import render_search, search_dict
 
-        found = search(settings, result.cost, result.replayed, slo_figures)
+        cost = result.cost if result.cost.beyond else wider.widen(result.cost, observed, settings) or result.cost
+        found = search(settings, cost, result.replayed, slo_figures)
         document["search"] = search_dict(found)
         text += "\n\n" + render_search(found)
         if plot_path:

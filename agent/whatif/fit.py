@@ -16,6 +16,7 @@ runs cold is chosen among COLD_PREFILL_CHOICES_S by the fit's error on the obser
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,11 +44,32 @@ class StepCost:
     load_seconds: dict[str, list[float]] = field(default_factory=dict)   # per model, its loads' times as seen
     loads: int = 0
     cold_after_s: float | None = None           # a prefill this long after the last one runs cold
+    # past the recorded range: a wider source of step times (agent/whatif/beyond.py), and the factor that
+    # scales it to the recorded steps
+    beyond: object | None = None
+    beyond_scale: float = 1.0
 
     def seconds(self, prefill_tokens: int, prefill_pairs: int, decode_seqs: int, kv_tokens: int, loading: bool,
                 forwards: int = 1, since_prefill_s: float = 0.0) -> tuple[float, bool]:
         """(the step's predicted time, whether its batch lies outside the fitted range); `since_prefill_s`: from
-        the end of the last step that prefilled to this one's start."""
+        the end of the last step that prefilled to this one's start. With `beyond`, a batch past the recorded
+        range costs the fit at the range's edge plus what `beyond` says the rest adds."""
+        if self.beyond is not None:
+            m = self.observed_max
+            edge = (min(prefill_tokens, m["prefill_tokens"]), min(prefill_pairs, m["prefill_pairs"]),
+                    min(decode_seqs, m["decode_seqs"]), min(kv_tokens, m["kv_tokens"]))
+            if edge != (prefill_tokens, prefill_pairs, decode_seqs, kv_tokens):
+                inside, _ = self._fitted(*edge, loading, forwards, since_prefill_s)
+                more = (self.beyond.seconds(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards)
+                        - self.beyond.seconds(*edge, forwards))
+                _, outside = self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading, forwards,
+                                          since_prefill_s)
+                return inside + self.beyond_scale * max(0.0, more), outside
+        return self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading, forwards,
+                            since_prefill_s)
+
+    def _fitted(self, prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading: bool, forwards: int,
+                since_prefill_s: float) -> tuple[float, bool]:
         c = self.coefficients
         cold = self.cold_after_s is not None and since_prefill_s > self.cold_after_s
         t = (c["fixed"] + c["prefill_tokens"] * prefill_tokens + c["prefill_pairs"] * prefill_pairs
@@ -76,11 +98,17 @@ class StepCost:
         pooled = [s for times in self.load_seconds.values() for s in times]
         return float(np.mean(pooled)) if pooled else DEFAULT_LOAD_S
 
+    def with_beyond(self, source, scale: float) -> StepCost:
+        """This cost with `source` pricing what lies past the recorded range, scaled by `scale`."""
+        return dataclasses.replace(self, beyond=source, beyond_scale=scale)
+
     def to_dict(self) -> dict:
         return {"features": list(FEATURES), "coefficients": self.coefficients, "steps": self.steps,
                 "error_median": self.error_median, "error_p90": self.error_p90, "total_error": self.total_error,
                 "observed_max": self.observed_max, "load_seconds": self.load_seconds, "loads": self.loads,
-                "cold_after_s": self.cold_after_s}
+                "cold_after_s": self.cold_after_s,
+                "beyond": None if self.beyond is None else {"describe": self.beyond.describe(),
+                                                            "scale": self.beyond_scale}}
 
 
 class FitError(ValueError):
@@ -139,7 +167,7 @@ def _fit(steps: list[dict], busy_gap: float, cold_after: float | None) -> tuple[
     if len(y) < len(FEATURES):
         raise FitError(f"{len(y)} engine steps recorded: too few to fit the step cost on (at least {len(FEATURES)})")
     y = np.maximum(y, 1e-6)
-    coef = _nonnegative_least_squares(x, y, _weights(y))
+    coef = nonnegative_least_squares(x, y, _weights(y))
     if (x @ coef).sum() > 0:
         coef *= y.sum() / (x @ coef).sum()
     return x, y, coef
@@ -161,7 +189,7 @@ def _weighted_squares(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
     return float((((x @ coef - y) * _weights(y)) ** 2).sum())
 
 
-def _nonnegative_least_squares(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def nonnegative_least_squares(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Weighted least squares with the coefficients kept >= 0: refit without the most negative until none is."""
     active = list(range(x.shape[1]))
     coef = np.zeros(x.shape[1])
@@ -172,3 +200,13 @@ def _nonnegative_least_squares(x: np.ndarray, y: np.ndarray, weights: np.ndarray
             return coef
         active.pop(int(np.argmin(solution)))
     return coef
+
+
+def duration(seconds: float) -> str:
+    """A step cost's part for a person: 11.2 ms, 240 µs, 3 ns; 0 as 0."""
+    if seconds <= 0:
+        return "0"
+    for unit, size in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"

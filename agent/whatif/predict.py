@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.whatif.figures import serving_figures, stage_states
+from agent.whatif.figures import COMPARED, serving_figures, stage_states
 from agent.whatif.fit import StepCost
 from agent.whatif.settings import Settings
 from agent.whatif.simulator import SimRequest, Simulation, Simulator
@@ -21,6 +21,9 @@ class Prediction:
     figures: dict
     stages: dict
     simulation: Simulation
+    # where the part past the recorded range is assumed (a prior): figure -> (low, high) with that part off by
+    # the prior's spread either way
+    bounds: dict[str, tuple[float | None, float | None]] | None = None
 
     @property
     def outside_share(self) -> float:
@@ -36,7 +39,23 @@ class Prediction:
         out["stages"] = self.stages
         out["steps"] = self.simulation.log.steps
         out["outside_fitted_range"] = {"share_of_steps": self.outside_share, "extrapolated": self.extrapolated}
+        if self.bounds:
+            out["range"] = {k: list(v) for k, v in self.bounds.items()}
         return out
+
+
+def predicted_range(p: Prediction, cost: StepCost, requests: list[ServedRequest]) -> dict:
+    """Each compared figure under the assumed part of the step cost (`cost.beyond`) divided and multiplied by
+    its spread: (lowest, highest) of the two and the prediction itself."""
+    spread = cost.beyond.spread
+    runs = [p] + [predict(p.settings, cost.with_beyond(cost.beyond, cost.beyond_scale * f), requests)
+                  for f in (1 / spread, spread)]
+    out = {}
+    for key in COMPARED:
+        values = [r.figures.get(key) for r in runs]
+        known = [v for v in values if v is not None]
+        out[key] = (min(known), max(known)) if known else (None, None)
+    return out
 
 
 def replay(requests: list[ServedRequest]) -> list[SimRequest]:

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from agent.errors import UserError
 from agent.lab.fixes import as_flags
 from agent.whatif.figures import COMPARED, alike, relative_error, serving_figures
-from agent.whatif.fit import FitError, StepCost, fit_steps
-from agent.whatif.predict import Prediction, predict
+from agent.whatif.fit import FitError, StepCost, duration, fit_steps
+from agent.whatif.predict import Prediction, predict, predicted_range
 from agent.whatif.settings import Settings, as_set_flags
 from agent.whatif.spans import fit_spans
+from agent.whatif.wider import Wider
 from agent.whatif.workload import Observed, scaled
 from engine_hooks.records.timeline import RequestTimeline
 
@@ -75,18 +76,31 @@ def fitted(observed: Observed) -> StepCost:
 
 
 def what_if(observed: Observed, candidates: list[dict], settings: Settings | None = None,
-            cost: StepCost | None = None, scale_rate: float = 1.0) -> WhatIf:
+            cost: StepCost | None = None, scale_rate: float = 1.0, wider: Wider | None = None) -> WhatIf:
     """Today's prediction and each candidate's (changes: field -> value), on the observed requests arriving
-    `scale_rate` times as fast. Bad values are a UserError."""
+    `scale_rate` times as fast. A prediction that leaves the recorded range is made again with the step cost
+    widened by `wider` (the bundled engine's profile, or an outside engine's prior: agent/whatif/beyond.py),
+    with a range where that is assumed. Bad values are a UserError."""
     settings = settings or today_settings(observed)
     checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
     cost = cost or fitted(observed)
     replayed = scaled(observed.requests, scale_rate)
-    today = predict(settings, cost, replayed)
+    runs = [settings] + [s for _, s in checked]
+    predictions = [predict(s, cost, replayed) for s in runs]
+    if cost.beyond is None and any(p.simulation.log.steps_outside for p in predictions):
+        widened = (wider or Wider()).widen(cost, observed, settings)
+        if widened is not None:
+            cost = widened
+            predictions = [predict(s, cost, replayed) for s in runs]
+    if cost.beyond is not None and cost.beyond.spread > 1:
+        for p in predictions:
+            if p.extrapolated:
+                p.bounds = predicted_range(p, cost, replayed)
     measured = serving_figures(observed.requests, observed.window)
     measured["kv_used_ratio_mean"] = observed.kv_used_ratio_mean
-    return WhatIf(observed, cost, today, measured,
-                  [(changes, predict(s, cost, replayed)) for changes, s in checked], replayed, scale_rate)
+    return WhatIf(observed, cost, predictions[0], measured,
+                  [(changes, p) for (changes, _), p in zip(checked, predictions[1:], strict=True)], replayed,
+                  scale_rate)
 
 
 def _ms(value) -> str:
@@ -108,9 +122,30 @@ ROWS = (*COMPARED, "preemptions", "kv_used_ratio_mean")
 
 def _cold_note(c: StepCost) -> str:
     warm, cold = c.coefficients["prefill_tokens"], c.coefficients["cold_prefill_tokens"]
-    if c.cold_after_s is None or not cold or not warm:
+    if c.cold_after_s is None or not cold:
         return ""
-    return f"; a prefill over {c.cold_after_s:g} s after the last costs {cold / warm:.0%} more a token (cold)"
+    return (f"; a prefill over {c.cold_after_s:g} s after the last runs cold: {duration(warm + cold)} a "
+            f"prompt token against {duration(warm)} warm")
+
+
+def fit_terms(c: StepCost) -> str:
+    """The fitted step cost in words and units."""
+    k = c.coefficients
+    parts = [f"{duration(k['fixed'])} a step", f"{duration(k['decode_seqs'])} a decoding sequence",
+             f"{duration(k['prefill_tokens'])} a prompt token",
+             f"{duration(k['kv_tokens'] * 1000)} a thousand KV tokens held"]
+    if k["extra_forwards"]:
+        parts.append(f"{duration(k['extra_forwards'])} a model beyond the first in a batch")
+    seen = c.observed_max
+    return (f"step cost: {', '.join(parts)}; fitted on batches up to {seen['decode_seqs']:.0f} decoding sequences "
+            f"and {seen['prefill_tokens']:.0f} prompt tokens a step")
+
+
+def beyond_lines(c: StepCost) -> list[str]:
+    if c.beyond is None:
+        return []
+    return [f"past that: {line}" for line in c.beyond.describe()] + [
+        f"  scaled by {c.beyond_scale:.2f} to this recording's steps (its busy time over what that prices them at)"]
 
 
 def render(w: WhatIf) -> str:
@@ -119,7 +154,7 @@ def render(w: WhatIf) -> str:
     lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}"
              + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""),
              f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
-             f"{c.loads} model loads seen" + _cold_note(c)]
+             f"{c.loads} model loads seen" + _cold_note(c), fit_terms(c), *beyond_lines(c)]
     columns = [("today measured", w.measured), ("today predicted", w.today.figures)]
     columns += [(f"candidate {i}", p.figures) for i, (_, p) in enumerate(w.candidates, 1)]
     lines += [f"candidate {i}: {as_flags(changes)}"
@@ -137,7 +172,18 @@ def render(w: WhatIf) -> str:
     lines.append("")
     for name, p in stages:
         states = ", ".join(f"{stage} {s['state']}" for stage, s in p.stages.items())
-        note = (f"  (extrapolated: {p.outside_share:.0%} of steps outside the fitted range)"
-                if p.extrapolated else "")
-        lines.append(f"{name}: {states}{note}")
+        lines.append(f"{name}: {states}{_range_note(p, c)}")
     return "\n".join(lines)
+
+
+def _range_note(p: Prediction, c: StepCost) -> str:
+    if not p.extrapolated:
+        return ""
+    share = f"{p.outside_share:.0%} of steps past the recorded batches"
+    if c.beyond is None:
+        return f"  (extrapolated: {share}, priced by the fit's straight line: no profile or prior to go by)"
+    if p.bounds:
+        low, high = p.bounds["ttft_p99_s"]
+        return (f"  ({share}, priced by the prior: P99 TTFT {_ms(low)} to {_ms(high)} if that part is off "
+                f"by {c.beyond.spread:g}x either way)")
+    return f"  ({share}, priced by the measured profile)"

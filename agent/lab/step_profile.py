@@ -1,0 +1,101 @@
+"""The bundled engine's step cost measured where a recording never went: its real forward, through the same
+hooks as the lab, run over a grid of batch sizes, context lengths and prefill sizes (as Vidur profiles a
+model's operators once and predicts from the table). The steps it took are kept, in the bundle's step format
+(agent/record.py STEP_FIELDS), cached per model, dtype, device and torch version: what-if fits them and
+scales the fit to the recording's own steps (agent/whatif/fit.py `beyond`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+from agent.errors import UserError
+
+PROFILE_FORMAT = "stagelens-step-profile/1"
+# (requests at once, prompt tokens): decode batches at short, middle and long contexts, then prefills alone;
+# the grid spans batches to 128 and prompts to 2,048 tokens in ~20 s of prefill on a 2-core CPU (a cell
+# is priced by its prompts: past ~18K prompt tokens a cell costs more than it teaches)
+CELLS = ((1, 32), (4, 32), (16, 32), (48, 32), (128, 32), (1, 256), (4, 256), (16, 256), (48, 256),
+         (1, 1024), (4, 1024), (12, 1024), (1, 16), (1, 128), (1, 512), (1, 2048))
+OUTPUT_TOKENS = 6
+STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
+               "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted",
+               "loading", "forwards")
+
+
+def cache_path(model: str, dtype: str, device: str) -> Path:
+    import torch
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    machine = platform.node().replace("/", "_")[:40] or "host"
+    return Path(base) / "stagelens" / "profiles" / f"{model}-{dtype}-{device}-torch{torch.__version__}-{machine}.json"
+
+
+def profiled_steps(model: str, dtype: str, device: str, progress=None) -> tuple[list[dict], Path, bool]:
+    """(the profile's steps, where they are cached, whether they were measured now). A cache that cannot be
+    read is measured again; one that cannot be written is only said."""
+    path = cache_path(model, dtype, device)
+    cached = _read(path)
+    if cached is not None:
+        return cached, path, False
+    if progress:
+        progress(f"profiling the bundled engine's step cost once ({model}, {dtype}, {device}); cached at {path}")
+    steps = measure(model, dtype, device)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"format": PROFILE_FORMAT, "steps": steps}))
+        tmp.replace(path)
+    except OSError as exc:
+        if progress:
+            progress(f"the step profile could not be cached at {path}: {exc.strerror or exc}")
+    return steps, path, True
+
+
+def _read(path: Path) -> list[dict] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    steps = data.get("steps") if isinstance(data, dict) and data.get("format") == PROFILE_FORMAT else None
+    if not isinstance(steps, list) or not steps:
+        return None
+    numbers = (int, float)
+    if not all(isinstance(s, dict) and all(isinstance(s.get(k), numbers) for k in STEP_FIELDS) for s in steps):
+        return None
+    return steps
+
+
+def measure(model: str, dtype: str, device: str) -> list[dict]:
+    """Run the grid on a fresh engine of this model, instrumented as the lab's, one cell at a time."""
+    from engine_hooks.engine import EngineConfig, LLMEngine
+    from engine_hooks.engine.config import ConfigError
+    from engine_hooks.engine.request import SamplingParams
+    from engine_hooks.hooks.instrumentation import instrument, uninstrument
+
+    longest = max(c for _, c in CELLS) + OUTPUT_TOKENS
+    tokens_held = max(b * (c + OUTPUT_TOKENS + 16) for b, c in CELLS)
+    try:
+        probe = EngineConfig(model=model, dtype=dtype, device=device)
+        config = EngineConfig(model=model, dtype=dtype, device=device, max_num_seqs=max(b for b, _ in CELLS),
+                              max_num_batched_tokens=8192, enable_chunked_prefill=True, max_model_len=longest,
+                              kv_cache_memory=probe.kv_bytes_per_token() * tokens_held * 5 // 4)
+        engine = LLMEngine(config)
+    except (ConfigError, RuntimeError) as exc:
+        raise UserError(f"the step profile could not start the bundled engine: {exc}") from None
+    recorder = instrument(engine)
+    vocab = config.preset.vocab_size
+    params = SamplingParams(max_tokens=OUTPUT_TOKENS)
+    try:
+        for batch, context in CELLS:
+            for i in range(batch):
+                engine.submit([(i * 7 + j) % vocab for j in range(context)], params)
+            engine.run_until_idle(timeout=120)
+        steps = recorder.recent_steps()
+    finally:
+        uninstrument(engine)
+        engine.stop()
+    return [{k: s[k] for k in STEP_FIELDS} for s in steps]

@@ -1,0 +1,67 @@
+"""Where the step cost past the recorded range comes from (agent/whatif/beyond.py): for the bundled engine its
+profile, measured here once on the model, dtype and device it was recorded with; for an engine read from
+outside the roofline prior of the node's GPU (from the frames' NVML sample, else this host measured) and the
+model's shape from its config (`--model-config`). Either is scaled to the recording's own steps. None where
+neither can be had: the fit's straight line goes on, and the text says so."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.whatif.beyond import fit_profile, scale_to
+from agent.whatif.fit import BUSY_GAP_S, StepCost
+
+
+@dataclass
+class Wider:
+    model_config: str | None = None     # an outside engine's model config.json (file or directory)
+    progress: object = None             # a callable taking one line, for the profile's one-time wait
+    note: str | None = None             # why nothing widened the cost, once asked
+
+    def widen(self, cost: StepCost, observed, settings) -> StepCost | None:
+        source, steps, gap = (self._profile(observed) if observed.engine_config
+                              else self._prior(observed, settings))
+        if source is None:
+            return None
+        scale = scale_to(source, steps, gap)
+        if scale is None:
+            self.note = "no recorded step to scale the wider step cost to"
+            return None
+        return cost.with_beyond(source, scale)
+
+    def _profile(self, observed):
+        from agent.lab.bundled_engine import ConfigError, EngineConfig
+        from agent.lab.step_profile import profiled_steps
+
+        cfg = observed.engine_config
+        try:
+            engine = EngineConfig(model=cfg.get("model", "small"), dtype=cfg.get("dtype", "auto"),
+                                  device=cfg.get("device", "auto"))
+            device, dtype = engine.resolved_device(), engine.resolved_dtype()
+        except (ConfigError, TypeError) as exc:
+            self.note = f"the recording's engine cannot be profiled here: {exc}"
+            return None, [], 0.0
+        if device.startswith("cuda") and not _cuda_here():
+            self.note = f"recorded on {device}, which this machine does not have: no profile"
+            return None, [], 0.0
+        steps, _, _ = profiled_steps(engine.model, dtype, device, self.progress)
+        return fit_profile(steps), observed.steps, BUSY_GAP_S
+
+    def _prior(self, observed, settings):
+        from agent.whatif.prior import node_prior, read_model_config
+        from agent.whatif.spans import pseudo_steps
+
+        if not self.model_config:
+            self.note = "an engine read from outside: give --model-config for a prior past the recorded batches"
+            return None, [], 0.0
+        shape = read_model_config(self.model_config)
+        names = [g.name for f in observed.frames for g in f.gpus if g.name]
+        return node_prior(list(dict.fromkeys(names)), shape), pseudo_steps(observed.timelines), 0.0
+
+
+def _cuda_here() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
