@@ -48,7 +48,8 @@ from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _report import emit  # noqa: E402  (bench/ is the script's own directory)
+import _whatif_beyond as beyond  # noqa: E402  (bench/ is the script's own directory)
+from _report import emit  # noqa: E402
 
 from agent.lab.scenario_run import run_lab  # noqa: E402
 from agent.lab.scenarios import SCENARIOS  # noqa: E402
@@ -91,7 +92,7 @@ def record(path: Path, scenario: str, duration: float, seed: int, changes: dict 
            rate_scale: float = 1.0, outside: bool = False):
     """One lab run of `scenario` with `changes`, its arrivals `rate_scale` times as fast, recorded to `path`
     (with `outside`, also read through its vLLM interfaces); its LabResult."""
-    defaults = SCENARIOS[scenario].defaults
+    defaults = SCENARIOS[scenario].defaults if scenario in SCENARIOS else beyond.BASES[scenario]
     flags = {"duration": duration / rate_scale, "seed": seed, **(changes or {})}
     if rate_scale != 1:
         flags["rate"] = defaults["rate"] * rate_scale
@@ -268,6 +269,33 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
     return rows, None
 
 
+def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], None]:
+    """A's own configuration (bench/_whatif_beyond.py), each B far past what A ran: a flag or a faster rate,
+    each measured and held to whether its P99 moved as far as measured."""
+    a_path, _ = recorded(workdir, name, duration, seed, log, "A")
+    observed = from_bundle(str(a_path))
+    changes = [c for c in beyond.CASES[name] if isinstance(c, dict)]
+    result = what_if(observed, changes)
+    twins = twin_difference(workdir, name, duration, seed, log, "A", result.measured)
+    rows = [compare(f"{name}: A from A (fidelity)", result.today.figures, result.measured, twins) | {"fidelity": True}]
+    predicted = dict(zip((json.dumps(c, sort_keys=True) for c in changes), (p for _, p in result.candidates),
+                         strict=True))
+    for case in beyond.CASES[name]:
+        scale = case if isinstance(case, float) else 1.0
+        change = None if isinstance(case, float) else case
+        label = f"rate x{scale:g}" if change is None else f"B {as_set_flags(change)}"
+        b_path, _ = recorded(workdir, name, duration, seed, log, label, change, scale)
+        truth = measured(b_path)
+        twins = twin_difference(workdir, name, duration, seed, log, label, truth, change, scale)
+        figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.figures
+                   if change is None else predicted[json.dumps(change, sort_keys=True)].figures)
+        row = compare(f"{name}: {label.removeprefix('B ')}", figures, truth, twins, own_cost_prediction(b_path))
+        row["direction"] = beyond.direction(result.measured["ttft_p99_s"], truth["ttft_p99_s"],
+                                            result.today.figures["ttft_p99_s"], figures["ttft_p99_s"])
+        rows.append(row)
+    return rows, None
+
+
 def _flags(changes: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in as_set_flags(changes).items())
 
@@ -360,24 +388,8 @@ def _num(value) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals of each run")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--only", help="scenarios, comma-separated")
-    parser.add_argument("--keep", help="keep the recordings in this directory, and reuse those already there")
-    parser.add_argument("--through", choices=("hooks", "vllm"), default="hooks",
-                        help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
-    output = parser.add_mutually_exclusive_group()
-    output.add_argument("--json", action="store_true")
-    output.add_argument("--markdown", action="store_true", help="the error table as docs/whatif.md shows it")
-    args = parser.parse_args()
-    scenarios = args.only.split(",") if args.only else list(CANDIDATES)
-    started = time.monotonic()
-
-    def log(text: str) -> None:
-        print(f"[{time.monotonic() - started:6.0f}s] {text}", file=sys.stderr, flush=True)
-
+def through_lab(args, scenarios: list[str], log) -> tuple[list[dict], list[dict]]:
+    """The rows and choices of each scenario (or case past the recorded range) run in the lab."""
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -385,12 +397,55 @@ def main() -> None:
         record(Path(tmp) / "warm-up.jsonl", "healthy", WARM_UP_S, args.seed)
         rows, choices = [], []
         for scenario in scenarios:
-            run = run_scenario_outside if args.through == "vllm" else run_scenario
+            run = (run_beyond if args.beyond else run_scenario_outside if args.through == "vllm"
+                   else run_scenario)
             scenario_rows, choice = run(scenario, args.duration, args.seed, workdir, log)
             rows += scenario_rows
             choices += [choice] if choice else []
+    return rows, choices
+
+
+def through_real_vllm(log) -> list[dict]:
+    """bench/_whatif_real_vllm.py's cases as rows (no twins: a vLLM server start costs half a minute)."""
+    import _whatif_real_vllm
+
+    rows = []
+    for case, predicted, truth in _whatif_real_vllm.run(log=log):
+        row = compare(case, predicted, truth, {})
+        rows.append(row | {"fidelity": True} if "fidelity" in case else row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals of each run")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", help="scenarios, comma-separated")
+    parser.add_argument("--keep", help="keep the recordings in this directory, and reuse those already there")
+    parser.add_argument("--beyond", action="store_true",
+                        help="the cases past the recorded range (bench/_whatif_beyond.py) instead of the scenarios")
+    parser.add_argument("--through", choices=("hooks", "vllm", "real-vllm"), default="hooks",
+                        help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true")
+    output.add_argument("--markdown", action="store_true", help="the error table as docs/whatif.md shows it")
+    args = parser.parse_args()
+    scenarios = args.only.split(",") if args.only else list(beyond.CASES if args.beyond else CANDIDATES)
+    started = time.monotonic()
+
+    def log(text: str) -> None:
+        print(f"[{time.monotonic() - started:6.0f}s] {text}", file=sys.stderr, flush=True)
+
+    if args.through == "real-vllm":
+        rows, choices = through_real_vllm(log), []
+    else:
+        rows, choices = through_lab(args, scenarios, log)
     figures = summary(rows, choices)
-    targets = TARGETS_THROUGH_VLLM if args.through == "vllm" else TARGETS
+    targets = (beyond.TARGETS if args.beyond else TARGETS_THROUGH_VLLM if args.through != "hooks" else TARGETS)
+    moved = [r["direction"] for r in rows if (r.get("direction") or {}).get("moved")]
+    if args.beyond:
+        figures["p99_moved_by_3x_measured"] = len(moved)
+        figures["p99_moved_by_3x_predicted_so"] = sum(d["held"] for d in moved)
     if args.json:
         emit({"rows": rows, "choices": choices, "summary": figures, "targets": targets}, True)
         return
@@ -399,6 +454,11 @@ def main() -> None:
     print(f"{OUTSIDE_MARK}: predicted outside the range of batches the step cost was fitted on: "
           + (", ".join(outside) if outside else "none"))
     print()
+    for r in rows:
+        d = r.get("direction")
+        if d and d["moved"]:
+            print(f"{r['case']}: P99 TTFT measured x{d['measured_ratio']:.3g} of A's, predicted "
+                  f"x{d['predicted_ratio']:.3g}: {'held' if d['held'] else 'MISSED'}")
     for c in choices:
         verdict = ("right" if c["right"] else "within noise" if c["right_within_noise"] else "WRONG") \
             if c["decided"] else f"no choice: predicted alike {', '.join(c['alike'])}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from importlib import metadata
 from pathlib import Path
 
 from agent.errors import UserError
@@ -27,11 +28,15 @@ STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "deco
 
 
 def cache_path(model: str, dtype: str, device: str) -> Path:
-    import torch
-
+    """Per model, dtype, device, torch version and machine: a cached profile is read without importing torch."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "none"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    machine = platform.node().replace("/", "_")[:40] or "host"
-    return Path(base) / "stagelens" / "profiles" / f"{model}-{dtype}-{device}-torch{torch.__version__}-{machine}.json"
+    machine = "".join(c if c.isalnum() or c in "-." else "_" for c in platform.node())[:40] or "host"
+    name = f"{model}-{dtype}-{device.replace(':', '')}-torch{torch_version}-{machine}.json"
+    return Path(base) / "stagelens" / "profiles" / name
 
 
 def profiled_steps(model: str, dtype: str, device: str, progress=None) -> tuple[list[dict], Path, bool]:
@@ -53,6 +58,10 @@ def profiled_steps(model: str, dtype: str, device: str, progress=None) -> tuple[
         if progress:
             progress(f"the step profile could not be cached at {path}: {exc.strerror or exc}")
     return steps, path, True
+
+
+def cached_profile(model: str, dtype: str, device: str) -> bool:
+    return _read(cache_path(model, dtype, device)) is not None
 
 
 def _read(path: Path) -> list[dict] | None:

@@ -22,8 +22,6 @@ import numpy as np
 from agent.whatif.fit import FEATURES, duration, nonnegative_least_squares, step_rows
 
 DECODE_KNOTS = (0, 1, 4, 16, 48, 128)      # the profile's batches: one slope between each two
-# prior's range: when it is assumed (not measured), the part past the recorded range may be this much off
-PRIOR_SPREAD = 2.0
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,8 @@ class ModelShape:
 class Prior:
     hardware: Hardware
     model: ModelShape
+    # assumed, not measured: the part of a prediction it prices may be this many times off either way
+    spread = 2.0
 
     def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float, kv_tokens: float,
                 forwards: float = 1) -> float:

@@ -6,6 +6,7 @@ neither can be had: the fit's straight line goes on, and the text says so."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 from agent.whatif.beyond import fit_profile, scale_to
@@ -31,19 +32,25 @@ class Wider:
 
     def _profile(self, observed):
         from agent.lab.bundled_engine import ConfigError, EngineConfig
-        from agent.lab.step_profile import profiled_steps
+        from agent.lab.step_profile import cached_profile, profiled_steps
 
         cfg = observed.engine_config
+        # what "auto" became where it was recorded (a bundle from before that was kept: the CPU, the lab's own)
+        device = cfg.get("resolved_device") or (cfg.get("device") if cfg.get("device") != "auto" else "cpu")
+        dtype = cfg.get("resolved_dtype") or (cfg.get("dtype") if cfg.get("dtype") != "auto" else None)
         try:
-            engine = EngineConfig(model=cfg.get("model", "small"), dtype=cfg.get("dtype", "auto"),
-                                  device=cfg.get("device", "auto"))
-            device, dtype = engine.resolved_device(), engine.resolved_dtype()
+            engine = EngineConfig(model=cfg.get("model", "small"), dtype=dtype or "auto", device=device)
+            dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
         except (ConfigError, TypeError) as exc:
             self.note = f"the recording's engine cannot be profiled here: {exc}"
             return None, [], 0.0
-        if device.startswith("cuda") and not _cuda_here():
-            self.note = f"recorded on {device}, which this machine does not have: no profile"
-            return None, [], 0.0
+        if not cached_profile(engine.model, dtype, device):
+            if importlib.util.find_spec("torch") is None:
+                self.note = "torch is not installed here: no profile of the bundled engine"
+                return None, [], 0.0
+            if device.startswith("cuda") and not _cuda_here():
+                self.note = f"recorded on {device}, which this machine does not have: no profile"
+                return None, [], 0.0
         steps, _, _ = profiled_steps(engine.model, dtype, device, self.progress)
         return fit_profile(steps), observed.steps, BUSY_GAP_S
 
@@ -55,7 +62,7 @@ class Wider:
             self.note = "an engine read from outside: give --model-config for a prior past the recorded batches"
             return None, [], 0.0
         shape = read_model_config(self.model_config)
-        names = [g.name for f in observed.frames for g in f.gpus if g.name]
+        names = [g.name for f in observed.frames for g in f.gpus() if g.name]
         return node_prior(list(dict.fromkeys(names)), shape), pseudo_steps(observed.timelines), 0.0
 
 

@@ -146,13 +146,66 @@ def test_search_finds_the_configurations_meeting_the_slo_and_plots_the_front(bun
 
 
 def test_whatif_runs_without_torch(bundle, model_dir):
-    """The simulator is its own module with no torch in it: whatif on a recording never imports it."""
+    """The simulator is its own module with no torch in it: whatif on a recording never imports it, the search
+    past the recorded batches included, once the engine's step profile is cached (only measuring it runs the
+    engine)."""
     path, _ = bundle
     args = ["whatif", "--replay", str(path), "--set", "max-num-seqs=2", "--search", "--json"]
+    assert _run(args, model_dir).returncode == 0      # the profile measured and cached, if it was not
     script = ("import sys; from agent.cli import _register, cli; _register(); "
               f"cli.main({args!r}, standalone_mode=False); assert 'torch' not in sys.modules, 'torch was imported'")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, XDG_CACHE_HOME=str(Path(model_dir).parent))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def small_batch(model_dir, tmp_path_factory):
+    """Two requests at a time against many more arriving: a standing queue, batches never past 2."""
+    path = tmp_path_factory.mktemp("whatif") / "batch-of-2.jsonl"
+    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "4", "--rate", "40", "--max-model-len", "256",
+                 "--prompt-len", "uniform:8:64", "--output-len", "uniform:8:24", "--max-num-seqs", "2",
+                 "--seed", "5", "--model-dir", model_dir, "--record", str(path)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def test_a_batch_past_the_recorded_ones_is_priced_by_the_engines_profile(small_batch, model_dir):
+    proc = _run(["whatif", "--replay", str(small_batch), "--json", "--set", "max-num-seqs=32"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    beyond = doc["fit"]["beyond"]
+    assert beyond and "profile" in beyond["describe"][0] and beyond["scale"] > 0
+    candidate = doc["candidates"][0]["predicted"]
+    assert candidate["outside_fitted_range"]["extrapolated"] and "range" not in candidate   # measured: no range
+    # the queue that batches of 2 held is gone with 32 seats
+    assert candidate["ttft_p99_s"] < doc["today"]["predicted"]["ttft_p99_s"] / 3
+    text = _run(["whatif", "--replay", str(small_batch), "--set", "max-num-seqs=32"], model_dir).stdout
+    assert "priced by the measured profile" in text and "fitted on batches up to 2 decoding sequences" in text
+    assert "%" not in text.split("(error:")[0].split("median error")[-1].split(";", 1)[1]
+
+
+def test_an_outside_engine_past_its_batches_is_priced_by_the_prior_with_a_range(model_dir, tmp_path):
+    """Spans only (no steps), A100s in the frames and the model's config: the roofline prior, and a range."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
+                                  "num_key_value_heads": 2, "intermediate_size": 1536, "vocab_size": 8192}))
+    proc = _run(["whatif", "--replay", str(OLD_BUNDLE), "--json", "--today", "max-num-seqs=2", "--scale-rate", "20",
+                 "--set", "max-num-seqs=64", "--model-config", str(config)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert any("A100" in line and "assumed" in line for line in doc["fit"]["beyond"]["describe"])
+    candidate = doc["candidates"][0]["predicted"]
+    assert candidate["outside_fitted_range"]["extrapolated"]
+    low, high = candidate["range"]["ttft_p99_s"]
+    assert low < high and low <= candidate["ttft_p99_s"] <= high
+    assert "range" not in doc["today"]["predicted"]      # inside the recorded batches: nothing assumed
+
+
+def test_a_model_config_that_cannot_be_read_is_one_line(model_dir, tmp_path):
+    proc = _run(["whatif", "--replay", str(OLD_BUNDLE), "--model-config", str(tmp_path / "absent.json")], model_dir)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert "absent.json" in proc.stderr
 
 
 def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp_path):

@@ -1,0 +1,69 @@
+"""The step cost past the recorded range: the bundled engine's real profile (tiny model, CPU), its cache, and
+the widened cost that is the recording's own fit inside the range and the profile's growth beyond it."""
+
+import json
+
+import pytest
+
+from agent.lab.step_profile import cache_path, profiled_steps
+from agent.whatif.beyond import fit_profile, scale_to
+from agent.whatif.fit import BUSY_GAP_S, duration, fit_steps
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(cache))
+        steps, path, measured = profiled_steps("tiny", "float32", "cpu")
+        again, _, measured_again = profiled_steps("tiny", "float32", "cpu")
+    return steps, path, measured, again, measured_again
+
+
+def test_a_profile_is_measured_once_then_read_from_its_cache(profile):
+    steps, path, measured, again, measured_again = profile
+    assert measured and not measured_again
+    assert again == steps and path.exists()
+    assert max(s["decode_seqs"] for s in steps) >= 128 and max(s["prefill_tokens"] for s in steps) >= 2048
+
+
+def test_a_corrupt_profile_cache_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = cache_path("tiny", "float32", "cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": "stagelens-step-profile/1", "steps": [{"start": "soon"}]}')
+    steps, _, measured = profiled_steps("tiny", "float32", "cpu")
+    assert measured and steps
+    assert json.loads(path.read_text())["steps"] == steps
+
+
+def test_the_engines_decode_step_costs_less_a_sequence_as_the_batch_grows(profile):
+    """What one slope fitted on small batches cannot know: a batch of 128 costs far less than 128 of 1."""
+    cost = fit_profile(profile[0])
+    times = [cost.seconds(0, 0, b, 0) for b in range(0, 200)]
+    assert all(a <= b for a, b in zip(times, times[1:], strict=False))
+    assert cost.seconds(0, 0, 128, 0) < 0.5 * 128 * cost.seconds(0, 0, 1, 0)
+    assert cost.error_median < 0.3
+
+
+def test_the_widened_cost_is_the_recordings_own_inside_its_range_and_the_profiles_growth_beyond(profile):
+    """Fitted on the profile's steps of batches up to 4, widened by the whole profile: inside it is the fit
+    itself; at 128 it prices the engine's measured steps of 128 near what they took, where the fit's straight
+    line does not have to."""
+    steps = profile[0]
+    small = [s for s in steps if s["decode_seqs"] <= 4 and s["prefill_tokens"] <= 512]
+    fitted = fit_steps(small, sequential=False)
+    source = fit_profile(steps)
+    scale = scale_to(source, small, BUSY_GAP_S)
+    wide = fitted.with_beyond(source, scale)
+    for batch in (1, 2, 4):
+        assert wide.seconds(0, 0, batch, 40 * batch, False) == fitted.seconds(0, 0, batch, 40 * batch, False)
+    big = [s for s in steps if s["decode_seqs"] == 128 and not s["prefill_tokens"]]
+    observed = sorted(s["end"] - s["start"] for s in big)[len(big) // 2]
+    predicted, outside = wide.seconds(0, 0, 128, int(big[0]["kv_tokens_cached"]), False)
+    assert outside and predicted == pytest.approx(observed, rel=0.5)
+
+
+def test_durations_read_in_units_a_person_uses():
+    assert [duration(s) for s in (0, 2.5, 0.0112, 0.000236, 5.2e-7)] == ["0", "2.5 s", "11.2 ms", "236 µs",
+                                                                          "520 ns"]
