@@ -155,6 +155,8 @@ def measured(path: Path) -> dict:
 
 
 def compare(case: str, predicted: dict, truth: dict, twins: dict, own: dict | None = None) -> dict:
+    """One case's row; `predicted`: a prediction's JSON (Prediction.to_dict: its figures and whether it lies
+    outside the fitted range)."""
     outside = bool((predicted.get("outside_fitted_range") or {}).get("extrapolated"))
     row = {"case": case, "outside_fitted_range": outside}
     for key in COMPARED:
@@ -176,7 +178,7 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
     candidates = three_candidates(scenario, lambda: recommended_changes(observed))
     result = what_if(observed, candidates)
     twins = twin_difference(workdir, scenario, duration, seed, log, "A", result.measured)
-    rows = [compare(f"{scenario}: A from A (fidelity)", result.today.figures, result.measured, twins)
+    rows = [compare(f"{scenario}: A from A (fidelity)", result.today.to_dict(), result.measured, twins)
             | {"fidelity": True}]
     choices = []
     for changes, prediction in result.candidates:
@@ -184,7 +186,7 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
         b_path, _ = recorded(workdir, scenario, duration, seed, log, label, changes)
         truth = measured(b_path)
         twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, changes)
-        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.figures, truth, twins,
+        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.to_dict(), truth, twins,
                             own_cost_prediction(b_path)))
         choices.append(Candidate(_flags(changes), prediction.figures["ttft_p99_s"], truth["ttft_p99_s"],
                                  _twin_value(truth, twins, "ttft_p99_s")))
@@ -194,7 +196,7 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
         truth = measured(b_path)
         twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, rate_scale=scale)
         scaled = what_if(observed, [], result.today.settings, result.cost, scale_rate=scale)
-        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.figures, truth, twins,
+        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.to_dict(), truth, twins,
                             own_cost_prediction(b_path)))
     return rows, best_of_three(scenario, choices)
 
@@ -258,14 +260,14 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
     result = what_if(observed, candidates, cost=fit_spans(spans))
     truth = measured(path)
     twins = twin_difference(workdir, scenario, duration, seed, log, "A", truth)
-    rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.figures, truth, twins)
+    rows = [compare(f"{scenario}: A from A's spans (fidelity)", result.today.to_dict(), truth, twins)
             | {"fidelity": True}]
     for changes, prediction in result.candidates:
         label = f"B {as_set_flags(changes)}"
         b_path, _ = recorded(workdir, scenario, duration, seed, log, label, changes)
         truth = measured(b_path)
         twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, changes)
-        rows.append(compare(f"{scenario}: {_flags(changes)} (from spans)", prediction.figures, truth, twins))
+        rows.append(compare(f"{scenario}: {_flags(changes)} (from spans)", prediction.to_dict(), truth, twins))
     return rows, None
 
 
@@ -277,7 +279,7 @@ def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tup
     changes = [c for c in beyond.CASES[name] if isinstance(c, dict)]
     result = what_if(observed, changes)
     twins = twin_difference(workdir, name, duration, seed, log, "A", result.measured)
-    rows = [compare(f"{name}: A from A (fidelity)", result.today.figures, result.measured, twins) | {"fidelity": True}]
+    rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), result.measured, twins) | {"fidelity": True}]
     predicted = dict(zip((json.dumps(c, sort_keys=True) for c in changes), (p for _, p in result.candidates),
                          strict=True))
     for case in beyond.CASES[name]:
@@ -287,8 +289,8 @@ def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tup
         b_path, _ = recorded(workdir, name, duration, seed, log, label, change, scale)
         truth = measured(b_path)
         twins = twin_difference(workdir, name, duration, seed, log, label, truth, change, scale)
-        figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.figures
-                   if change is None else predicted[json.dumps(change, sort_keys=True)].figures)
+        figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.to_dict()
+                   if change is None else predicted[json.dumps(change, sort_keys=True)].to_dict())
         row = compare(f"{name}: {label.removeprefix('B ')}", figures, truth, twins, own_cost_prediction(b_path))
         row["direction"] = beyond.direction(result.measured["ttft_p99_s"], truth["ttft_p99_s"],
                                             result.today.figures["ttft_p99_s"], figures["ttft_p99_s"])
@@ -405,12 +407,12 @@ def through_lab(args, scenarios: list[str], log) -> tuple[list[dict], list[dict]
     return rows, choices
 
 
-def through_real_vllm(log) -> list[dict]:
+def through_real_vllm(log, keep: str | None) -> list[dict]:
     """bench/_whatif_real_vllm.py's cases as rows (no twins: a vLLM server start costs half a minute)."""
     import _whatif_real_vllm
 
     rows = []
-    for case, predicted, truth in _whatif_real_vllm.run(log=log):
+    for case, predicted, truth in _whatif_real_vllm.run(log=log, keep=keep):
         row = compare(case, predicted, truth, {})
         rows.append(row | {"fidelity": True} if "fidelity" in case else row)
     return rows
@@ -437,7 +439,7 @@ def main() -> None:
         print(f"[{time.monotonic() - started:6.0f}s] {text}", file=sys.stderr, flush=True)
 
     if args.through == "real-vllm":
-        rows, choices = through_real_vllm(log), []
+        rows, choices = through_real_vllm(log, args.keep), []
     else:
         rows, choices = through_lab(args, scenarios, log)
     figures = summary(rows, choices)

@@ -68,7 +68,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
         from agent.whatif.search import search
         from agent.whatif.search_report import render_search, search_dict
 
-        cost = result.cost if result.cost.beyond else wider.widen(result.cost, observed, settings) or result.cost
+        cost = result.cost if result.cost.beyond else wider.widen(result.cost, observed) or result.cost
         found = search(settings, cost, result.replayed, slo_figures)
         document["search"] = search_dict(found)
         text += "\n\n" + render_search(found)

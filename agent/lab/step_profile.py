@@ -22,6 +22,8 @@ PROFILE_FORMAT = "stagelens-step-profile/1"
 CELLS = ((1, 32), (4, 32), (16, 32), (48, 32), (128, 32), (1, 256), (4, 256), (16, 256), (48, 256),
          (1, 1024), (4, 1024), (12, 1024), (1, 16), (1, 128), (1, 512), (1, 2048))
 OUTPUT_TOKENS = 6
+CHUNK_BUDGETS = (64, 512)     # then a long prompt chunked at each budget, alone and beside 8 decoding requests
+CHUNKED_PROMPT = 1536
 STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
                "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted",
                "loading", "forwards")
@@ -79,29 +81,40 @@ def _read(path: Path) -> list[dict] | None:
 
 
 def measure(model: str, dtype: str, device: str) -> list[dict]:
-    """Run the grid on a fresh engine of this model, instrumented as the lab's, one cell at a time."""
+    """Run the grid, then long prompts chunked under small budgets beside running decodes (a chunk over a long
+    cached context reads its blocks back: the step a served engine under chunked prefill runs most), each on a
+    fresh engine of this model, instrumented as the lab's."""
+    longest = max(c for _, c in CELLS) + OUTPUT_TOKENS
+    steps = _run_cells(model, dtype, device, 8192, longest, [((b, c, OUTPUT_TOKENS),) for b, c in CELLS])
+    for budget in CHUNK_BUDGETS:
+        cells = [((decoding, 32, CHUNKED_PROMPT // budget + 2), (1, CHUNKED_PROMPT, 1)) for decoding in (0, 8)]
+        steps += _run_cells(model, dtype, device, budget, CHUNKED_PROMPT + 64, cells)
+    return steps
+
+
+def _run_cells(model: str, dtype: str, device: str, budget: int, longest: int, cells) -> list[dict]:
+    """Each cell: its groups of (requests, prompt tokens, output tokens) submitted in order, run until done."""
     from engine_hooks.engine import EngineConfig, LLMEngine
     from engine_hooks.engine.config import ConfigError
     from engine_hooks.engine.request import SamplingParams
     from engine_hooks.hooks.instrumentation import instrument, uninstrument
 
-    longest = max(c for _, c in CELLS) + OUTPUT_TOKENS
-    tokens_held = max(b * (c + OUTPUT_TOKENS + 16) for b, c in CELLS)
+    held = max(sum(n * (prompt + output + 16) for n, prompt, output in cell) for cell in cells)
     try:
         probe = EngineConfig(model=model, dtype=dtype, device=device)
-        config = EngineConfig(model=model, dtype=dtype, device=device, max_num_seqs=max(b for b, _ in CELLS),
-                              max_num_batched_tokens=8192, enable_chunked_prefill=True, max_model_len=longest,
-                              kv_cache_memory=probe.kv_bytes_per_token() * tokens_held * 5 // 4)
-        engine = LLMEngine(config)
+        engine = LLMEngine(EngineConfig(
+            model=model, dtype=dtype, device=device, max_num_seqs=max(sum(n for n, _, _ in c) for c in cells),
+            max_num_batched_tokens=budget, enable_chunked_prefill=True, max_model_len=longest,
+            kv_cache_memory=probe.kv_bytes_per_token() * held * 5 // 4))
     except (ConfigError, RuntimeError) as exc:
         raise UserError(f"the step profile could not start the bundled engine: {exc}") from None
     recorder = instrument(engine)
-    vocab = config.preset.vocab_size
-    params = SamplingParams(max_tokens=OUTPUT_TOKENS)
+    vocab = engine.config.preset.vocab_size
     try:
-        for batch, context in CELLS:
-            for i in range(batch):
-                engine.submit([(i * 7 + j) % vocab for j in range(context)], params)
+        for cell in cells:
+            for n, prompt, output in cell:
+                for i in range(n):
+                    engine.submit([(i * 7 + j) % vocab for j in range(prompt)], SamplingParams(max_tokens=output))
             engine.run_until_idle(timeout=120)
         steps = recorder.recent_steps()
     finally:

@@ -58,15 +58,31 @@ def predicted_range(p: Prediction, cost: StepCost, requests: list[ServedRequest]
     return out
 
 
-def replay(requests: list[ServedRequest]) -> list[SimRequest]:
-    return [SimRequest(r.request_id, r.model, r.arrival, r.prompt_tokens, r.output_tokens) for r in requests]
+def replay(requests: list[ServedRequest], settings: Settings) -> list[SimRequest]:
+    """The requests to simulate, each under a model the settings serve: a name the engine published (an
+    engine read from outside serves `tiny-llama`, not `model-0`) takes a served name no request uses, in the
+    order the names first arrive, so that one model served is one model resident."""
+    served = settings.model_names
+    seen = list(dict.fromkeys(r.model for r in requests))
+    free = iter([name for name in served if name not in seen])
+    renamed = {name: next(free, name) for name in seen if name not in served}
+    return [SimRequest(r.request_id, renamed.get(r.model, r.model), r.arrival, r.prompt_tokens, r.output_tokens)
+            for r in requests]
+
+
+def _fragmentation(log, read_from_outside: bool) -> float | None:
+    """Reserved slots holding no token, as the diagnosis counts them for the engine's kind: the bundled engine's
+    hooks count every empty slot; from outside, each running sequence's last, partial block is the block
+    size's floor, not fragmentation (agent/sources/inference.py)."""
+    reserved = log.kv_reserved_slots - (log.kv_floor_slots if read_from_outside else 0)
+    return 1 - log.kv_tokens_cached / reserved if reserved > 0 else None
 
 
 def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], trace: bool = False) -> Prediction:
     sim = Simulator(settings, cost.seconds, cost.load_time)
     if trace:
         sim.trace = []
-    result = sim.run(replay(requests))
+    result = sim.run(replay(requests, settings))
     done = [r for r in result.requests if r.finished is not None]
     window = (requests[0].arrival, requests[-1].arrival)
     figures = serving_figures(done, window)
@@ -79,7 +95,7 @@ def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], t
     # over time, as the frames sample it (a second of an idle engine holds no block)
     figures["kv_used_ratio_mean"] = log.kv_used_share_seconds / span if span > 0 else None
     signals = {
-        "kv_fragmentation_ratio": 1 - log.kv_tokens_cached / log.kv_reserved_slots if log.kv_reserved_slots else None,
+        "kv_fragmentation_ratio": _fragmentation(log, settings.read_from_outside),
         "scheduler_wait_p99": percentile(decided, 99),
         "requests_waiting_on_model": log.waiting_on_model_s / span if span > 0 else None,
     }

@@ -88,7 +88,7 @@ def what_if(observed: Observed, candidates: list[dict], settings: Settings | Non
     runs = [settings] + [s for _, s in checked]
     predictions = [predict(s, cost, replayed) for s in runs]
     if cost.beyond is None and any(p.simulation.log.steps_outside for p in predictions):
-        widened = (wider or Wider()).widen(cost, observed, settings)
+        widened = (wider or Wider()).widen(cost, observed)
         if widened is not None:
             cost = widened
             predictions = [predict(s, cost, replayed) for s in runs]
@@ -144,8 +144,11 @@ def fit_terms(c: StepCost) -> str:
 def beyond_lines(c: StepCost) -> list[str]:
     if c.beyond is None:
         return []
-    return [f"past that: {line}" for line in c.beyond.describe()] + [
-        f"  scaled by {c.beyond_scale:.2f} to this recording's steps (its busy time over what that prices them at)"]
+    lines = [f"past that: {line}" for line in c.beyond.describe()]
+    if c.beyond_scale != 1:
+        lines.append(f"  scaled by {c.beyond_scale:.2f}: the work past the recorded batches at that share of "
+                     f"the datasheet's rates")
+    return lines
 
 
 def render(w: WhatIf) -> str:

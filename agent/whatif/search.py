@@ -24,11 +24,11 @@ POLICIES = ("fcfs", "short-first", "length-bucket")
 class SearchResult:
     evaluated: list[tuple[dict, Prediction]] = field(default_factory=list)
     slo: dict[str, float] = field(default_factory=dict)
+    sweep: BatchSweep | None = None
 
     def meeting(self) -> list[tuple[dict, Prediction]]:
         """Configurations meeting the SLO, the best throughput first."""
-        ok = [(c, p) for c, p in self.evaluated if all((p.figures.get(f"{k}_s") or 0) <= v for k, v in self.slo.items())
-              and p.figures["requests_unfinished"] == 0]
+        ok = [(c, p) for c, p in self.evaluated if meets(p, self.slo)]
         return sorted(ok, key=lambda cp: -(cp[1].figures["throughput_tokens_per_s"] or 0))
 
     def pareto(self) -> list[tuple[dict, Prediction]]:
@@ -91,10 +91,45 @@ def _valid(today: Settings, change: dict) -> bool:
     return True
 
 
+def meets(p: Prediction, slo: dict[str, float]) -> bool:
+    return (all((p.figures.get(f"{k}_s") or 0) <= v for k, v in slo.items())
+            and p.figures["requests_unfinished"] == 0)
+
+
+@dataclass
+class BatchSweep:
+    """max-num-seqs from a quarter of today's up to the engine's bound, doubling: where raising the batch stops
+    paying, and where the KV cache runs out (requests preempted and recomputed: the wall P99 explodes at)."""
+    points: list[tuple[int, Prediction]]
+    slo: dict[str, float]
+
+    def largest_meeting(self) -> int | None:
+        """The largest batch whose prediction meets the SLO (every request finished with none given)."""
+        ok = [n for n, p in self.points if meets(p, self.slo)]
+        return max(ok) if ok else None
+
+    def wall(self) -> int | None:
+        """The smallest batch at which requests are preempted for KV blocks, where a smaller one preempted none."""
+        for (_, before), (n, p) in zip(self.points, self.points[1:], strict=False):
+            if not before.figures.get("preemptions") and p.figures.get("preemptions"):
+                return n
+        return None
+
+
+def batch_sweep(today: Settings, cost: StepCost, requests: list[ServedRequest],
+                slo: dict[str, float] | None = None) -> BatchSweep:
+    sizes = sorted({n for n in (2 ** k for k in range(11)) if today.max_num_seqs // 4 <= n}
+                   | {today.max_num_seqs})
+    points = [(n, predict(today.changed({"max_num_seqs": n}), cost, requests)) for n in sizes if
+              _valid(today, {"max_num_seqs": n})]
+    return BatchSweep(points, slo or {})
+
+
 def search(today: Settings, cost: StepCost, requests: list[ServedRequest], slo: dict[str, float] | None = None,
            limit: int = SEARCH_LIMIT) -> SearchResult:
     result = SearchResult(slo=slo or {})
     result.evaluated.append(({}, predict(today, cost, requests)))
     for change in candidates(today, limit - 1):
         result.evaluated.append((change, predict(today.changed(change), cost, requests)))
+    result.sweep = batch_sweep(today, cost, requests, slo)
     return result

@@ -32,6 +32,7 @@ class Settings:
     num_preload_models: int
     max_resident_models: int | None
     model: str = "small"
+    read_from_outside: bool = False     # the engine's own settings were not recorded (agent/whatif/predict.py)
 
     @property
     def num_blocks(self) -> int:
@@ -67,7 +68,7 @@ class Settings:
                 values[key] = value
         if num_blocks:
             values["kv_cache_memory"] = num_blocks * values["block_size"] * values["kv_bytes_per_token"]
-        return cls(**values)
+        return cls(**values, read_from_outside=True)
 
     def changed(self, changes: dict) -> Settings:
         """These settings with `changes` (field -> value) applied, validated as the engine would."""

@@ -57,6 +57,7 @@ class StepLog:
     kv_used_share_seconds: float = 0.0      # the share of KV blocks in use, times the step's seconds
     kv_reserved_slots: int = 0
     kv_tokens_cached: int = 0
+    kv_floor_slots: int = 0     # the unfilled rest of each running sequence's last block: the block size's floor
     waiting_on_model_s: float = 0.0     # request-seconds spent waiting on a model load
     max_features: dict[str, float] = field(default_factory=dict)
     steps_outside: int = 0      # steps whose batch lay outside the range the step cost was fitted on
@@ -279,6 +280,7 @@ class Simulator:
             # attention reads: each sequence's own blocks, whatever its allocator reserved), and the slots their
             # blocks reserve (every block held is a running request's)
             cached = sum(r.computed for r in self.running)
+            floor = sum(-r.computed % bs for r in self.running)
             used = num_blocks - self.alloc.num_free_blocks()
             reserved = used * bs
             # one forward pass per model in the batch (ModelRunner.groups)
@@ -301,6 +303,7 @@ class Simulator:
             log.kv_used_share_seconds += seconds * used / num_blocks if num_blocks else 0.0
             log.kv_reserved_slots += used * bs
             log.kv_tokens_cached += cached
+            log.kv_floor_slots += floor
             if residency.loading or len(residency.resident) < self.s.models:
                 log.waiting_on_model_s += seconds * self._waiting_on_model()
         return Simulation(requests, log, residency.loads, now)

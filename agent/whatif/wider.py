@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from agent.whatif.beyond import fit_profile, scale_to
+from agent.whatif.beyond import calibrated, fit_profile
 from agent.whatif.fit import BUSY_GAP_S, StepCost
+
+ROOFLINE_EFFICIENCY = 0.6   # the share of a datasheet's bandwidth and FLOPs that serving kernels reach
 
 
 @dataclass
@@ -19,16 +21,20 @@ class Wider:
     progress: object = None             # a callable taking one line, for the profile's one-time wait
     note: str | None = None             # why nothing widened the cost, once asked
 
-    def widen(self, cost: StepCost, observed, settings) -> StepCost | None:
-        source, steps, gap = (self._profile(observed) if observed.engine_config
-                              else self._prior(observed, settings))
-        if source is None:
+    def widen(self, cost: StepCost, observed) -> StepCost | None:
+        if not observed.engine_config:
+            prior = self._prior(observed)
+            # a roofline prices the work alone: the engine's own overheads are in the recorded fit at the range's
+            # edge, and the work past it runs at the share of the datasheet's rates real kernels reach
+            return None if prior is None else cost.with_beyond(prior, 1 / ROOFLINE_EFFICIENCY)
+        profile = self._profile(observed)
+        if profile is None:
             return None
-        scale = scale_to(source, steps, gap)
-        if scale is None:
-            self.note = "no recorded step to scale the wider step cost to"
+        scaled = calibrated(profile, observed.steps, BUSY_GAP_S)
+        if scaled is None:
+            self.note = "no recorded step to scale the profile to"
             return None
-        return cost.with_beyond(source, scale)
+        return cost.with_beyond(scaled, 1.0)
 
     def _profile(self, observed):
         from agent.lab.bundled_engine import ConfigError, EngineConfig
@@ -43,27 +49,26 @@ class Wider:
             dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
         except (ConfigError, TypeError) as exc:
             self.note = f"the recording's engine cannot be profiled here: {exc}"
-            return None, [], 0.0
+            return None
         if not cached_profile(engine.model, dtype, device):
             if importlib.util.find_spec("torch") is None:
                 self.note = "torch is not installed here: no profile of the bundled engine"
-                return None, [], 0.0
+                return None
             if device.startswith("cuda") and not _cuda_here():
                 self.note = f"recorded on {device}, which this machine does not have: no profile"
-                return None, [], 0.0
+                return None
         steps, _, _ = profiled_steps(engine.model, dtype, device, self.progress)
-        return fit_profile(steps), observed.steps, BUSY_GAP_S
+        return fit_profile(steps)
 
-    def _prior(self, observed, settings):
+    def _prior(self, observed):
         from agent.whatif.prior import node_prior, read_model_config
-        from agent.whatif.spans import pseudo_steps
 
         if not self.model_config:
             self.note = "an engine read from outside: give --model-config for a prior past the recorded batches"
-            return None, [], 0.0
+            return None
         shape = read_model_config(self.model_config)
         names = [g.name for f in observed.frames for g in f.gpus() if g.name]
-        return node_prior(list(dict.fromkeys(names)), shape), pseudo_steps(observed.timelines), 0.0
+        return node_prior(list(dict.fromkeys(names)), shape)
 
 
 def _cuda_here() -> bool:

@@ -217,3 +217,25 @@ def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp
     assert code == 3
     expected = "stagelens: error: --plot: matplotlib is not installed (pip install 'stagelens[bench]')"
     assert err.splitlines() == [expected]
+
+
+def test_search_sweeps_the_batch_and_finds_the_kv_wall(model_dir, tmp_path):
+    """A KV cache of ~5 requests, recorded at batches of 2: raising the batch admits more than the cache
+    holds, and the simulated engine preempts from that batch on, as the real one does."""
+    path = tmp_path / "tight.jsonl"
+    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "3", "--rate", "30", "--max-model-len", "256",
+                 "--prompt-len", "uniform:32:96", "--output-len", "uniform:16:32", "--max-num-seqs", "2",
+                 "--kv-cache-memory", "160KiB", "--seed", "2", "--model-dir", model_dir, "--record", str(path)],
+                model_dir)
+    assert proc.returncode == 0, proc.stderr
+    proc = _run(["whatif", "--replay", str(path), "--json", "--search", "--slo", "ttft_p99=600"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    sweep = json.loads(proc.stdout)["search"]["max_num_seqs_sweep"]
+    points = {p["max_num_seqs"]: p for p in sweep["points"]}
+    wall = sweep["kv_wall_at"]
+    assert wall is not None and wall > 2
+    assert all(p["preemptions"] == 0 for n, p in points.items() if n < wall)
+    assert all(p["preemptions"] > 0 for n, p in points.items() if n >= wall)
+    assert sweep["largest_meeting_slo"] == max(points)
+    text = _run(["whatif", "--replay", str(path), "--search"], model_dir).stdout
+    assert "the KV cache runs out" in text

@@ -170,6 +170,29 @@ def test_the_default_diagnose_never_says_ok_on_a_standing_queue(batch_capped):
             assert d["verdict"] in ("warn", "firing")
 
 
+def test_whatif_from_vllms_own_spans_says_a_larger_batch_ends_the_queue(batch_capped, tiny_model, tmp_path):
+    """A recording of the capped server (its spans and /metrics, no steps) replayed under --max-num-seqs 16,
+    past every batch it ran: priced by the prior of this host and the model's own config, with a range, and
+    the queue that two seats held is predicted gone (the server's own clients waited seconds each)."""
+    out = tmp_path / "capped.jsonl"
+    with Background(open_loop, batch_capped.url, 4.0, 8, 32, 48, seed=3):
+        time.sleep(0.5)
+        done = subprocess.run([STAGELENS_BIN, "record", "--out", str(out), "--engine", "vllm", "--engine-url",
+                               batch_capped.url, "--otlp-receiver-grpc", f"127.0.0.1:{batch_capped.otlp_port}",
+                               "--duration", "16"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    proc = subprocess.run([STAGELENS_BIN, "whatif", "--replay", str(out), "--json", "--today", "max-num-seqs=2",
+                           "--set", "max-num-seqs=16", "--model-config", str(tiny_model)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["fit"]["on"] == "request intervals" and doc["fit"]["beyond"]
+    today, candidate = doc["today"]["predicted"], doc["candidates"][0]["predicted"]
+    assert doc["today"]["measured"]["ttft_p99_s"] > 1.0, doc["today"]["measured"]
+    assert candidate["ttft_p99_s"] < today["ttft_p99_s"] / 3
+    assert candidate["outside_fitted_range"]["extrapolated"] and "range" in candidate
+
+
 # --- a KV cache of 12 blocks ---------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_kv(tiny_model, tmp_path_factory):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from agent.lab.step_profile import cache_path, profiled_steps
-from agent.whatif.beyond import fit_profile, scale_to
+from agent.whatif.beyond import calibrated, fit_profile
 from agent.whatif.fit import BUSY_GAP_S, duration, fit_steps
 
 
@@ -53,9 +53,7 @@ def test_the_widened_cost_is_the_recordings_own_inside_its_range_and_the_profile
     steps = profile[0]
     small = [s for s in steps if s["decode_seqs"] <= 4 and s["prefill_tokens"] <= 512]
     fitted = fit_steps(small, sequential=False)
-    source = fit_profile(steps)
-    scale = scale_to(source, small, BUSY_GAP_S)
-    wide = fitted.with_beyond(source, scale)
+    wide = fitted.with_beyond(calibrated(fit_profile(steps), small, BUSY_GAP_S), 1.0)
     for batch in (1, 2, 4):
         assert wide.seconds(0, 0, batch, 40 * batch, False) == fitted.seconds(0, 0, batch, 40 * batch, False)
     big = [s for s in steps if s["decode_seqs"] == 128 and not s["prefill_tokens"]]
