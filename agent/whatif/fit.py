@@ -48,6 +48,9 @@ class StepCost:
     # scales it to the recorded steps
     beyond: object | None = None
     beyond_scale: float = 1.0
+    # from a step's end to its tokens reaching the spans, as seen (an engine read from outside:
+    # agent/whatif/spans.py)
+    output_lags_s: tuple[float, ...] = ()
 
     def seconds(self, prefill_tokens: int, prefill_pairs: int, decode_seqs: int, kv_tokens: int, loading: bool,
                 forwards: int = 1, since_prefill_s: float = 0.0) -> tuple[float, bool]:
@@ -107,6 +110,8 @@ class StepCost:
                 "error_median": self.error_median, "error_p90": self.error_p90, "total_error": self.total_error,
                 "observed_max": self.observed_max, "load_seconds": self.load_seconds, "loads": self.loads,
                 "cold_after_s": self.cold_after_s,
+                "output_lag_median_s": sorted(self.output_lags_s)[len(self.output_lags_s) // 2]
+                if self.output_lags_s else 0.0,
                 "beyond": None if self.beyond is None else {"describe": self.beyond.describe(),
                                                             "scale": self.beyond_scale}}
 

@@ -12,6 +12,7 @@ from agent.whatif.simulator import SimRequest, Simulation, Simulator
 from agent.whatif.workload import ServedRequest
 from engine_hooks.records.stats import percentile
 
+LAG_STRIDE = 7919       # a prime: consecutive requests take lags far apart in the sorted list
 OUTSIDE_SHARE = 0.05     # more than this share of steps outside the fitted range: the prediction says so
 
 
@@ -83,6 +84,11 @@ def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], t
     if trace:
         sim.trace = []
     result = sim.run(replay(requests, settings))
+    lags = cost.output_lags_s
+    for i, r in enumerate(result.requests if lags else ()):
+        lag = lags[i * LAG_STRIDE % len(lags)]      # the lags seen, each request one of them, spread over all
+        r.first_token = None if r.first_token is None else r.first_token + lag
+        r.finished = None if r.finished is None else r.finished + lag
     done = [r for r in result.requests if r.finished is not None]
     window = (requests[0].arrival, requests[-1].arrival)
     figures = serving_figures(done, window)

@@ -65,12 +65,14 @@ def _spans(observed: Observed) -> list[RequestTimeline]:
     return [t for t in observed.timelines if t.chunks]
 
 
-def fitted(observed: Observed) -> StepCost:
-    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals."""
+def fitted(observed: Observed, settings: Settings | None = None) -> StepCost:
+    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals, a long
+    prompt's prefill as the chunks today's budget cut it into (chunked prefill on)."""
     try:
         if observed.steps or observed.engine_config:
             return fit_steps(observed.steps, observed.loads)
-        return fit_spans(_spans(observed))
+        chunk = settings.max_num_batched_tokens if settings and settings.enable_chunked_prefill else None
+        return fit_spans(_spans(observed), chunk)
     except FitError as exc:
         raise UserError(f"{observed.source}: {exc}") from None
 
@@ -83,7 +85,7 @@ def what_if(observed: Observed, candidates: list[dict], settings: Settings | Non
     with a range where that is assumed. Bad values are a UserError."""
     settings = settings or today_settings(observed)
     checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
-    cost = cost or fitted(observed)
+    cost = cost or fitted(observed, settings)
     replayed = scaled(observed.requests, scale_rate)
     runs = [settings] + [s for _, s in checked]
     predictions = [predict(s, cost, replayed) for s in runs]

@@ -65,3 +65,21 @@ def test_the_widened_cost_is_the_recordings_own_inside_its_range_and_the_profile
 def test_durations_read_in_units_a_person_uses():
     assert [duration(s) for s in (0, 2.5, 0.0112, 0.000236, 5.2e-7)] == ["0", "2.5 s", "11.2 ms", "236 µs",
                                                                           "520 ns"]
+
+
+def test_the_profile_is_scaled_to_a_recording_part_by_part(profile):
+    """A recording whose decodes ran 1.5 times and prefills 2.5 times as long as the profile's: each part gets
+    its own factor back (one factor would price a larger prefill by the decodes' slowdown)."""
+    source = fit_profile(profile[0])
+    recorded, t = [], 0.0
+    for i, (prefill, decode, kv) in enumerate([(0, 2, 200), (64, 2, 300), (0, 6, 700), (256, 4, 900)] * 10):
+        steady, prefilling = source.parts(prefill, prefill * 300, decode, kv)
+        seconds = 1.5 * steady + 2.5 * prefilling
+        recorded.append({"index": i, "start": t, "end": t + seconds, "prefill_tokens": prefill,
+                         "prefill_pairs": prefill * 300, "decode_tokens": decode, "prefill_seqs": int(prefill > 0),
+                         "decode_seqs": decode, "kv_tokens_cached": kv, "kv_slots_reserved": kv, "waiting": 0,
+                         "running": decode, "preempted": 0, "loading": False, "forwards": 1})
+        t += seconds + 0.5
+    scaled = calibrated(source, recorded, BUSY_GAP_S)
+    assert scaled.steady_scale == pytest.approx(1.5, rel=1e-6)
+    assert scaled.prefill_scale == pytest.approx(2.5, rel=1e-6)
