@@ -116,20 +116,22 @@ class BatchSweep:
         return None
 
 
-def batch_sweep(today: Settings, cost: StepCost, requests: list[ServedRequest],
-                slo: dict[str, float] | None = None) -> BatchSweep:
-    sizes = sorted({n for n in (2 ** k for k in range(11)) if today.max_num_seqs // 4 <= n}
-                   | {today.max_num_seqs})
-    points = [(n, predict(today.changed({"max_num_seqs": n}), cost, requests)) for n in sizes if
-              _valid(today, {"max_num_seqs": n})]
-    return BatchSweep(points, slo or {})
+def sweep_sizes(today: Settings) -> list[int]:
+    """max-num-seqs from a quarter of today's, doubling, to the engine's bound, today's among them."""
+    sizes = {n for n in (2 ** k for k in range(11)) if today.max_num_seqs // 4 <= n} | {today.max_num_seqs}
+    return sorted(n for n in sizes if _valid(today, {"max_num_seqs": n}))
 
 
 def search(today: Settings, cost: StepCost, requests: list[ServedRequest], slo: dict[str, float] | None = None,
            limit: int = SEARCH_LIMIT) -> SearchResult:
+    """Today, the batch sweep, then the other candidates: `limit` configurations predicted in all."""
     result = SearchResult(slo=slo or {})
     result.evaluated.append(({}, predict(today, cost, requests)))
-    for change in candidates(today, limit - 1):
+    sweep = [{"max_num_seqs": n} for n in sweep_sizes(today) if n != today.max_num_seqs]
+    rest = [c for c in candidates(today, limit) if c not in sweep]
+    for change in (sweep + rest)[:limit - 1]:
         result.evaluated.append((change, predict(today.changed(change), cost, requests)))
-    result.sweep = batch_sweep(today, cost, requests, slo)
+    batches = {c.get("max_num_seqs", today.max_num_seqs): p for c, p in result.evaluated
+               if set(c) <= {"max_num_seqs"}}
+    result.sweep = BatchSweep(sorted(batches.items()), slo or {})
     return result

@@ -280,7 +280,8 @@ class Simulator:
             # attention reads: each sequence's own blocks, whatever its allocator reserved), and the slots their
             # blocks reserve (every block held is a running request's)
             cached = sum(r.computed for r in self.running)
-            floor = sum(-r.computed % bs for r in self.running)
+            # the block size's floor, which only the diagnosis from outside leaves out (agent/whatif/predict.py)
+            floor = sum(-r.computed % bs for r in self.running) if self.s.read_from_outside else 0
             used = num_blocks - self.alloc.num_free_blocks()
             reserved = used * bs
             # one forward pass per model in the batch (ModelRunner.groups)

@@ -18,14 +18,19 @@ def _run(args, model_dir, timeout=120):
     return subprocess.run(STAGELENS + args, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _record_lab(path, model_dir, *flags) -> dict:
+    """A short lab run of the tiny model recorded to `path`; its `lab --json`."""
+    proc = _run(["lab", "--json", "--model", "tiny", "--max-model-len", "256", *flags, "--model-dir", model_dir,
+                 "--record", str(path)], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 @pytest.fixture(scope="module")
 def bundle(model_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("whatif") / "lab.jsonl"
-    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "3", "--rate", "12", "--max-model-len", "256",
-                 "--prompt-len", "uniform:8:120", "--output-len", "uniform:4:16", "--max-num-seqs", "8",
-                 "--seed", "3", "--model-dir", model_dir, "--record", str(path)], model_dir)
-    assert proc.returncode == 0, proc.stderr
-    return path, json.loads(proc.stdout)
+    return path, _record_lab(path, model_dir, "--duration", "3", "--rate", "12", "--prompt-len", "uniform:8:120",
+                             "--output-len", "uniform:4:16", "--max-num-seqs", "8", "--seed", "3")
 
 
 def test_whatif_json_has_the_fit_today_and_candidates(bundle, model_dir):
@@ -163,10 +168,8 @@ def test_whatif_runs_without_torch(bundle, model_dir):
 def small_batch(model_dir, tmp_path_factory):
     """Two requests at a time against many more arriving: a standing queue, batches never past 2."""
     path = tmp_path_factory.mktemp("whatif") / "batch-of-2.jsonl"
-    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "4", "--rate", "40", "--max-model-len", "256",
-                 "--prompt-len", "uniform:8:64", "--output-len", "uniform:8:24", "--max-num-seqs", "2",
-                 "--seed", "5", "--model-dir", model_dir, "--record", str(path)], model_dir)
-    assert proc.returncode == 0, proc.stderr
+    _record_lab(path, model_dir, "--duration", "4", "--rate", "40", "--prompt-len", "uniform:8:64",
+                "--output-len", "uniform:8:24", "--max-num-seqs", "2", "--seed", "5")
     return path
 
 
@@ -223,11 +226,8 @@ def test_search_sweeps_the_batch_and_finds_the_kv_wall(model_dir, tmp_path):
     """A KV cache of ~5 requests, recorded at batches of 2: raising the batch admits more than the cache
     holds, and the simulated engine preempts from that batch on, as the real one does."""
     path = tmp_path / "tight.jsonl"
-    proc = _run(["lab", "--json", "--model", "tiny", "--duration", "3", "--rate", "30", "--max-model-len", "256",
-                 "--prompt-len", "uniform:32:96", "--output-len", "uniform:16:32", "--max-num-seqs", "2",
-                 "--kv-cache-memory", "160KiB", "--seed", "2", "--model-dir", model_dir, "--record", str(path)],
-                model_dir)
-    assert proc.returncode == 0, proc.stderr
+    _record_lab(path, model_dir, "--duration", "3", "--rate", "30", "--prompt-len", "uniform:32:96",
+                "--output-len", "uniform:16:32", "--max-num-seqs", "2", "--kv-cache-memory", "160KiB", "--seed", "2")
     proc = _run(["whatif", "--replay", str(path), "--json", "--search", "--slo", "ttft_p99=600"], model_dir)
     assert proc.returncode == 0, proc.stderr
     sweep = json.loads(proc.stdout)["search"]["max_num_seqs_sweep"]

@@ -2,6 +2,7 @@
 known step cost (each request's arrival, prefill interval, first token and end, as vLLM's `llm_request` spans
 give them) fit a cost that replays that workload close to the truth."""
 
+import dataclasses
 import random
 
 import pytest
@@ -81,3 +82,32 @@ def test_a_pseudo_step_serving_two_models_runs_a_forward_pass_for_each():
     assert b_decode["forwards"] == 2                      # model-0 decoded beside it all along
     assert a_decode["forwards"] == pytest.approx(1 + 0.75 / 3.5)    # model-1 beside it for 0.75 s of 3.5
     assert c_prefill["forwards"] == c_decode["forwards"] == 1
+
+
+def test_a_prompt_chunked_by_the_budget_is_its_mean_chunk():
+    """1,024 tokens under a budget of 128: eight steps, each one eighth of the interval and of the tokens, its
+    pairs over the prompt prefilled so far, not one step of the whole prompt."""
+    spans = [RequestTimeline("long", "model-0", 1024, 4, 0.0, 0.2, first_token=0.08,
+                             chunks=[PrefillChunk(0.0, 0.08, 0, 0)])]
+    whole, = [s for s in pseudo_steps(spans) if s["prefill_tokens"]]
+    chunked, = [s for s in pseudo_steps(spans, chunk=128) if s["prefill_tokens"]]
+    assert whole["prefill_tokens"] == 1024 and whole["end"] - whole["start"] == pytest.approx(0.08)
+    assert chunked["prefill_tokens"] == 128 and chunked["end"] - chunked["start"] == pytest.approx(0.01)
+    assert chunked["prefill_pairs"] == sum(128 * 128 * (k + 1) for k in range(8)) / 8
+
+
+def test_the_output_lags_seen_are_replayed_on_each_request():
+    """Tokens reach vLLM's spans a step after the step that made them, now and then much later: the lags seen
+    land on the predicted first tokens, the rare long one in the tail and not in the median."""
+    requests = workload(count=100, rate=1.0)
+    spans = spans_of(requests)
+    for i, t in enumerate(spans):       # a lag of 4 ms, one request in twenty 30 ms
+        lag = 0.03 if i % 20 == 7 else 0.004
+        t.first_token += lag
+        t.finished += lag
+    cost = fit_spans(spans)
+    assert sorted(cost.output_lags_s)[len(cost.output_lags_s) // 2] == pytest.approx(0.004)
+    plain = predict(SETTINGS, TRUE, requests).figures
+    lagged = predict(SETTINGS, dataclasses.replace(TRUE, output_lags_s=cost.output_lags_s), requests).figures
+    assert lagged["ttft_p50_s"] - plain["ttft_p50_s"] == pytest.approx(0.004, abs=0.002)
+    assert lagged["ttft_p99_s"] - plain["ttft_p99_s"] > 0.015
