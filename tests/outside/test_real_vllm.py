@@ -90,26 +90,9 @@ def healthy(tiny_model, tmp_path_factory):
     server.stop()
 
 
-def test_an_idle_vllm_is_ok(healthy):
-    code, d = diagnose(healthy)
-    assert (code, d["verdict"]) == (0, "ok"), d
-    assert d["engine"].startswith("vLLM V1")
-    # what vLLM does not publish reads not observable, idle or busy: never "ok" on nothing
-    assert evidence(d, "kv_access_efficiency")["provenance"] == "not observable"
-
-
-@pytest.mark.parametrize("rate", [3.0, 8.0])
-def test_a_healthy_vllm_under_light_load_never_pages(healthy, rate):
-    """Short requests at a few a second: nothing waits, one 128-token block each holds most of a request's
-    slots empty. That is the block size's floor, not fragmentation: no stage warns or fires."""
-    with Background(open_loop, healthy.url, rate, 14, 32, 48, seed=int(rate)) as load:
-        time.sleep(2)
-        code, d = diagnose(healthy, seconds=8, otlp_port=healthy.otlp_port)
-    assert load.result.ok >= rate * 8 and not load.result.failed
-    assert (code, d["verdict"]) == (0, "ok"), json.dumps(d, indent=1)[:4000]
-    assert evidence(d, "kv_fragmentation_ratio")["state"] != "firing"
-
-
+# First on this server: after the light-load tests' requests, vLLM 0.32's CPU build published ~45 KV-event
+# batches and then none at all on this project's machine (a subscriber listening throughout saw the sequence
+# stop at 45 while the 332-token requests below ran), so their blocks were never seen. Left for a test of its own.
 def test_a_recording_holds_vllms_spans_and_kv_events_as_it_sent_them(healthy, tmp_path):
     """`record` beside the server: its llm_request spans over gRPC become timelines under the served model's name
     and their own trace ids, and its ZMQ KV events count the blocks it stored."""
@@ -131,6 +114,26 @@ def test_a_recording_holds_vllms_spans_and_kv_events_as_it_sent_them(healthy, tm
     stored = [f.engine.window.kv.blocks_stored for f in bundle.frames if f.engine is not None]
     # each 332-token request fills two whole 128-token blocks: vLLM publishes a block once it is full
     assert max(s or 0 for s in stored) >= 2 * 4
+
+
+def test_an_idle_vllm_is_ok(healthy):
+    code, d = diagnose(healthy)
+    assert (code, d["verdict"]) == (0, "ok"), d
+    assert d["engine"].startswith("vLLM V1")
+    # what vLLM does not publish reads not observable, idle or busy: never "ok" on nothing
+    assert evidence(d, "kv_access_efficiency")["provenance"] == "not observable"
+
+
+@pytest.mark.parametrize("rate", [3.0, 8.0])
+def test_a_healthy_vllm_under_light_load_never_pages(healthy, rate):
+    """Short requests at a few a second: nothing waits, one 128-token block each holds most of a request's
+    slots empty. That is the block size's floor, not fragmentation: no stage warns or fires."""
+    with Background(open_loop, healthy.url, rate, 14, 32, 48, seed=int(rate)) as load:
+        time.sleep(2)
+        code, d = diagnose(healthy, seconds=8, otlp_port=healthy.otlp_port)
+    assert load.result.ok >= rate * 8 and not load.result.failed
+    assert (code, d["verdict"]) == (0, "ok"), json.dumps(d, indent=1)[:4000]
+    assert evidence(d, "kv_fragmentation_ratio")["state"] != "firing"
 
 
 # --- the batch capped at 2 -------------------------------------------------------------------------------
@@ -175,11 +178,12 @@ def test_whatif_from_vllms_own_spans_says_a_larger_batch_ends_the_queue(batch_ca
     past every batch it ran: priced by the prior of this host and the model's own config, with a range, and
     the queue that two seats held is predicted gone (the server's own clients waited seconds each)."""
     out = tmp_path / "capped.jsonl"
-    with Background(open_loop, batch_capped.url, 4.0, 8, 32, 48, seed=3):
+    # two seats serve ~2.5 requests of 256 tokens a second: 4 a second for 8 s queue, and drain within the 22 s
+    with Background(open_loop, batch_capped.url, 4.0, 8, 32, 256, seed=3):
         time.sleep(0.5)
         done = subprocess.run([STAGELENS_BIN, "record", "--out", str(out), "--engine", "vllm", "--engine-url",
                                batch_capped.url, "--otlp-receiver-grpc", f"127.0.0.1:{batch_capped.otlp_port}",
-                               "--duration", "16"], capture_output=True, text=True, timeout=180)
+                               "--duration", "22"], capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     proc = subprocess.run([STAGELENS_BIN, "whatif", "--replay", str(out), "--json", "--today", "max-num-seqs=2",
                            "--set", "max-num-seqs=16", "--model-config", str(tiny_model)],
