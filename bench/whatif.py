@@ -279,7 +279,8 @@ def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tup
     changes = [c for c in beyond.CASES[name] if isinstance(c, dict)]
     result = what_if(observed, changes)
     twins = twin_difference(workdir, name, duration, seed, log, "A", result.measured)
-    rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), result.measured, twins) | {"fidelity": True}]
+    rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), result.measured, twins)
+            | {"fidelity": True}]
     predicted = dict(zip((json.dumps(c, sort_keys=True) for c in changes), (p for _, p in result.candidates),
                          strict=True))
     for case in beyond.CASES[name]:
@@ -291,7 +292,8 @@ def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tup
         twins = twin_difference(workdir, name, duration, seed, log, label, truth, change, scale)
         figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.to_dict()
                    if change is None else predicted[json.dumps(change, sort_keys=True)].to_dict())
-        row = compare(f"{name}: {label.removeprefix('B ')}", figures, truth, twins, own_cost_prediction(b_path))
+        case_name = f"rate x{scale:g}" if change is None else _flags(change)
+        row = compare(f"{name}: {case_name}", figures, truth, twins, own_cost_prediction(b_path))
         row["direction"] = beyond.direction(result.measured["ttft_p99_s"], truth["ttft_p99_s"],
                                             result.today.figures["ttft_p99_s"], figures["ttft_p99_s"])
         rows.append(row)
