@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import click
 
+from agent.bounded_read import read_bounded
 from agent.diagnosis import DiagnosisConfig, load_config
 from agent.errors import UserError
 from agent.http_get import redact_url
@@ -148,13 +148,8 @@ def resolve_token(token: str | None, token_file: str | None) -> str | None:
 
 
 def _read_token_file(path: str) -> str:
-    try:
-        with Path(path).open("rb") as f:
-            data = f.read(MAX_TOKEN_FILE_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"--token-file {path}: cannot read it ({exc.strerror or exc})") from None
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise UserError(f"--token-file {path}: larger than {MAX_TOKEN_FILE_BYTES} bytes: not a token")
+    data = read_bounded(path, MAX_TOKEN_FILE_BYTES, f"--token-file {path}: cannot read it ({{error}})",
+                        f"--token-file {path}: larger than {MAX_TOKEN_FILE_BYTES} bytes: not a token")
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError:

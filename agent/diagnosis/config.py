@@ -15,6 +15,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, replace
 
+from agent.bounded_read import read_bounded
 from agent.diagnosis.signals import SIGNALS_BY_ID
 from agent.errors import UserError
 from agent.numbers import checked_number
@@ -81,13 +82,8 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
 
 
 def _apply_file(config: DiagnosisConfig, path: str) -> None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise UserError(f"{path}: not a config file: larger than {MAX_CONFIG_BYTES} bytes")
+    raw = read_bounded(path, MAX_CONFIG_BYTES, f"{path}: cannot read the config file: {{error}}",
+                       f"{path}: not a config file: larger than {MAX_CONFIG_BYTES} bytes")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 from agent.errors import UserError
+from agent.record import STEP_FIELDS
 
 PROFILE_FORMAT = "stagelens-step-profile/1"
 # (requests at once, prompt tokens): decode batches at short, middle and long contexts, then prefills alone;
@@ -24,9 +25,6 @@ CELLS = ((1, 32), (4, 32), (16, 32), (48, 32), (128, 32), (1, 256), (4, 256), (1
 OUTPUT_TOKENS = 6
 CHUNK_BUDGETS = (64, 512)     # then a long prompt chunked at each budget, alone and beside 8 decoding requests
 CHUNKED_PROMPT = 1536
-STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
-               "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted",
-               "loading", "forwards")
 
 
 def cache_path(model: str, dtype: str, device: str) -> Path:
@@ -62,8 +60,9 @@ def profiled_steps(model: str, dtype: str, device: str, progress=None) -> tuple[
     return steps, path, True
 
 
-def cached_profile(model: str, dtype: str, device: str) -> bool:
-    return _read(cache_path(model, dtype, device)) is not None
+def cached_profile(model: str, dtype: str, device: str) -> list[dict] | None:
+    """The profile's steps as cached (read without torch), or None."""
+    return _read(cache_path(model, dtype, device))
 
 
 def _read(path: Path) -> list[dict] | None:

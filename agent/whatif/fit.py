@@ -62,30 +62,31 @@ class StepCost:
             edge = (min(prefill_tokens, m["prefill_tokens"]), min(prefill_pairs, m["prefill_pairs"]),
                     min(decode_seqs, m["decode_seqs"]), min(kv_tokens, m["kv_tokens"]))
             if edge != (prefill_tokens, prefill_pairs, decode_seqs, kv_tokens):
-                inside, _ = self._fitted(*edge, loading, forwards, since_prefill_s)
                 more = (self.beyond.seconds(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards)
                         - self.beyond.seconds(*edge, forwards))
-                _, outside = self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading, forwards,
-                                          since_prefill_s)
-                return inside + self.beyond_scale * max(0.0, more), outside
-        return self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading, forwards,
-                            since_prefill_s)
+                return (self._fitted(*edge, loading, forwards, since_prefill_s) + self.beyond_scale * max(0.0, more),
+                        self._outside(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards))
+        return (self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading, forwards, since_prefill_s),
+                self._outside(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards))
 
     def _fitted(self, prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading: bool, forwards: int,
-                since_prefill_s: float) -> tuple[float, bool]:
+                since_prefill_s: float) -> float:
         c = self.coefficients
         cold = self.cold_after_s is not None and since_prefill_s > self.cold_after_s
         t = (c["fixed"] + c["prefill_tokens"] * prefill_tokens + c["prefill_pairs"] * prefill_pairs
              + c["decode_seqs"] * decode_seqs + c["kv_tokens"] * kv_tokens
              + c["extra_forwards"] * max(0, forwards - 1) + (c["loading"] if loading else 0.0)
              + (c["cold_prefill_tokens"] * prefill_tokens if cold else 0.0))
+        return t
+
+    def _outside(self, prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards: int) -> bool:
+        """Whether the batch lies past the fitted range by more than OUTSIDE_MARGIN."""
         m = self.observed_max
-        outside = (prefill_tokens > OUTSIDE_MARGIN * m["prefill_tokens"] + 1
-                   or prefill_pairs > OUTSIDE_MARGIN * m["prefill_pairs"] + 1
-                   or decode_seqs > OUTSIDE_MARGIN * m["decode_seqs"] + 1
-                   or kv_tokens > OUTSIDE_MARGIN * m["kv_tokens"] + 1
-                   or forwards - 1 > m.get("extra_forwards", forwards))
-        return t, outside
+        return (prefill_tokens > OUTSIDE_MARGIN * m["prefill_tokens"] + 1
+                or prefill_pairs > OUTSIDE_MARGIN * m["prefill_pairs"] + 1
+                or decode_seqs > OUTSIDE_MARGIN * m["decode_seqs"] + 1
+                or kv_tokens > OUTSIDE_MARGIN * m["kv_tokens"] + 1
+                or forwards - 1 > m.get("extra_forwards", forwards))
 
     def load_time(self, model: str, nth: int = 0) -> float:
         """The time of `model`'s load number `nth` (from 0) in a replay: what its load of that number took when

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agent.bounded_read import read_bounded
 from agent.errors import UserError
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024
@@ -272,13 +273,8 @@ def read_model_config(path: str) -> ModelShape:
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
-    try:
-        with open(file, "rb") as f:
-            raw = f.read(CONFIG_MAX_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"model config {file}: cannot read it: {exc.strerror or exc}") from None
-    if len(raw) > CONFIG_MAX_BYTES:
-        raise UserError(f"model config {file}: larger than {CONFIG_MAX_BYTES // 2**20} MiB, not a config.json")
+    raw = read_bounded(file, CONFIG_MAX_BYTES, f"model config {file}: cannot read it: {{error}}",
+                       f"model config {file}: larger than {CONFIG_MAX_BYTES // 2**20} MiB, not a config.json")
     try:
         config = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:

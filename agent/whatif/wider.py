@@ -50,14 +50,15 @@ class Wider:
         except (ConfigError, TypeError) as exc:
             self.note = f"the recording's engine cannot be profiled here: {exc}"
             return None
-        if not cached_profile(engine.model, dtype, device):
+        steps = cached_profile(engine.model, dtype, device)
+        if steps is None:
             if importlib.util.find_spec("torch") is None:
                 self.note = "torch is not installed here: no profile of the bundled engine"
                 return None
             if device.startswith("cuda") and not _cuda_here():
                 self.note = f"recorded on {device}, which this machine does not have: no profile"
                 return None
-        steps, _, _ = profiled_steps(engine.model, dtype, device, self.progress)
+            steps, _, _ = profiled_steps(engine.model, dtype, device, self.progress)
         return fit_profile(steps)
 
     def _prior(self, observed):
