@@ -43,7 +43,6 @@ def test_the_engines_decode_step_costs_less_a_sequence_as_the_batch_grows(profil
     times = [cost.seconds(0, 0, b, 0) for b in range(0, 200)]
     assert all(a <= b for a, b in zip(times, times[1:], strict=False))
     assert cost.seconds(0, 0, 128, 0) < 0.5 * 128 * cost.seconds(0, 0, 1, 0)
-    assert cost.error_median < 0.3
 
 
 def test_the_widened_cost_is_the_recordings_own_inside_its_range_and_the_profiles_growth_beyond(profile):
