@@ -351,8 +351,8 @@ def table(rows: list[dict]) -> str:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """The same table as docs/whatif.md shows it; the own-cost columns only where some case has them (not
-    through the vLLM face)."""
+    """The error table of the runs in docs/measurements/ (one wide table; there, split per figure); the
+    own-cost columns only where some case has them (not through the vLLM face)."""
     own = any(r[k]["own_cost_error"] is not None for r in rows for k in COMPARED)
     head, rule = ["case"], ["---"]
     for key in COMPARED:
@@ -432,7 +432,7 @@ def main() -> None:
                         help="vllm: predict from A's llm_request spans only, as from an engine read from outside")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true")
-    output.add_argument("--markdown", action="store_true", help="the error table as docs/whatif.md shows it")
+    output.add_argument("--markdown", action="store_true", help="the error table in Markdown (docs/measurements/)")
     args = parser.parse_args()
     scenarios = args.only.split(",") if args.only else list(beyond.CASES if args.beyond else CANDIDATES)
     started = time.monotonic()

@@ -130,7 +130,7 @@ def test_every_scenario_and_documented_setting_lies_inside_the_bounds():
     for spec in SCENARIOS.values():
         build_configs({}, spec.defaults)
     build_configs({"duration": ENDLESS_S})                                    # the TUI's endless local run
-    build_configs({"max_num_seqs": 16, "concurrency": 16, "duration": 15})    # README's batch-size sweep
+    build_configs({"max_num_seqs": 16, "concurrency": 16, "duration": 15})    # the batch-size sweep (docs/measurements)
     build_configs({"enable_chunked_prefill": True, "max_num_batched_tokens": 8192,   # the GPU recommendation
                    "long_prefill_token_threshold": 2048})
 
