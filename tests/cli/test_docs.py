@@ -210,3 +210,56 @@ def test_the_docs_links_resolve(doc):
 def _anchor(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
     return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+# --- docs for a reader --------------------------------------------------------------------------------------
+READER_DOCS = (ROOT / "README.md", *sorted(DOCS.rglob("*.md")))
+SESSION_WORDS = re.compile(r"\b(this stop|the stop before|an earlier stop|a later stop)\b", re.IGNORECASE)
+
+
+def _outside_fences(path: pathlib.Path):
+    """(line number, line) of a Markdown file, fenced code blocks (a program's own output) left out."""
+    fenced = False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            yield n, line
+
+
+def test_the_readme_opens_with_its_title_and_purpose_then_the_setup_commands():
+    first = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:8]
+    assert first[0].startswith("# ") and len(first[1]) > 40, "the README starts with its title and purpose"
+    assert any(line.startswith("make demo") for line in first), "`make demo` among the README's first lines"
+    assert any(line.startswith("make test ") for line in first), "`make test` among the README's first lines"
+
+
+def test_doc_lines_fit_in_120_columns():
+    long = [f"{path.relative_to(ROOT)}:{n}" for path in READER_DOCS for n, line in _outside_fences(path)
+            if len(line) > 120]
+    assert not long, "lines over 120 characters: " + ", ".join(long)
+
+
+def test_the_docs_speak_to_a_reader_not_to_a_work_session():
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in READER_DOCS for n, line in _outside_fences(path)
+             if SESSION_WORDS.search(line)]
+    assert not found, "history told by work session (move it to docs/measurements/, dated): " + ", ".join(found)
+
+
+def test_every_measurement_is_dated_and_indexed():
+    index = (DOCS / "measurements" / "README.md").read_text(encoding="utf-8")
+    for path in sorted((DOCS / "measurements").glob("*.md")):
+        if path.name != "README.md":
+            assert re.match(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.md$", path.name), path.name
+            assert f"]({path.name})" in index, f"docs/measurements/README.md does not list {path.name}"
+
+
+def test_every_link_of_the_readme_and_the_docs_resolves():
+    for path in READER_DOCS:
+        for link, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)", path.read_text(encoding="utf-8")):
+            if link.startswith(("http://", "https://")):
+                continue
+            target = (path.parent / link) if link else path
+            assert target.exists(), (str(path.relative_to(ROOT)), link)
+            if anchor and target.suffix == ".md":
+                assert anchor in {_anchor(h) for h in sections(target)}, (str(path.relative_to(ROOT)), link, anchor)
