@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -97,15 +98,23 @@ def test_a_recording_holds_vllms_spans_and_kv_events_as_it_sent_them(healthy, tm
     """`record` beside the server: its llm_request spans over gRPC become timelines under the served model's name
     and their own trace ids, and its ZMQ KV events count the blocks it stored."""
     out = tmp_path / "vllm.jsonl"
-    with Background(open_loop, healthy.url, 4.0, 10, 300, 32, seed=7) as load:
-        time.sleep(1)
-        done = subprocess.run([STAGELENS_BIN, "record", "--out", str(out), "--engine", "vllm", "--engine-url",
+    # recording before the load starts: ZMQ drops what vLLM publishes before a subscriber joins, and on a busy
+    # machine the CLI's start can outlast a load begun beside it (then no block is ever seen stored)
+    record = subprocess.Popen([STAGELENS_BIN, "record", "--out", str(out), "--engine", "vllm", "--engine-url",
                                healthy.url, "--otlp-receiver-grpc", f"127.0.0.1:{healthy.otlp_port}",
-                               "--kv-events", f"tcp://127.0.0.1:{healthy.kv_events_port}", "--duration", "9"],
-                              capture_output=True, text=True, timeout=180)
+                               "--kv-events", f"tcp://127.0.0.1:{healthy.kv_events_port}", "--duration", "300"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _until_a_frame_is_written(out, record)
+        load = open_loop(healthy.url, 4.0, 10, 300, 32, seed=7)
+        time.sleep(2)       # vLLM exports its spans every 0.5 s (OTEL_BSP_SCHEDULE_DELAY)
+    finally:
+        record.send_signal(signal.SIGINT)
+        _, stderr = record.communicate(timeout=120)
+    done = subprocess.CompletedProcess(record.args, record.returncode, "", stderr)
     assert done.returncode == 0, done.stderr[-2000:]
     bundle = read_bundle(str(out))
-    assert load.result.ok >= 20 and bundle.timelines
+    assert load.ok >= 20 and bundle.timelines
     assert {t["model"] for t in bundle.timelines} == {SERVED_NAME}
     assert all(len(t["trace_id"]) == 32 for t in bundle.timelines)
     # vLLM's exporter retries spans no receiver took (the light-load tests' 32 -> 48): they arrive too, as sent
@@ -114,6 +123,16 @@ def test_a_recording_holds_vllms_spans_and_kv_events_as_it_sent_them(healthy, tm
     stored = [f.engine.window.kv.blocks_stored for f in bundle.frames if f.engine is not None]
     # each 332-token request fills two whole 128-token blocks: vLLM publishes a block once it is full
     assert max(s or 0 for s in stored) >= 2 * 4
+
+
+def _until_a_frame_is_written(out, record: subprocess.Popen, deadline_s: float = 120) -> None:
+    """A recording's first frame is written once its sources are up, its KV-event subscription among them."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end and record.poll() is None:
+        if out.exists() and b'"kind": "frame"' in out.read_bytes():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"record wrote no frame (exit {record.poll()})")
 
 
 def test_an_idle_vllm_is_ok(healthy):
