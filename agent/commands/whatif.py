@@ -5,11 +5,13 @@ flags and candidates (each `--set` one)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
 from agent.errors import UserError
 from agent.numbers import Number
+from agent.printable import printable_lines
 
 
 @click.command()
@@ -47,7 +49,9 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     if (slo or plot_path) and not do_search:
         raise UserError("--slo and --plot go with --search")
     if plot_path:
-        _check_matplotlib()   # before the search, which takes a while
+        from agent.whatif.plot import plot_format
+
+        image_format = plot_format(plot_path)   # before the search, which takes a while
     slo_figures = parse_slo(slo)
     changes = [parse_set([text]) for text in sets]
     today = parse_set(todays, "--today")
@@ -72,24 +76,19 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
         found = search(settings, cost, result.replayed, slo_figures)
         document["search"] = search_dict(found)
         text += "\n\n" + render_search(found)
-        if plot_path:
-            _plot(found, plot_path)
-    click.echo(json.dumps(document, indent=2) if as_json else text)
+    # the text quotes the recording (its engine's settings, its models): none of its controls reach the terminal
+    click.echo(json.dumps(document, indent=2) if as_json else printable_lines(text))
+    if plot_path:      # after the results: a plot that cannot be written loses none of them
+        _plot(found, plot_path, image_format)
     return 0
 
 
-def _check_matplotlib() -> None:
-    """matplotlib is a benchmark's dependency (the `bench` extra), not the agent's: without it, one line."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UserError("--plot: matplotlib is not installed (pip install 'stagelens[bench]')") from None
-
-
-def _plot(found, path: str) -> None:
+def _plot(found, path: str, image_format: str) -> None:
     from agent.whatif.plot import plot
 
+    sys.stdout.flush()     # the results reach their reader before the one line that says the plot did not
     try:
-        plot(found, path)
+        plot(found, path, image_format)
     except OSError as exc:
-        raise UserError(f"--plot {path}: cannot write it: {exc.strerror}") from None
+        raise UserError(f"--plot {path}: the plot was not written ({exc.strerror or exc}); the results were "
+                        "printed") from None
