@@ -11,7 +11,8 @@ from engine_hooks.records.timeline import RequestTimeline
 
 # The first poll may bring the server's whole history: 900 frames of a busy 8-GPU node are ~46 MB and ~2.5
 # million JSON items (~2,800 a frame), past http_get.py's default caps. These hold it, and bound the parse
-# (agent.json_answer) to ~350 MB at worst, where 200 MiB of `{},` once took the TUI past 3 GB.
+# (agent.json_answer): ~400 MB at worst (measured, 4 million items of `{"a":{}},`), where 60 MiB of `{},`
+# once took it to 1.6 GB and 200 MiB past 3 GB.
 FRAMES_MAX_BYTES = 64 * 2**20
 FRAMES_MAX_ITEMS = 4_000_000
 
