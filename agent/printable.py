@@ -43,21 +43,28 @@ def printable_data(value):
     """JSON data (what json.loads returns) with every string in it, keys too, made printable: the data itself
     when nothing needs it (the common case, checked without copying), else a copy. TooDeep past MAX_DEPTH
     levels, so that whoever walks the data next does not recurse past Python's limit."""
-    return value if _is_printable(value, 0) else _printable_copy(value, 0)
+    kind = type(value)
+    if kind is str:
+        return printable(value)
+    if (kind is not list and kind is not dict) or _is_printable(value, 0):
+        return value
+    return _printable_copy(value, 0)
 
 
 def _is_printable(value, depth: int) -> bool:
-    kind = type(value)
-    if kind is str:
-        return value.isprintable()
-    if kind is not list and kind is not dict:
-        return True
+    """Whether every string in `value` (a list or an object) is printable; scalars are looked at inline, not
+    by a call each (most of a frame is lists of numbers)."""
     if depth >= MAX_DEPTH:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
-    for item in value.values() if kind is dict else value:
-        if not (item.isprintable() if type(item) is str else _is_printable(item, depth + 1)):
+    is_dict = type(value) is dict
+    for item in value.values() if is_dict else value:
+        kind = type(item)
+        if kind is str:
+            if not item.isprintable():
+                return False
+        elif (kind is list or kind is dict) and not _is_printable(item, depth + 1):
             return False
-    return kind is list or all(type(k) is not str or k.isprintable() for k in value)
+    return not is_dict or all(type(k) is not str or k.isprintable() for k in value)
 
 
 def _printable_copy(value, depth: int):
