@@ -3,7 +3,9 @@
 The sampler makes frames; diagnosis, the Prometheus collector, the HTTP API, the TUI and
 record/replay all read them. Typed end to end, JSON both ways, versioned: the node sample
 (probes.sample.NodeSample) and the engine snapshot (engine_hooks.records.snapshot) each read and check their
-own JSON, and so does the frame its collector statuses (probes.sample.CollectorStatus).
+own JSON, and so does the frame its collector statuses (probes.sample.CollectorStatus). A frame read back came
+from a file or another process: every string in it is made printable first (agent.printable), so a topology,
+a model name or an error that held terminal escapes shows them as visible characters, on every surface.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.numbers import is_finite_number, shown
+from agent.printable import TooDeep, printable_data
 from engine_hooks.records.snapshot import EngineSnapshot, SnapshotError, Window
 from probes.gpu import GpuSample
 from probes.links import NvlinkSample, PcieSample
@@ -56,6 +59,10 @@ class Frame:
         """A frame read back (a bundle, the HTTP API); FrameError naming the field that is not as written."""
         if not isinstance(data, dict):
             raise FrameError("a frame must be a JSON object")
+        try:
+            data = printable_data(data)   # a bundle's or a server's text: no terminal escape reaches a screen
+        except TooDeep as exc:
+            raise FrameError(f"a frame {exc}") from None
         if type(data.get("version")) is not int or data["version"] != FRAME_VERSION:   # True == 1 in Python
             raise FrameError(f"frame version {data.get('version')!r} is not {FRAME_VERSION}")
         missing = [k for k in ("time_unix", "time_monotonic", "node") if k not in data]

@@ -13,7 +13,6 @@ import functools
 import http.client
 import io
 import ipaddress
-import json
 import re
 import socket
 import threading
@@ -21,6 +20,8 @@ import time
 import urllib.parse
 
 from agent.errors import CollectError, UserError
+from agent.json_answer import MAX_ITEMS, AnswerRefused, parse_answer
+from agent.printable import printable
 
 MAX_ANSWER_BYTES = 16 * 2**20
 _CHUNK = 64 * 2**10
@@ -52,9 +53,10 @@ def check_url(base_url: str, message: str | None = None) -> urllib.parse.SplitRe
 
 
 def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None = None,
-             max_bytes: int = MAX_ANSWER_BYTES):
-    """GET `base_url` + `path` as JSON within `timeout` seconds in all; CollectError when the server does
-    not answer in time, answers an error, too much or not JSON; UserError for a URL that is not http(s)."""
+             max_bytes: int = MAX_ANSWER_BYTES, max_items: int = MAX_ITEMS):
+    """GET `base_url` + `path` as JSON within `timeout` seconds in all, parsed once, bounded and made printable
+    (agent.json_answer); CollectError when the server does not answer in time, answers an error, too much (bytes
+    or items) or not JSON; UserError for a URL that is not http(s)."""
     url = base_url.rstrip("/") + path
     parts = check_url(url)
     headers = {"Accept": "application/json"}
@@ -63,14 +65,14 @@ def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None =
     try:
         body = _get(parts, headers, time.monotonic() + timeout, max_bytes)
     except _Status as exc:
-        raise CollectError(f"{redact_url(url)}: HTTP {exc}") from None
+        raise CollectError(f"{redact_url(url)}: HTTP {printable(str(exc))[:200]}") from None
     except EXCHANGE_ERRORS as exc:
         raise CollectError(f"{redact_url(url)}: could not collect: {exchange_reason(exc, timeout, max_bytes)}") \
             from None
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError):   # UnicodeDecodeError is a ValueError; deep nesting recurses
-        raise CollectError(f"{redact_url(url)}: the answer is not JSON") from None
+        return parse_answer(body, max_items)
+    except AnswerRefused as exc:
+        raise CollectError(f"{redact_url(url)}: the answer {exc}") from None
 
 
 class AnswerTooLarge(Exception):
@@ -130,7 +132,7 @@ class _DeadlineResponse(http.client.HTTPResponse):
         plain.close()
 
 
-def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_bytes: int) -> bytes:
+def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_bytes: int) -> bytearray:
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     status, reason, body = request("GET", parts, target, headers, deadline, max_bytes)
     if not 200 <= status < 300:
@@ -139,7 +141,7 @@ def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_by
 
 
 def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: dict, deadline: float,
-            max_bytes: int, body: bytes | None = None) -> tuple[int, str, bytes]:
+            max_bytes: int, body: bytes | None = None) -> tuple[int, str, bytearray]:
     """(status, reason, body) of one HTTP exchange, connect, headers and body all within `deadline`
     (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or HTTPException otherwise.
     A redirect is an answer like any other (its status), never followed: the URL asked is the one blamed.
@@ -163,7 +165,7 @@ def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: 
             answer += chunk
             if len(answer) > max_bytes:
                 raise AnswerTooLarge
-        return response.status, response.reason, bytes(answer)
+        return response.status, response.reason, answer    # not bytes(answer): a copy doubled the cap's cost
     finally:
         if response is not None:
             response.close()

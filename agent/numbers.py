@@ -9,6 +9,7 @@ engine's configs hold those (engine_hooks/engine/config.py), this only makes sur
 from __future__ import annotations
 
 import math
+import re
 
 import click
 
@@ -45,9 +46,8 @@ def _check(value, low, high, integer: bool, unit: str, low_open: bool) -> tuple[
     wanted = _describe(low, high, integer, unit, low_open)
     number = value
     if isinstance(value, str):
-        try:
-            number = int(value.strip()) if integer else float(value.strip())
-        except ValueError:
+        number = number_of_text(value, integer)
+        if number is None:
             return f"must be {wanted}, got {shown(value)}", value
     if isinstance(number, bool) or not isinstance(number, int if integer else int | float):
         return f"must be {wanted}, got {shown(value)}", value
@@ -56,6 +56,23 @@ def _check(value, low, high, integer: bool, unit: str, low_open: bool) -> tuple[
     if (low is not None and (number <= low if low_open else number < low)) or (high is not None and number > high):
         return f"must be {wanted}, got {_text(number)}", number
     return None, number
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_REAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
+
+
+def number_of_text(text: str, integer: bool = False) -> int | float | None:
+    """The number `text` writes with ASCII digits (a sign, a point, an exponent; inf and nan by name, for the
+    caller to refuse in its own words), or None. int() and float() read more than that: another script's digits
+    (`٣` is 3) and underscores (`1_0` is 10), which no flag or setting of ours means."""
+    text = text.strip()
+    if not (_INTEGER if integer else _REAL).fullmatch(text):
+        return None
+    try:
+        return int(text) if integer else float(text)
+    except ValueError:      # an integer past int()'s 4,300 digits
+        return None
 
 
 def _describe(low, high, integer: bool, unit: str, low_open: bool) -> str:

@@ -30,3 +30,51 @@ def printable(text: str) -> str:
 def printable_lines(text: str) -> str:
     """`text` made printable line by line: its newlines kept, every other control swapped."""
     return "\n".join(map(printable, text.split("\n")))
+
+
+MAX_DEPTH = 64      # no document stagelens reads nests past a dozen levels; past this it is refused, not walked
+
+
+class TooDeep(ValueError):
+    """JSON data nested past MAX_DEPTH."""
+
+
+def printable_data(value):
+    """JSON data (what json.loads returns) with every string in it, keys too, made printable: the data itself
+    when nothing needs it (the common case, checked without copying), else a copy. TooDeep past MAX_DEPTH
+    levels, so that whoever walks the data next does not recurse past Python's limit."""
+    kind = type(value)
+    if kind is str:
+        return printable(value)
+    if (kind is not list and kind is not dict) or _is_printable(value, 0):
+        return value
+    return _printable_copy(value, 0)
+
+
+def _is_printable(value, depth: int) -> bool:
+    """Whether every string in `value` (a list or an object) is printable; scalars are looked at inline, not
+    by a call each (most of a frame is lists of numbers)."""
+    if depth >= MAX_DEPTH:
+        raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
+    is_dict = type(value) is dict
+    for item in value.values() if is_dict else value:
+        kind = type(item)
+        if kind is str:
+            if not item.isprintable():
+                return False
+        elif (kind is list or kind is dict) and not _is_printable(item, depth + 1):
+            return False
+    return not is_dict or all(type(k) is not str or k.isprintable() for k in value)
+
+
+def _printable_copy(value, depth: int):
+    kind = type(value)
+    if kind is str:
+        return printable(value)
+    if kind is not list and kind is not dict:
+        return value
+    if depth >= MAX_DEPTH:
+        raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
+    if kind is list:
+        return [_printable_copy(item, depth + 1) for item in value]
+    return {printable(k) if type(k) is str else k: _printable_copy(v, depth + 1) for k, v in value.items()}

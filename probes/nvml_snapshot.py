@@ -69,6 +69,14 @@ class _Checker:
             if not isinstance(name, str) or error_class(name) is None:
                 raise self.fail(f"{where}.{fn}: unknown NVML error {name!r} (e.g. NotSupported, GpuIsLost)")
 
+    def text(self, where: str, value: Any) -> None:
+        """A string NVML would answer: printable (a terminal escape in it would reach `topo`'s reader)."""
+        if not isinstance(value, str):
+            raise self.fail(f"{where}: expected a string")
+        bad = next((i for i, char in enumerate(value) if not char.isprintable()), None)
+        if bad is not None:
+            raise self.fail(f"{where}: expected printable text, found {value[bad]!r} at character {bad}")
+
     def series(self, where: str, values: Any) -> None:
         if not isinstance(values, list) or not values or not all(_num(v) for v in values):
             raise self.fail(f"{where}: expected a non-empty list of numbers")
@@ -85,8 +93,8 @@ class _Checker:
             if key not in dev and fn not in errors and "*" not in errors:
                 raise self.fail(f"{where}: missing key {key!r}")
         for key in ("name", "uuid", "pci_bus_id", "cpu_affinity", "driver_version"):
-            if key in dev and not isinstance(dev[key], str):
-                raise self.fail(f"{where}.{key}: expected a string")
+            if key in dev:
+                self.text(f"{where}.{key}", dev[key])
         if not _int(dev.get("numa_node", 0)) or dev.get("numa_node", 0) < -1:
             raise self.fail(f"{where}.numa_node: expected an integer (-1: none), got {_shown(dev['numa_node'])}")
         if not _int(dev.get("memory_total_bytes", 0)) or dev.get("memory_total_bytes", 0) < 0:
@@ -108,7 +116,7 @@ class _Checker:
                 raise self.fail(f"{where}.nvlinks[{n}].active: expected true or false")
             if not _int(link.get("version", 0)):
                 raise self.fail(f"{where}.nvlinks[{n}].version: expected an integer")
-            if not isinstance(link.get("remote", ""), str):
+            if not isinstance(link.get("remote", ""), str) or not link.get("remote", "").isprintable():
                 raise self.fail(f"{where}.nvlinks[{n}].remote: expected \"switch\" or a PCI bus id")
 
     def device_series(self, where: str, series: Any) -> None:
@@ -134,8 +142,7 @@ class _Checker:
             return
         if data.get("format") != FORMAT:
             raise self.fail(f"format: expected {FORMAT!r}, found {_shown(data.get('format'))}")
-        if not isinstance(data.get("driver_version", ""), str):
-            raise self.fail("driver_version: expected a string")
+        self.text("driver_version", data.get("driver_version", ""))
         if not _int(data.get("cuda_driver_version", 0)):
             raise self.fail("cuda_driver_version: expected an integer (e.g. 12040)")
         devices = data.get("devices")

@@ -5,11 +5,13 @@ flags and candidates (each `--set` one)."""
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
 from agent.errors import UserError
 from agent.numbers import Number
+from agent.printable import printable_lines
 
 
 @click.command()
@@ -25,14 +27,15 @@ from agent.numbers import Number
 @click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
               help="Replay the same requests this many times as fast (a higher load of the same traffic).")
 @click.option("--search", "do_search", is_flag=True, help="Sweep batch size, token budget, chunking and policy.")
-@click.option("--slo", help="With --search: e.g. ttft_p99=0.5,tpot_p99=0.05 (seconds).")
+@click.option("--slo", "slos", multiple=True, metavar="FIGURE=SECONDS[,...]",
+              help="With --search: e.g. ttft_p99=0.5,tpot_p99=0.05 (seconds); each figure once.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 TTFT against "
               "throughput to this PNG.")
 @click.option("--model-config", type=click.Path(), help="An engine read from outside: its model's config.json "
               "(file or folder), for the prior that prices batches past those recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
-           recommended: bool, scale_rate: float, do_search: bool, slo: str | None, plot_path: str | None,
+           recommended: bool, scale_rate: float, do_search: bool, slos: tuple[str, ...], plot_path: str | None,
            model_config: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
     recent window of a running agent."""
@@ -44,11 +47,13 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     from agent.whatif.wider import Wider
     from agent.whatif.workload import from_agent, from_bundle
 
-    if (slo or plot_path) and not do_search:
+    if (slos or plot_path) and not do_search:
         raise UserError("--slo and --plot go with --search")
     if plot_path:
-        _check_matplotlib()   # before the search, which takes a while
-    slo_figures = parse_slo(slo)
+        from agent.whatif.plot import plot_format
+
+        image_format = plot_format(plot_path)   # before the search, which takes a while
+    slo_figures = parse_slo(slos)
     changes = [parse_set([text]) for text in sets]
     today = parse_set(todays, "--today")
     if bool(replay_path) == bool(url):
@@ -72,24 +77,19 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
         found = search(settings, cost, result.replayed, slo_figures)
         document["search"] = search_dict(found)
         text += "\n\n" + render_search(found)
-        if plot_path:
-            _plot(found, plot_path)
-    click.echo(json.dumps(document, indent=2) if as_json else text)
+    # the text quotes the recording (its engine's settings, its models): none of its controls reach the terminal
+    click.echo(json.dumps(document, indent=2) if as_json else printable_lines(text))
+    if plot_path:      # after the results: a plot that cannot be written loses none of them
+        _plot(found, plot_path, image_format)
     return 0
 
 
-def _check_matplotlib() -> None:
-    """matplotlib is a benchmark's dependency (the `bench` extra), not the agent's: without it, one line."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UserError("--plot: matplotlib is not installed (pip install 'stagelens[bench]')") from None
-
-
-def _plot(found, path: str) -> None:
+def _plot(found, path: str, image_format: str) -> None:
     from agent.whatif.plot import plot
 
+    sys.stdout.flush()     # the results reach their reader before the one line that says the plot did not
     try:
-        plot(found, path)
+        plot(found, path, image_format)
     except OSError as exc:
-        raise UserError(f"--plot {path}: cannot write it: {exc.strerror}") from None
+        raise UserError(f"--plot {path}: the plot was not written ({exc.strerror or exc}); the results were "
+                        "printed") from None

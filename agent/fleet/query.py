@@ -19,7 +19,6 @@ only. The Prometheus URL's credentials are used, never shown.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -29,6 +28,7 @@ from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from agent.errors import UserError
 from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
 from agent.http_get import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
+from agent.json_answer import AnswerRefused, NotJson, parse_answer
 from agent.printable import printable
 from agent.vocabulary import STAGES, STATES
 
@@ -162,9 +162,11 @@ class FleetQuery:
             raise _Failed(exchange_reason(exc, self.timeout_s, MAX_ANSWER_BYTES, "could not connect: {}")) from None
         self.last_bytes = len(body)
         try:
-            answer = json.loads(body)
-        except (ValueError, RecursionError):
+            answer = parse_answer(body)     # bounded in items: 64 MiB of tiny series once held 756 MB
+        except NotJson:
             answer = None
+        except AnswerRefused as exc:
+            raise _Failed(f"HTTP {status}: the answer {exc}") from None
         if not isinstance(answer, dict):
             raise _Failed(f"HTTP {status}: the answer is not Prometheus's JSON" if status != 200
                           else "the answer is not Prometheus's JSON (is this a Prometheus server?)")

@@ -9,9 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.errors import UserError
 from agent.lab.scenarios import SCENARIOS
-from agent.server.auth import require_token
+from agent.server.auth import TokenFirst, require_token
 
-router = APIRouter(dependencies=[Depends(require_token)], tags=["control"])
+# TokenFirst checks the token before the body is parsed; the dependency says so in the OpenAPI document
+router = APIRouter(dependencies=[Depends(require_token)], route_class=TokenFirst, tags=["control"])
 
 
 class ScenarioStart(BaseModel):

@@ -23,6 +23,7 @@ from agent.diagnosis import DiagnosisConfig
 from agent.tui.commands import PANELS, stagelens_commands
 from agent.tui.feed import Feed
 from agent.tui.messages import Polled
+from agent.tui.notices import PlainNotices
 from agent.tui.poller import Poller
 from agent.tui.screens.help import HelpScreen
 from agent.tui.screens.runbook import RunbookScreen
@@ -60,7 +61,7 @@ def release_stop_signals(app: App) -> None:
             loop.remove_signal_handler(sig)
 
 
-class StagelensApp(App[int]):
+class StagelensApp(PlainNotices, App[int]):
     CSS = CSS
     TITLE = "stagelens"
     ENABLE_COMMAND_PALETTE = True

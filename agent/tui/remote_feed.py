@@ -9,9 +9,12 @@ from agent.http_get import get_json, redact_url
 from agent.tui.feed import Feed, Poll
 from engine_hooks.records.timeline import RequestTimeline
 
-# The first poll asks for the server's whole history (the sampler keeps 900 frames; one of a busy
-# 8-GPU node runs to tens of KB), so frames may weigh more than http_get.py's default cap.
-FRAMES_MAX_BYTES = 256 * 2**20
+# The first poll may bring the server's whole history: 900 frames of a busy 8-GPU node are ~46 MB and ~2.5
+# million JSON items (~2,800 a frame), past http_get.py's default caps. These hold it, and bound the parse
+# (agent.json_answer): ~400 MB at worst (measured, 4 million items of `{"a":{}},`), where 60 MiB of `{},`
+# once took it to 1.6 GB and 200 MiB past 3 GB.
+FRAMES_MAX_BYTES = 64 * 2**20
+FRAMES_MAX_ITEMS = 4_000_000
 
 
 class RemoteFeed(Feed):
@@ -33,7 +36,8 @@ class RemoteFeed(Feed):
             return Poll()
         since = 0 if self.since is None else self.since
         try:
-            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout, max_bytes=FRAMES_MAX_BYTES)
+            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout, max_bytes=FRAMES_MAX_BYTES,
+                            max_items=FRAMES_MAX_ITEMS)
             if not isinstance(data, list):
                 raise CollectError(f"{self.label}/api/v1/frames: the answer is not a list of frames")
             frames = [Frame.from_dict(d) for d in data]

@@ -1,13 +1,35 @@
 """`--plot FILE.png`: every configuration `--search` predicted, P99 TTFT against throughput, the Pareto front
-joined, those meeting the SLO marked and today's circled. matplotlib is imported here only (Agg backend)."""
+joined, those meeting the SLO marked and today's circled. matplotlib is imported here only (Agg backend).
+
+The image is drawn in memory and written to the path as named, with the write's own error: matplotlib's own
+savefig added `.png` to a name without a suffix and left a failed write of a full disk unsaid."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
+from agent.errors import UserError
 from agent.lab.fixes import as_flags
 from agent.whatif.search import SearchResult
 
 
-def plot(result: SearchResult, path: str) -> None:
+def plot_format(path: str) -> str:
+    """The image format the path's suffix names (png without one); UserError, before any work, for a suffix
+    matplotlib cannot write or for no matplotlib (it is the `bench` extra's, not the agent's)."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise UserError("--plot: matplotlib is not installed (pip install 'stagelens[bench]')") from None
+    suffix = Path(path).suffix.removeprefix(".").lower() or "png"
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in formats:
+        raise UserError(f"--plot {path}: cannot draw a .{suffix[:20]} image (use one of {', '.join(sorted(formats))})")
+    return suffix
+
+
+def plot(result: SearchResult, path: str, image_format: str) -> None:
+    """The search's plot written to `path`; OSError when it cannot be."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,5 +57,7 @@ def plot(result: SearchResult, path: str) -> None:
     ax.set_ylabel("P99 TTFT (ms, predicted)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
+    image = io.BytesIO()
+    fig.savefig(image, format=image_format)
     plt.close(fig)
+    Path(path).write_bytes(image.getvalue())

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agent.errors import UserError
+from agent.numbers import number_of_text
 from agent.whatif.fit import StepCost
 from agent.whatif.predict import Prediction, predict
 from agent.whatif.settings import Settings
@@ -44,10 +46,12 @@ class SearchResult:
         return front
 
 
-def parse_slo(text: str | None) -> dict[str, float]:
-    """'ttft_p99=0.5,tpot_p99=0.05' -> {'ttft_p99': 0.5, 'tpot_p99': 0.05} (seconds)."""
+def parse_slo(texts: Iterable[str] = ()) -> dict[str, float]:
+    """'ttft_p99=0.5,tpot_p99=0.05' (and more such texts) -> {'ttft_p99': 0.5, 'tpot_p99': 0.05} (seconds);
+    UserError on a figure it does not know, one given twice (which bound was meant?) or a value that is not a
+    positive number of seconds written in ASCII."""
     out: dict[str, float] = {}
-    for part in (text or "").split(","):
+    for part in (part for text in texts for part in text.split(",")):
         if not part.strip():
             continue
         key, sep, raw = part.partition("=")
@@ -55,11 +59,10 @@ def parse_slo(text: str | None) -> dict[str, float]:
         if key not in SLO_FIGURES or not sep:
             raise UserError(f"--slo {part.strip()[:40]!r}: expected FIGURE=SECONDS with FIGURE one of "
                             f"{', '.join(SLO_FIGURES)}")
-        try:
-            value = float(raw)
-        except ValueError:
-            value = -1.0
-        if not 0 < value < 1e6:
+        if key in out:
+            raise UserError(f"--slo {key}: given twice: give each figure once")
+        value = number_of_text(raw)
+        if value is None or not 0 < value < 1e6:
             raise UserError(f"--slo {key}: {raw.strip()[:40]!r} is not a positive number of seconds")
         out[key] = value
     return out

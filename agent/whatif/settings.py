@@ -7,6 +7,7 @@ import dataclasses
 
 from agent.errors import UserError
 from agent.lab.bundled_engine import ConfigError, EngineConfig
+from agent.numbers import number_of_text
 
 # The settings a candidate may change: they decide what the scheduler, the KV cache and residency do
 TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
@@ -91,8 +92,10 @@ def _per_token(model: str, element: int) -> int:
 
 def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict:
     """`max-num-seqs=16,enable-chunked-prefill=true` (and more such texts) -> {"max_num_seqs": 16, ...}, all in
-    one; UserError on a flag it does not know or a value it cannot read."""
+    one; UserError on a flag it does not know, a flag given twice (which one was meant?) or a value it cannot
+    read."""
     out: dict = {}
+    given: dict = {}
     for text in (part for whole in texts for part in whole.split(",")):
         name, sep, raw = text.partition("=")
         key = name.strip().removeprefix("--").replace("-", "_")
@@ -101,14 +104,18 @@ def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict
         if key not in TUNABLE:
             raise UserError(f"{option} {name[:40]}: not a flag what-if can change (choose from "
                             f"{', '.join(k.replace('_', '-') for k in TUNABLE)})")
-        out[key] = _value(key, raw.strip(), name)
+        if key in given:
+            raise UserError(f"{option} {name.strip()[:40]}: given twice ({given[key][:40]} and {text.strip()[:40]}): "
+                            "give each flag once")
+        given[key] = text.strip()
+        out[key] = _value(key, raw.strip(), name, option)
     return out
 
 
-def _value(key: str, raw: str, name: str):
+def _value(key: str, raw: str, name: str, option: str):
     if key == "enable_chunked_prefill":
         if raw.lower() not in _BOOLEAN:
-            raise UserError(f"--set {name}: {raw[:40]!r} is not true or false")
+            raise UserError(f"{option} {name}: {raw[:40]!r} is not true or false")
         return _BOOLEAN[raw.lower()]
     if key in ("policy", "allocator"):
         return raw
@@ -119,10 +126,10 @@ def _value(key: str, raw: str, name: str):
             return parse_bytes(raw)
         except ConfigError as exc:
             raise UserError(str(exc)) from None
-    try:
-        return int(raw)
-    except ValueError:
-        raise UserError(f"--set {name}: {raw[:40]!r} is not a whole number") from None
+    number = number_of_text(raw, integer=True)
+    if number is None:
+        raise UserError(f"{option} {name}: {raw[:40]!r} is not a whole number (ASCII digits, like 16)")
+    return number
 
 
 def as_set_flags(changes: dict) -> dict:

@@ -61,3 +61,26 @@ def test_serve_help_says_how_to_keep_the_token_off_the_command_line(capsys):
 def test_a_refused_engine_url_is_echoed_without_its_password(capsys):
     code, _, err = run(capsys, "diagnose", "--engine", "vllm", "--engine-url", "ftp://ops:hunter2@host")
     assert code == 3 and "hunter2" not in err and "ftp://***@host" in err, err
+
+
+def test_the_token_is_asked_before_a_body_is_parsed(tmp_path):
+    """Issue 39 item 19: FastAPI parses a body before it solves a route's dependencies, so a POST without the token
+    but with a body that is not JSON got 422 and the parser's words; the token comes first."""
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    server = ServeProcess(tmp_path, "--token-file", str(secret)).wait_ready()
+    untokened = ServeProcess(tmp_path, name="serve-untokened").wait_ready()
+    try:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic czNjcmV0"}):
+            for path in ("/api/v1/scenario", "/api/v1/bandwidth-probe"):
+                status, body = server.request("POST", path, b"{not json", headers=headers)
+                assert (status, body) == (401, {"detail": "a valid 'Authorization: Bearer <token>' header is "
+                                                          "required"}), (path, headers)
+        status, body = untokened.request("POST", "/api/v1/scenario", b"{not json")
+        assert status == 403 and "disabled" in body["detail"]
+        status, body = server.request("POST", "/api/v1/scenario", b"{not json",
+                                      headers={"Authorization": "Bearer s3cret"})
+        assert status == 422 and body["detail"][0]["type"] == "json_invalid"    # past the token: the body's fault
+    finally:
+        server.stop()
+        untokened.stop()

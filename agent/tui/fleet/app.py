@@ -34,6 +34,7 @@ from agent.tui.fleet.cells import (
 )
 from agent.tui.fleet.help import FleetHelpScreen
 from agent.tui.fleet.refresher import Refresher
+from agent.tui.notices import PlainNotices
 from agent.tui.style import CSS
 from agent.tui.widgets.keybar import key_line
 from agent.tui.widgets.lines import RenderedLines
@@ -81,7 +82,7 @@ class NodeTable(DataTable):
                 Binding("end", "scroll_bottom", "last node", show=False)]
 
 
-class FleetApp(App[str | None]):
+class FleetApp(PlainNotices, App[str | None]):
     """Returns the agent URL of the node to open, or None to quit."""
     CSS = CSS + FLEET_CSS
     TITLE = "stagelens fleet"

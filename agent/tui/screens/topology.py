@@ -9,6 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from agent.tui.widgets.lines import RenderedLines
 from probes.sample import NodeSample
 from probes.topology import render_topology_text
 
@@ -31,4 +32,5 @@ class TopologyScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(" topology  ·  esc: back", id="topology-title")
         with VerticalScroll(id="topology-body"):
-            yield Static(Text(topology_text(self.node_sample)), id="topology-text")
+            # drawn through RenderedLines, which makes every line printable: a topology is a bundle's or a server's
+            yield RenderedLines(Text(topology_text(self.node_sample)), id="topology-text")
