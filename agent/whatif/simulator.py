@@ -162,6 +162,8 @@ class Simulator:
 
     def _schedule_waiting(self, entries, budget: int, now: float) -> None:
         s = self.s
+        if not self.waiting:
+            return      # most steps of a load the engine keeps up with: no pass to set up
         for req in self.waiting.in_order(self.running):
             if len(self.running) >= s.max_num_seqs:
                 return
