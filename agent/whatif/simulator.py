@@ -121,7 +121,7 @@ class Simulator:
         self.s = settings
         self.cost = cost    # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
         self.alloc = simulated_allocator(settings.allocator, settings.num_blocks, settings.block_size,
-                                    settings.blocks_per_request)
+                                         settings.blocks_per_request)
         self.residency = Residency(settings, load_seconds)
         self.waiting = WaitingQueue(settings.policy)
         self.running: list[SimRequest] = []
