@@ -75,6 +75,9 @@ class WaitingQueue:
         """The waiting requests in policy order, for one pass of the scheduler, which takes (`take`) each request
         it admits or stops. A request it leaves ends its lane's part in the pass: the scheduler leaves only one
         whose model is not resident, and every later request of that model would be left the same way."""
+        if len(self._lanes) == 1 and self.policy != "length-bucket":
+            yield from _one_lane(next(iter(self._lanes.values())))
+            return
         target = self._target_bucket(running)
         merge = [(_rank(key, target), lane[0][:-1], key) for key, lane in self._lanes.items()]
         heapq.heapify(merge)
@@ -100,6 +103,15 @@ class WaitingQueue:
     def waiting_not_in(self, resident: Container[str]) -> int:
         """How many wait for a model that is not resident."""
         return sum(n for model, n in self._per_model.items() if model not in resident)
+
+
+def _one_lane(lane: list[tuple]):
+    """`in_order` over one lane (one model served): its heap's heads, while the scheduler takes them."""
+    while lane:
+        req = lane[0][-1]
+        yield req
+        if req.seq is not None:
+            return
 
 
 def _rank(lane_key: tuple[str, int], target: int | None) -> int:
