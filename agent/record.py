@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from agent.errors import UserError
 from agent.frame import Frame, FrameError
 from agent.numbers import is_finite_number, shown
+from agent.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_REQUESTS
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
 # What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its time
@@ -139,6 +140,9 @@ def read_bundle(path: str) -> Bundle:
     except OSError as exc:
         raise UserError(f"{path}: cannot read the bundle: {exc.strerror}") from None
     with f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_BUNDLE_BYTES:
+            raise UserError(_too_large(path, f"a bundle of {size / 2**20:,.0f} MiB"))
         lines = _lines(f, path)
         number, line, whole = next(lines, (1, b"", True))
         header = _parse(path, number, line)
@@ -161,7 +165,7 @@ def read_bundle(path: str) -> Bundle:
 
 def _lines(f, path: str):
     """(number, bytes, whole) for each line; `whole` is False for a last line without its newline."""
-    number = 0
+    number = read = 0
     while True:
         try:
             line = f.readline(MAX_LINE_BYTES + 1)
@@ -170,6 +174,9 @@ def _lines(f, path: str):
         if not line:
             return
         number += 1
+        read += len(line)
+        if read > MAX_BUNDLE_BYTES:        # a pipe or a device: its size was not known before
+            raise UserError(_too_large(f"{path}:{number}", "the bundle goes on"))
         if len(line) > MAX_LINE_BYTES:
             raise UserError(f"{path}:{number}: line {number} longer than {MAX_LINE_BYTES // 2**20} MiB: "
                             f"not a stagelens bundle")
@@ -188,6 +195,9 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
         problem = _timeline_problem(record.get("timeline"))
         if problem:
             raise UserError(f"{path}:{number}: bad timeline: {problem}")
+        if len(bundle.timelines) == MAX_REPLAY_REQUESTS:
+            raise UserError(f"{path}:{number}: more than {MAX_REPLAY_REQUESTS:,} request timelines, the most a "
+                            f"replay takes: record a shorter window")
         bundle.timelines.append(record["timeline"])
     elif kind == "engine_config":
         if not isinstance(record.get("engine_config"), dict):
@@ -257,6 +267,10 @@ def _timeline_problem(t) -> str | None:
                     and is_finite_number(span["start"]) and is_finite_number(span["end"])):
                 return f"{key}[{i}]: must be an object with {', '.join(fields)} (finite times), got {shown(span)}"
     return None
+
+
+def _too_large(where: str, what: str) -> str:
+    return f"{where}: {what}, past {MAX_BUNDLE_BYTES // 2**20:,} MiB, the most a replay reads: record a shorter window"
 
 
 def _parse(path: str, number: int, line: bytes) -> dict:

@@ -1,7 +1,8 @@
 """The bundled engine simulated event by event, without torch: its scheduler's decisions
-(engine_hooks/engine/scheduler.py) step by step on its own KV allocators (engine_hooks/engine/allocator.py,
-torch-free, used as they are), model residency and its loader thread, with each step's time from the
-fitted step cost (agent/whatif/fit.py).
+(engine_hooks/engine/scheduler.py) step by step on its KV allocators (engine_hooks/engine/allocator.py: the
+contiguous one as it is, the paged one counted, agent/whatif/kv_blocks.py), model residency and its loader
+thread, with each step's time from the fitted step cost (agent/whatif/fit.py). The waiting requests are kept
+in policy order (agent/whatif/waiting_queue.py).
 
 What is mirrored, and where: `_schedule_running` and `_schedule_waiting` follow `Scheduler` line by line
 (running first in admission order, preemption of the newest by recompute when blocks run out, no
@@ -18,15 +19,16 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from agent.lab.bundled_engine import make_allocator
+from agent.whatif.kv_blocks import simulated_allocator
 from agent.whatif.settings import Settings
+from agent.whatif.waiting_queue import WaitingQueue
 
 WAITING, RUNNING, FINISHED = 0, 1, 2
 
 
 class SimRequest:
     __slots__ = ("rid", "model", "arrival", "prompt", "max_tokens", "computed", "outputs", "status",
-                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket", "room")
+                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket", "room", "seq")
 
     def __init__(self, rid: str, model: str, arrival: float, prompt: int, max_tokens: int) -> None:
         self.rid, self.model, self.arrival = rid, model, arrival
@@ -39,6 +41,7 @@ class SimRequest:
         self.finished: float | None = None
         self.bucket = prompt.bit_length()
         self.room = 0           # tokens its KV blocks hold: below that, allocating is a no-op to skip
+        self.seq: int | None = None     # its place in the waiting queue (agent/whatif/waiting_queue.py)
 
     @property
     def num_tokens(self) -> int:
@@ -117,10 +120,10 @@ class Simulator:
     def __init__(self, settings: Settings, cost, load_seconds) -> None:
         self.s = settings
         self.cost = cost    # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
-        self.alloc = make_allocator(settings.allocator, settings.num_blocks, settings.block_size,
-                                    settings.blocks_per_request)
+        self.alloc = simulated_allocator(settings.allocator, settings.num_blocks, settings.block_size,
+                                         settings.blocks_per_request)
         self.residency = Residency(settings, load_seconds)
-        self.waiting: deque[SimRequest] = deque()
+        self.waiting = WaitingQueue(settings.policy)
         self.running: list[SimRequest] = []
         self.log = StepLog()
         # decisions of each step, for the tests that hold the simulator to the real engine
@@ -159,7 +162,9 @@ class Simulator:
 
     def _schedule_waiting(self, entries, budget: int, now: float) -> None:
         s = self.s
-        for req in self._in_policy_order():
+        if not self.waiting:
+            return      # most steps of a load the engine keeps up with: no pass to set up
+        for req in self.waiting.in_order(self.running):
             if len(self.running) >= s.max_num_seqs:
                 return
             if req.model not in self.residency.resident:
@@ -172,7 +177,7 @@ class Simulator:
                 return
             if not self._allocate(req, req.computed + n):
                 return
-            self.waiting.remove(req)
+            self.waiting.take(req)
             self.running.append(req)
             req.status = RUNNING
             if req.scheduled is None:
@@ -198,16 +203,6 @@ class Simulator:
         if self.s.enable_chunked_prefill and cap and n > cap:
             return cap
         return n
-
-    def _in_policy_order(self) -> list[SimRequest]:
-        policy = self.s.policy
-        if policy == "short-first":
-            return sorted(self.waiting, key=lambda r: (r.to_compute, r.arrival))
-        if policy == "length-bucket":
-            anchor = self.running or list(self.waiting)[:1]
-            target = sorted(r.bucket for r in anchor)[len(anchor) // 2]
-            return sorted(self.waiting, key=lambda r: (abs(r.bucket - target), r.arrival))
-        return list(self.waiting)
 
     def _preempt(self, req: SimRequest) -> None:
         self.running.remove(req)
@@ -310,5 +305,4 @@ class Simulator:
         return Simulation(requests, log, residency.loads, now)
 
     def _waiting_on_model(self) -> int:
-        resident = self.residency.resident
-        return sum(1 for r in self.waiting if r.model not in resident)
+        return self.waiting.waiting_not_in(self.residency.resident)

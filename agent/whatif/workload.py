@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from agent.errors import CollectError, UserError
+from agent.replay_limits import MAX_REPLAY_MODELS
 from engine_hooks.records.timeline import RequestTimeline
 from engine_hooks.records.timeline_reading import read_timelines
 
@@ -103,11 +104,21 @@ def observed_in(bundle) -> Observed:
 
 def _observed(source: str, timelines: list[RequestTimeline], engine_config: dict | None, steps: list[dict],
               loads: list[dict], frames: list) -> Observed:
+    _check_bounds(source, timelines)
     used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in frames
             if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
             and f.engine.usage.used_blocks is not None]
     return Observed(source, from_timelines(source, timelines), engine_config, steps, loads,
                     sum(used) / len(used) if used else None, frames, timelines)
+
+
+def _check_bounds(source: str, timelines: list[RequestTimeline]) -> None:
+    """The limits of a replay (agent/replay_limits.py; a bundle's size and timelines are bounded as it is read,
+    an agent's answer by its bytes), before the fit and the simulation cost what they grow to."""
+    models = {t.model for t in timelines}
+    if len(models) > MAX_REPLAY_MODELS:
+        raise UserError(f"{source}: the requests name {len(models):,} models, more than the {MAX_REPLAY_MODELS} an "
+                        f"engine serves")
 
 
 def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:
