@@ -6,13 +6,11 @@ Each is well above a real recording: 10 minutes at 50 requests a second is 30,00
 (a timeline ~0.8 KB, an 8-GPU frame ~28 KB a second, the bundled engine's steps ~0.3 KB each). Past them, record
 a shorter window."""
 
-from engine_hooks.engine.config import MAX_MODELS
-
 # bytes of a bundle: five hours of an 8-GPU node's frames; held as Python objects, about twice that
 MAX_BUNDLE_BYTES = 512 * 2**20
 # requests replayed (timelines read): over half an hour at 50 a second; each costs ~5 KB through the read, the
 # span fit and the simulation (a 10-minute recording of spans replays in ~170 MB), so ~0.5 GB at most
 MAX_REPLAY_REQUESTS = 100_000
-# models the requests name: an engine registers at most this many (the lab's --models); the span fit prices
-# each request beside each other model
-MAX_REPLAY_MODELS = MAX_MODELS
+# models the requests name: the bundled engine registers at most this many (its MAX_MODELS, the lab's --models;
+# not imported: the agent reads replays without the engine); the span fit prices each request beside each other
+MAX_REPLAY_MODELS = 64

@@ -79,3 +79,9 @@ def test_requests_naming_more_models_than_an_engine_serves_are_refused():
         observed_from_window("http://agent", window, [])
     window["timelines"][-1]["model"] = "adapter-0"
     assert len(observed_from_window("http://agent", window, []).requests) == MAX_REPLAY_MODELS + 1
+
+
+def test_a_replay_takes_as_many_models_as_the_bundled_engine_registers():
+    from engine_hooks.engine.config import MAX_MODELS
+
+    assert MAX_REPLAY_MODELS == MAX_MODELS
