@@ -1,0 +1,129 @@
+"""`GET /api/v1/frames` of a long history (issue 39, item 2): the answer is streamed, so what one request costs
+the agent in memory does not grow with the history, and only a few such reads run at once. A real uvicorn
+on loopback serves a real runtime's history of 8-GPU frames; a raw socket reads the answer and drops it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import tracemalloc
+
+import pytest
+import uvicorn
+
+from agent.runtime import AgentRuntime
+from agent.server.app import create_app
+from agent.server.frames_stream import CHUNK_BYTES, MAX_HEAVY_READS
+from tests.helpers.serve_api import DGX, _free_port, _wait
+
+
+@pytest.fixture(scope="module")
+def agent():
+    """A runtime whose history holds 400 frames of the DGX snapshot (some 50 KB of JSON each), served."""
+    runtime = AgentRuntime(nvml_snapshot=DGX, history=400)
+    for _ in range(400):
+        runtime.sampler.tick()
+    for frame in runtime.frames(None):
+        frame.to_dict()       # a node sample's JSON is made at its first read and kept with the history
+    app = create_app(runtime)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    _wait(lambda: server.started)
+    yield app, port
+    server.should_exit = True
+    thread.join(timeout=10)
+    runtime.stop()
+
+
+def _read(port: int, path: str) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of GET `path`."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        connection.close()
+
+
+def _drop(port: int, path: str, stop_after: int | None = None) -> tuple[bytes, int]:
+    """(head, bytes read) of GET `path`, its answer read in pieces and dropped; the connection is left after
+    `stop_after` bytes when given."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        size = len(body)
+        while stop_after is None or size < stop_after:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            size += len(piece)
+        return head, size
+
+
+def _peak_of_one_read(port: int, limit: int) -> tuple[int, int]:
+    """(tracemalloc's peak over one read of `limit` frames, the answer's length in bytes)."""
+    tracemalloc.start()
+    try:
+        _, size = _drop(port, f"/api/v1/frames?limit={limit}")
+        return tracemalloc.get_traced_memory()[1], size
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_long_history_read_costs_about_a_chunk_not_the_history(agent):
+    """400 frames of an 8-GPU node are ~20 MB of JSON: the whole answer built in memory (before) peaked at
+    several times that. Streamed, the peak is a few chunks and frames, the same for 50 frames or 400."""
+    _, port = agent
+    small_peak, small_size = _peak_of_one_read(port, 50)
+    large_peak, large_size = _peak_of_one_read(port, 400)
+    frame_bytes = large_size / 400
+    assert large_size > 7 * small_size and large_size > 10_000_000, (small_size, large_size)
+    bound = 8 * (CHUNK_BYTES + frame_bytes)
+    assert large_peak < bound, f"one read of 400 frames peaked at {large_peak} bytes (bound {bound:.0f})"
+    assert large_peak < small_peak + 4 * (CHUNK_BYTES + frame_bytes), (small_peak, large_peak)
+
+
+def test_the_streamed_answer_is_the_frames_as_before(agent):
+    app, port = agent
+    status, headers, body = _read(port, "/api/v1/frames?limit=300")
+    assert status == 200 and headers["content-type"] == "application/json"
+    frames = json.loads(body)
+    expected = [f.to_dict() for f in app.state.runtime.frames(None)[-300:]]
+    assert len(frames) == 300 and frames == json.loads(json.dumps(expected))
+    _, _, few = _read(port, "/api/v1/frames?limit=1")
+    assert json.loads(few) == json.loads(json.dumps(expected[-1:]))
+    _, _, none = _read(port, f"/api/v1/frames?since={expected[-1]['time_unix']}")
+    assert json.loads(none) == []
+
+
+def test_only_a_few_long_reads_run_at_once_and_a_place_is_given_back_when_a_reader_leaves(agent):
+    """Readers that never read hold their places while they stay; the next long read is a 503 with Retry-After,
+    a short read (the TUI's 120 frames) is still served, and a reader that leaves gives its place back."""
+    app, port = agent
+    stalled = []
+    for _ in range(MAX_HEAVY_READS):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.sendall(b"GET /api/v1/frames?limit=400 HTTP/1.1\r\nhost: x\r\n\r\n")
+        stalled.append(sock)
+    _wait(lambda: app.state.heavy_reads.now == MAX_HEAVY_READS)
+    status, headers, body = _read(port, "/api/v1/frames?limit=400")
+    assert status == 503 and headers["retry-after"] == "1", (status, headers)
+    assert f"at most {MAX_HEAVY_READS} at once" in json.loads(body)["detail"]
+    assert app.state.heavy_reads.refused >= 1
+    status, _, body = _read(port, "/api/v1/frames")
+    assert status == 200 and len(json.loads(body)) == 120
+    for sock in stalled:
+        sock.close()
+    _wait(lambda: app.state.heavy_reads.now == 0)
+    head, _ = _drop(port, "/api/v1/frames?limit=400", stop_after=100_000)
+    assert head.startswith(b"HTTP/1.1 200")
+    _wait(lambda: app.state.heavy_reads.now == 0)
