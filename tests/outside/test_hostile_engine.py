@@ -231,3 +231,53 @@ def test_diagnose_never_echoes_the_engine_url_password():
         done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", url, "--duration", "1")
     assert done.returncode == 3, done
     assert "hunter2" not in done.stderr + done.stdout and "***@" in done.stderr
+
+
+# --- issue 39, 12 and 14: a histogram whose buckets are not a histogram is refused whole, like other families ----
+TTFT_0 = 'vllm:time_to_first_token_seconds_bucket{engine="0",le="%s",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+
+
+def _bucket(text: str, le: str, value: str, new_le: str | None = None) -> str:
+    """`text` with engine 0's TTFT bucket `le` counting `value` (and its `le` written `new_le`)."""
+    line = next(x for x in text.splitlines() if x.startswith(TTFT_0 % le))
+    return text.replace(line, f"{TTFT_0 % (new_le or le)} {value}")
+
+
+def _two_scrapes(first: str, second: str) -> tuple[VllmSource, object]:
+    with serving(first, second) as engine:
+        source = VllmSource(engine.url)
+        source.snapshot(100.0)
+        return source, source.snapshot(110.0)
+
+
+@pytest.mark.parametrize("le", ["abc", "0x1", "1_0", "٣", "NaN"])
+def test_a_bucket_whose_le_is_not_a_number_refuses_its_family_and_keeps_the_rest(le):
+    """Before: KeyError / ValueError out of the scrape (a traceback every tick, the whole scrape lost); Python's
+    float() reads "1_0" and "٣" too, Prometheus does not."""
+    source, snap = _two_scrapes(_bucket(BODY, "0.5", "15.0", le), _bucket(NEXT, "0.5", "15.0", le))
+    _, plain = _two_scrapes(BODY, NEXT)
+    assert source.refused == {"ttft": 2}
+    assert source.reading.ttft_p50_s is None and source.reading.ttft_p99_s is None
+    assert snap.window.scheduler.decode_tokens_per_s == plain.window.scheduler.decode_tokens_per_s is not None
+    assert snap.window.scheduler.wait_p99_s == plain.window.scheduler.wait_p99_s
+    assert snap.intake["metrics.refused_ttft"] == 2
+
+
+def test_non_cumulative_buckets_are_refused_not_read_as_data():
+    """A glitch bucket counting fewer than the one below it: the family is refused for that scrape and counted,
+    as a negative gauge is, instead of its window (a negative bucket delta) being read as quantiles."""
+    source, snap = _two_scrapes(BODY, _bucket(NEXT, "0.06", "3.0"))
+    assert source.refused == {"ttft": 1}
+    assert source.reading.ttft_p50_s is None and "ttft_p50" not in (source.reading.said or {})
+    _, plain = _two_scrapes(BODY, NEXT)
+    assert plain.window.scheduler.decode_tokens_per_s == snap.window.scheduler.decode_tokens_per_s is not None
+
+
+def test_diagnose_on_a_bucket_without_a_number_says_what_it_refused_without_a_traceback():
+    hostile = _bucket(BODY, "0.5", "15.0", "abc")
+    with serving(hostile, _bucket(NEXT, "0.5", "15.0", "abc")) as engine:
+        done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", engine.url, "--duration", "2")
+    assert done.returncode in (0, 1, 2), done
+    assert "Traceback" not in done.stderr and "did not answer" not in done.stderr, done.stderr
+    assert "refused vllm:time_to_first_token_seconds bucket" in done.stderr and "'abc': not a number" in done.stderr
+    assert done.stderr.count("refused vllm:time_to_first_token_seconds") == 1, done.stderr
