@@ -371,7 +371,7 @@ class VllmSource:
         if body[:2] == b"\x1f\x8b":
             raise ExpositionError("not Prometheus exposition text: a gzip-compressed body, which was not asked "
                                   "for (no Accept-Encoding is sent)")
-        if body.lstrip()[:1] == b"<":
+        if body[:1024].lstrip()[:1] == b"<":
             raise ExpositionError("not Prometheus exposition text: an HTML page (a login page or a proxy in front "
                                   "of the engine? give --engine-url the engine's own address)")
         try:

@@ -16,6 +16,7 @@ import uvicorn
 from agent.runtime import AgentRuntime
 from agent.server.app import create_app
 from agent.server.frames_stream import CHUNK_BYTES, MAX_HEAVY_READS
+from tests.helpers.raw_get import get_dropping
 from tests.helpers.serve_api import DGX, _free_port, _wait
 
 
@@ -50,29 +51,11 @@ def _read(port: int, path: str) -> tuple[int, dict, bytes]:
         connection.close()
 
 
-def _drop(port: int, path: str, stop_after: int | None = None) -> tuple[bytes, int]:
-    """(head, bytes read) of GET `path`, its answer read in pieces and dropped; the connection is left after
-    `stop_after` bytes when given."""
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += sock.recv(65536)
-        head, _, body = data.partition(b"\r\n\r\n")
-        size = len(body)
-        while stop_after is None or size < stop_after:
-            piece = sock.recv(65536)
-            if not piece:
-                break
-            size += len(piece)
-        return head, size
-
-
 def _peak_of_one_read(port: int, limit: int) -> tuple[int, int]:
     """(tracemalloc's peak over one read of `limit` frames, the answer's length in bytes)."""
     tracemalloc.start()
     try:
-        _, size = _drop(port, f"/api/v1/frames?limit={limit}")
+        _, size = get_dropping(port, f"/api/v1/frames?limit={limit}")
         return tracemalloc.get_traced_memory()[1], size
     finally:
         tracemalloc.stop()
@@ -124,6 +107,6 @@ def test_only_a_few_long_reads_run_at_once_and_a_place_is_given_back_when_a_read
     for sock in stalled:
         sock.close()
     _wait(lambda: app.state.heavy_reads.now == 0)
-    head, _ = _drop(port, "/api/v1/frames?limit=400", stop_after=100_000)
+    head, _ = get_dropping(port, "/api/v1/frames?limit=400", read_at_most=100_000)
     assert head.startswith(b"HTTP/1.1 200")
     _wait(lambda: app.state.heavy_reads.now == 0)
