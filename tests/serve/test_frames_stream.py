@@ -15,7 +15,7 @@ import uvicorn
 
 from agent.runtime import AgentRuntime
 from agent.server.app import create_app
-from agent.server.frames_stream import CHUNK_BYTES, MAX_HEAVY_READS
+from agent.server.frames_stream import CHUNK_BYTES, MAX_HEAVY_READS, HeavyReads, frames_chunks
 from tests.helpers.raw_get import get_dropping
 from tests.helpers.serve_api import DGX, _free_port, _wait
 
@@ -110,3 +110,29 @@ def test_only_a_few_long_reads_run_at_once_and_a_place_is_given_back_when_a_read
     head, _ = get_dropping(port, "/api/v1/frames?limit=400", read_at_most=100_000)
     assert head.startswith(b"HTTP/1.1 200")
     _wait(lambda: app.state.heavy_reads.now == 0)
+
+
+def test_long_reads_together_are_sent_at_a_bounded_rate_however_often_they_come(agent):
+    """Two whole histories read at once, on a clock of our own: the encoder waits its turn for each chunk, so
+    the reads together take their bytes over the rate, whatever the client (before: as fast as a core
+    encodes, ~80 MB a second; a client looping over whole histories held a core)."""
+    app, _ = agent
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    heavy = HeavyReads(bytes_per_s=1 << 20, clock=lambda: now[0], sleep=sleep)
+    frames = app.state.runtime.frames(None)
+    reads = [frames_chunks(frames, heavy.pace), frames_chunks(frames, heavy.pace)]
+    sent = 0
+    while reads:
+        for read in list(reads):
+            piece = next(read, None)
+            if piece is None:
+                reads.remove(read)
+            else:
+                sent += len(piece)
+    last_chunks = 2 * (CHUNK_BYTES + len(json.dumps(frames[-1].to_dict())))   # each read's last is not paced
+    assert sent > 30_000_000
+    assert (sent - last_chunks) / (1 << 20) <= now[0] <= sent / (1 << 20), (sent, now[0])
