@@ -5,8 +5,9 @@ normal traffic; prints the agent's RSS over time against the DaemonSet's memory 
 oldest frame age (target <= 3 intervals) and the normal spans lost (target 0).
 
 - the engine's /metrics (a loopback server, the vLLM exposition fixture): half the scrapes normal, the rest a
-  body or headers dripped a byte every 0.5 s, 450k series (26 MB), a negative gauge, num_gpu_blocks 2e29, a
-  duplicated series, a redirect to another host, a redirect loop, terminal escapes in model_name, an HTTP 500;
+  body or headers dripped a byte every 0.5 s, 450k series (26 MB), a body near the caps (7.8 MB, 19,400
+  series: under them, its parse past its deadline), a negative gauge, num_gpu_blocks 2e29, a duplicated
+  series, a redirect to another host, a redirect loop, terminal escapes in model_name, an HTTP 500;
 - spans: a normal batch of vLLM's llm_request spans every second from 127.0.0.1, over HTTP and gRPC in turn,
   retried on 503 / UNAVAILABLE as OTel's exporters do (so a span is lost only if the agent never took it);
   every few seconds, from a second host address (127.0.0.2, so the intake's per-host fair share works as on a
@@ -15,7 +16,10 @@ oldest frame age (target <= 3 intervals) and the normal spans lost (target 0).
   127.0.0.1 a batch of 50 normal spans with one whose finish_reasons nest 100,000 deep (the 50 count as normal);
 - KV events (ZMQ PUB): a normal batch every 0.1 s (blocks stored and removed); every few seconds one of: one
   hash stored 20,000 times, 2,000 removals of it, a sequence jump to 2**64-1, a malformed payload, a 20 MiB
-  message.
+  message;
+- readers of /api/v1/frames (bench/_soak_frames.py): every few seconds ten clients at once reading the whole
+  history, a reader that stops reading for 20 s, or one that leaves midway.
+The agent's CPU is reported by 10 s window against the DaemonSet's request and limit.
 
 The attackers would be other hosts on a real network; here they share the agent's cores. So, once the agent, the
 scraper and the do-nothing server are started, every thread of the generator runs at nice GENERATOR_NICE
@@ -49,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from _agent import wait_for_route  # noqa: E402  (bench/ is the script's own directory)
 from _report import free_port  # noqa: E402
+from _soak_frames import FramesClients, cpu_figures, cpu_seconds  # noqa: E402
 from otlp_intake import (  # noqa: E402
     EMPTY_SPANS,
     EXPORT,
@@ -63,6 +68,8 @@ from otlp_intake import (  # noqa: E402
 )
 
 from agent.server.api import MAX_FRAMES_LIMIT  # noqa: E402
+from agent.sources.heavy_answers import MAX_PAUSE_S  # noqa: E402
+from agent.sources.prometheus_text import sample_lines  # noqa: E402
 from tests.helpers.second_host import SECOND_HOST, Relay  # noqa: E402  (the tests' second sending host)
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
@@ -71,7 +78,7 @@ DAEMONSET = ROOT / "deploy" / "kubernetes" / "daemonset.yaml"
 INTERVAL_S = 1.0
 GENERATOR_NICE = 10                         # the hostile generator's threads: behind the agent and the scraper
 NORMAL_SPANS = 32                           # a batch of vLLM's exporter at a few requests a second
-ENGINE_HOSTILE = ("drip_body", "drip_headers", "huge", "negative_gauge", "blocks_2e29", "duplicate_series",
+ENGINE_HOSTILE = ("drip_body", "drip_headers", "huge", "near_cap", "negative_gauge", "blocks_2e29", "duplicate_series",
                   "redirect_elsewhere", "redirect_loop", "escapes_in_model_name", "http_500")
 SPAN_HOSTILE = ("grpc_2m_empty", "http_8_senders", "json_4mib", "grpc_stalled_exports", "slow_connections",
                 "deep_finish_reasons")
@@ -84,9 +91,13 @@ def engine_bodies() -> dict[str, bytes]:
     running = 'vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.0'
     generation = 'vllm:generation_tokens_total{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 5000.0'
     huge = "# TYPE vllm:junk gauge\n" + "".join(f'vllm:junk{{i="{i}",pad="{"x" * 16}"}} 1\n' for i in range(450_000))
+    junk = 19_400 - sample_lines(body)       # issue 39, item 4: 7.8 MB and 19,400 series, under the caps
+    near_cap = body + "# TYPE vllm:junk gauge\n" + "".join(f'vllm:junk{{i="{i:05}",pad="{"x" * 378}"}} 1\n'
+                                                         for i in range(junk))
     return {
         "normal": body.encode(),
         "huge": huge.encode(),
+        "near_cap": near_cap.encode(),
         "negative_gauge": body.replace(running, running.replace("} 2.0", "} -2e9")).encode(),
         "blocks_2e29": body.replace('num_gpu_blocks="1000"', 'num_gpu_blocks="2e29"').encode(),
         "duplicate_series": body.replace(generation, f"{generation}\n{generation}").encode(),
@@ -96,7 +107,8 @@ def engine_bodies() -> dict[str, bytes]:
 
 
 class HostileEngine(ThreadingHTTPServer):
-    """The engine's /metrics: normal half the time, else one of ENGINE_HOSTILE, drawn by a seeded generator."""
+    """The engine's /metrics: normal half the time, else one of ENGINE_HOSTILE, drawn by a seeded generator;
+    normal only once `stop` is set."""
 
     daemon_threads = True
 
@@ -108,8 +120,9 @@ class HostileEngine(ThreadingHTTPServer):
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
-                with server.lock:
-                    kind = "normal" if server.rng.random() < 0.5 else server.rng.choice(ENGINE_HOSTILE)
+                with server.lock:    # once the soak ends, the engine is calm: the spans taken are read then
+                    kind = "normal" if server.stop.is_set() or server.rng.random() < 0.5 else \
+                        server.rng.choice(ENGINE_HOSTILE)
                     server.sent[kind] += 1
                 with contextlib.suppress(OSError):
                     server.answer(self, kind)
@@ -414,6 +427,7 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
          *(["--history", str(history)] if history else [])],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)     # bench/probes.py is not the probes package
     spans = SpanSender(http_port, grpc_port, seed, stop)
+    frames = FramesClients(port, seed, stop)
     figures: dict = {"soak_s": duration, "seed": seed, "history_frames": history or "agent's default",
                      "generator_nice": generator_nice}
     try:
@@ -429,12 +443,13 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
         scraper = ctx.Process(target=scrape, args=(base + "/metrics", floor_url, 0.5, duration, results), daemon=True)
         scraper.start()
         lower_this_process(generator_nice)
-        workers = [threading.Thread(target=w, daemon=True) for w in (spans.run, kv.run)]
+        workers = [threading.Thread(target=w, daemon=True) for w in (spans.run, kv.run, frames.run)]
         for w in workers:
             w.start()
-        rss, t0 = [], time.monotonic()
+        rss, cpu, t0 = [], [], time.monotonic()
         while time.monotonic() - t0 < duration and agent.poll() is None:
             rss.append((time.monotonic() - t0, _status(agent.pid, "VmRSS")))
+            cpu.append((time.monotonic() - t0, cpu_seconds(agent.pid)))
             time.sleep(2.0)
         stop.set()
         latencies, floor, ages, failures = results.get(timeout=60)
@@ -442,6 +457,7 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
         floor_server.terminate()
         spans.pool.shutdown(wait=True, cancel_futures=False)     # the normal batches' retries finish
         figures.update(_rss_figures(rss, _status(agent.pid, "VmHWM") if agent.poll() is None else None))
+        figures.update(cpu_figures(cpu))
         figures.update({
             "metrics_scrapes": len(latencies), "metrics_failures": failures,
             "metrics_p50_ms": _ms(_pct(latencies, 0.5)), "metrics_p99_ms": _ms(_pct(latencies, 0.99)),
@@ -460,6 +476,9 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
         figures.update({f"spans.{k}": v for k, v in sorted(spans.hostile.items())})
         figures.update({f"answers.{k}": v for k, v in sorted(spans.answers.items())})
         figures.update({f"kv.{k}": v for k, v in sorted(kv.sent.items())})
+        frames.pool.shutdown(wait=True, cancel_futures=False)
+        figures.update({f"frames.{k}": v for k, v in sorted(frames.sent.items())})
+        figures.update({f"frames_answers.{k}": v for k, v in sorted(frames.answers.items())})
         figures.update(_history(base))
         figures["agent_alive"] = agent.poll() is None
         t = time.monotonic()
@@ -486,8 +505,10 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
 
 def _spans_taken(base: str) -> float | None:
     """llm_request spans the agent read (not those it could not), once a few frames in a row say the same: a
-    frame's count is from its tick, so the last batches show a tick or two after they were answered."""
-    end, seen = time.monotonic() + 60, []
+    frame's count is from its tick, so the last batches show a tick or two after they were answered. The agent
+    may still be pausing its reads of the engine after a heavy answer (agent/sources/heavy_answers.py): a frame
+    holds the engine, and its intake, once the pause is over."""
+    end, seen = time.monotonic() + MAX_PAUSE_S + 60, []
     while time.monotonic() < end:
         with contextlib.suppress(OSError), urllib.request.urlopen(base + "/metrics", timeout=10) as answer:
             counts = intake(answer.read().decode())

@@ -118,6 +118,17 @@ def fetch_diagnosis(url: str) -> Diagnosis:
     return result
 
 
+def _answered_kinds() -> frozenset[str]:
+    """The collector errors of an engine that answered, with what is not read (a frame keeps the error's type
+    by name): an HTTP error, a gzip body, an HTML page, too many series, a parse past its deadline, a pause
+    after such an answer."""
+    from agent.sources.heavy_answers import ReadPaused
+    from agent.sources.prometheus_text import ExpositionTooCostly
+    from agent.sources.vllm import ANSWER_REFUSED
+
+    return frozenset(c.__name__ for c in (*ANSWER_REFUSED, ExpositionTooCostly, ReadPaused))
+
+
 def engine_frames(frames: list, engine_source) -> list:
     """The frames to judge: with an engine named on the command line, those in which it answered. A busy engine
     past the scrape's deadline now and then leaves its window to the scrapes it answered (a frame without it
@@ -128,9 +139,13 @@ def engine_frames(frames: list, engine_source) -> list:
     failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
     answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
     kind, _, reason = (failed[-1] if failed else "").partition(": ")    # the reason without the exception's type
+    refused_kinds = _answered_kinds()
     if not answered and kind == "EngineMismatchError":    # it answered, with none of the engine's metrics
         raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
                            f"{reason}")
+    if not answered and kind in refused_kinds:   # it answered, with what is not read: say what and why
+        raise CollectError(f"the engine at {engine_source.url} answered, but its answer was refused: "
+                           f"{reason or kind}")
     if not answered:
         raise CollectError(f"the engine at {engine_source.url} did not answer: {reason or kind}")
     if len(answered) < 2:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
+from agent.server.frames_stream import FramesResponse
+
 router = APIRouter()
 
 
@@ -56,6 +58,7 @@ def topology(request: Request) -> dict:
 
 FRAMES_LIMIT = 120           # two minutes at the default interval: what the TUI plots
 MAX_FRAMES_LIMIT = 100_000   # past any history (`serve --history`)
+HEAVY_FRAMES = FRAMES_LIMIT  # a read of more is bounded in how many run at once
 
 
 @router.get("/api/v1/frames", tags=["frames"])
@@ -64,8 +67,13 @@ def frames(request: Request,
            limit: int = Query(default=FRAMES_LIMIT, ge=1, le=MAX_FRAMES_LIMIT,
                               description="at most this many frames, the newest")) -> list:
     """Frames kept in the agent's history, oldest first: the newest `limit` of those after `since`.
-    A frame of an 8-GPU node is some 50 KB of JSON, so the whole history is never the default."""
-    return [f.to_dict() for f in request.app.state.runtime.frames(since)[-limit:]]
+    A frame of an 8-GPU node is some 50 KB of JSON, so the whole history is never the default; the answer is
+    streamed (agent/server/frames_stream.py), and at most a few reads of more than 120 frames run at once."""
+    chosen = request.app.state.runtime.frames(since)[-limit:]
+    heavy = request.app.state.heavy_reads if len(chosen) > HEAVY_FRAMES else None
+    if heavy is not None:
+        heavy.enter()
+    return FramesResponse(chosen, heavy)
 
 
 @router.get("/api/v1/requests/slowest", tags=["requests"])

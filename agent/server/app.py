@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from agent.server import api, chat, completions, control, errors, models
+from agent.server.frames_stream import HeavyReads
 from agent.server.limits import MAX_BODY_BYTES, BodyLimit
 
 
@@ -14,6 +15,7 @@ def create_app(runtime, token: str | None = None, max_body_bytes: int = MAX_BODY
                   description="Which LLM-serving bottleneck stage is firing: KV cache, scheduler or cold path.")
     app.state.runtime = runtime
     app.state.token = token
+    app.state.heavy_reads = HeavyReads()      # /api/v1/frames reads of a long history, bounded in number
     errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
 

@@ -7,7 +7,8 @@ of the few gauge families it is told (the queue, its reasons, KV usage, whether 
 turns them into `Gauges` with the source's own reading, so the poll and the scrape cannot disagree on what
 a family means. The window's inferences (agent.sources.inference) take these samples beside the scrapes'.
 
-A failed poll is counted and skipped: the scrape, not the poll, reports an engine that cannot be read.
+A failed poll is counted and skipped: the scrape, not the poll, reports an engine that cannot be read. A poll
+while the engine's reads are paused (agent.sources.heavy_answers) is counted as such, and reads nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
+from agent.sources.heavy_answers import ReadPaused
 from agent.sources.inference import Gauges
 from agent.sources.prometheus_text import Exposition, parse_exposition
 
@@ -35,7 +37,7 @@ class GaugePoller:
         self._fetch, self._read = fetch, read
         self._names = frozenset(names)
         self.interval_s, self.keep_s = interval_s, keep_s
-        self.counts = {"polls": 0, "failed": 0}
+        self.counts = {"polls": 0, "failed": 0, "paused": 0}
         self._samples: deque[Gauges] = deque()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -71,6 +73,9 @@ class GaugePoller:
             text = self._fetch()
             at = time.monotonic()
             gauges = self._read(parse_exposition(self._only_named(text)), at)
+        except ReadPaused:
+            self.counts["paused"] += 1
+            return None
         except Exception:   # noqa: BLE001  a poll never stops the poller, nor the agent: counted and skipped
             self.counts["failed"] += 1
             return None

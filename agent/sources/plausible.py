@@ -4,6 +4,9 @@ An engine read from outside is trusted for nothing. A family whose samples break
 that scrape (a histogram missing one bucket would mislead more than no histogram): its figures read as not
 observed, never exported, and the refusal is counted and said once. The rules:
 - every gauge, counter and histogram sample is a finite number, not below zero (-2e9 running requests);
+- a histogram's buckets each have a number for `le` (the text Prometheus writes: ASCII, "+Inf") and are
+  cumulative, each label set's counts never falling as `le` grows (a glitch bucket read as data made a
+  firing scheduler "not judged");
 - a count of requests stays under MAX_REQUESTS, a ratio under 1;
 - the KV cache's configuration labels are whole numbers in range (num_gpu_blocks 2e29 is no GPU's);
 - a KV-event sequence that jumps by more than MAX_SEQUENCE_GAP is a new numbering, not that many lost batches.
@@ -12,6 +15,7 @@ observed, never exported, and the refusal is counted and said once. The rules:
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from agent.sources.prometheus_text import Exposition, Family
@@ -62,6 +66,10 @@ def refuse_implausible(exposition: Exposition, rules: dict[str, tuple[str, Rule]
 
 
 def _broken(family: Family, rule: Rule) -> str | None:
+    if rule.kind == "histogram" and family.type == "histogram":
+        why = _buckets_broken(family)
+        if why is not None:
+            return why
     for sample in family.samples:
         if rule.kind == "info":
             for label, most in MAX_LABEL.items():
@@ -74,6 +82,31 @@ def _broken(family: Family, rule: Rule) -> str | None:
             return f"sample {sample.name} = {value:g}: not a finite number of zero or more"
         if rule.most is not None and not sample.name.endswith(("_bucket", "_count", "_sum")) and value > rule.most:
             return f"sample {sample.name} = {value:g}: more than {rule.most:g}"
+    return None
+
+
+_BOUND = re.compile(r"[+-]?(?:inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)", re.IGNORECASE | re.ASCII)
+
+
+def _buckets_broken(family: Family) -> str | None:
+    """Why a histogram's buckets cannot be read as one, or None: an `le` that is no number, or counts that
+    fall as `le` grows within a label set."""
+    by_set: dict[tuple, list[tuple[float, float]]] = {}
+    for sample in family.samples:
+        if not sample.name.endswith("_bucket"):
+            continue
+        text = sample.labels.get("le")
+        if text is None or not _BOUND.fullmatch(text):
+            shown = "missing" if text is None else repr(text[:40])
+            return f"bucket {sample.name} le {shown}: not a number"
+        key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+        by_set.setdefault(key, []).append((float(text), sample.value))
+    for buckets in by_set.values():
+        buckets.sort()
+        for (low, below), (high, count) in zip(buckets, buckets[1:], strict=False):
+            if count < below:
+                return (f"buckets not cumulative: le={high:g} counts {count:g}, fewer than le={low:g}'s "
+                        f"{below:g}")
     return None
 
 

@@ -25,6 +25,10 @@ class ExpositionError(CollectError, ValueError):
     """A body that is not Prometheus exposition text."""
 
 
+class ExpositionTooCostly(ExpositionError):
+    """A body past what a scrape is read with: too many series, or a parse past its deadline."""
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     name: str            # the sample's own name: `x_total`, `x_bucket`, `x_sum`, ...
@@ -70,8 +74,8 @@ def parse_exposition(text: str, max_series: int = MAX_SERIES, deadline_s: float 
     sample lines, or takes longer than `deadline_s` to parse."""
     series = sample_lines(text)
     if series > max_series:
-        raise ExpositionError(f"the exposition has {series} series, more than the {max_series} an engine's /metrics "
-                              "is read with: refused unparsed")
+        raise ExpositionTooCostly(f"the exposition has {series} series, more than the {max_series} an engine's "
+                                  "/metrics is read with: refused unparsed")
     # CPU time of this thread, not wall time: on a busy host a thread waiting for a core would give up on a
     # sound scrape; what the deadline bounds is the work a huge or hostile body costs
     deadline = time.thread_time() + deadline_s
@@ -82,7 +86,7 @@ def parse_exposition(text: str, max_series: int = MAX_SERIES, deadline_s: float 
     try:
         for f in text_string_to_metric_families(text):
             if time.thread_time() > deadline:
-                raise ExpositionError(f"the exposition took longer than {deadline_s:g} s to parse (CPU time): "
+                raise ExpositionTooCostly(f"the exposition took longer than {deadline_s:g} s to parse (CPU time): "
                                       "given up")
             if f.name.endswith("_created"):
                 continue     # prometheus_client's creation times, a family of their own in text 0.0.4

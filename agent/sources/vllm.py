@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from agent.errors import CollectError, UserError
-from agent.http_get import EXCHANGE_ERRORS, exchange_reason, redact_url, request
+from agent.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
 from agent.printable import printable
 from agent.sources.engine_names import generation
 from agent.sources.families import (
@@ -40,6 +40,7 @@ from agent.sources.families import (
     without_rank_copies,
 )
 from agent.sources.gauge_poll import POLL_S, GaugePoller
+from agent.sources.heavy_answers import NEAR_SHARE, HeavyAnswers
 from agent.sources.inference import (
     Counted,
     Gauges,
@@ -62,7 +63,15 @@ from agent.sources.inference import (
 )
 from agent.sources.llm_request_spans import with_model
 from agent.sources.plausible import refuse_implausible, rule_for
-from agent.sources.prometheus_text import Exposition, ExpositionError, parse_exposition
+from agent.sources.prometheus_text import (
+    MAX_SERIES,
+    PARSE_DEADLINE_S,
+    Exposition,
+    ExpositionError,
+    ExpositionTooCostly,
+    parse_exposition,
+    sample_lines,
+)
 from agent.sources.step_stall import StepWatch, growing_wait, stalled_wait
 from agent.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 from engine_hooks.records.attribution import tail as attribution_tail
@@ -118,6 +127,13 @@ MAX_BODY_BYTES = 8 * 1024 * 1024      # a /metrics body past this is not an engi
 
 class EngineScrapeError(CollectError):
     """The engine's /metrics could not be read (unreachable, slow, an HTTP error, too large)."""
+
+
+class EngineAnswerRefused(EngineScrapeError):
+    """The engine answered, with what is not read: an HTTP error, or more than MAX_BODY_BYTES."""
+
+
+ANSWER_REFUSED = (EngineAnswerRefused, ExpositionError)   # with agent.sources.heavy_answers.ReadPaused: it answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +261,7 @@ class VllmSource:
                        for name in (m.vllm if kind == "vllm" else m.sglang)}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
         polled = [n for f in POLLED for n in self._names(f)]
+        self.heavy = HeavyAnswers(self.metrics_url)       # the pause after an answer too heavy to read often
         self.poller = GaugePoller(self._fetch, self._polled_gauges, polled, poll_s) if poll_s else None
         self._last_poll: Gauges | None = None   # the poll before, which the next is marked against
 
@@ -267,7 +284,7 @@ class VllmSource:
 
     # --- the engine source interface (agent/sampler.py) ------------------------------------------------
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
-        exposition = parse_exposition(self._fetch())
+        exposition = self._parse(*self._read_body())
         if self.kind == "sglang":   # every tensor-parallel rank publishes its scheduler's figures: count them once
             exposition = Exposition({n: without_rank_copies(f) for n, f in exposition.families.items()},
                                     exposition.duplicates)
@@ -326,22 +343,59 @@ class VllmSource:
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
+        """The body of /metrics, for the gauge poll: a heavy one pauses the reads (agent.sources.heavy_answers)."""
+        text, heavy = self._read_body()
+        if heavy is not None:
+            self.heavy.heavy(heavy)
+        return text
+
+    def _read_body(self) -> tuple[str, str | None]:
         """The body of /metrics, read within `timeout_s` in all (name lookup, connect, headers and body under one
-        deadline, agent.http_get.request: a server dripping its answer cannot hold the sampler past it)."""
+        deadline, agent.http_get.request: a server dripping its answer cannot hold the sampler past it), and
+        why it is heavy if it is near a cap (None if not). ReadPaused while a heavy answer's pause lasts."""
+        self.heavy.check()
         target = self._parts.path.rstrip("/") + "/metrics"
         try:
             status, reason, body = request("GET", self._parts, target, {"Accept": "text/plain"},
                                            time.monotonic() + self.timeout_s, MAX_BODY_BYTES)
+        except AnswerTooLarge as exc:
+            why = _reason(exc, self.timeout_s)
+            self.heavy.heavy(why)
+            raise EngineAnswerRefused(f"{self.metrics_url}: {why}") from None
         except EXCHANGE_ERRORS as exc:
             raise EngineScrapeError(f"{self.metrics_url}: {_reason(exc, self.timeout_s)}") from None
         if not 200 <= status < 300:
             moved = " (redirects are not followed: give --engine-url the engine's own address)" \
                 if 300 <= status < 400 else ""
-            raise EngineScrapeError(f"{self.metrics_url}: HTTP {status} {printable(reason)[:100]}{moved}")
+            raise EngineAnswerRefused(f"{self.metrics_url}: HTTP {status} {printable(reason)[:100]}{moved}")
+        if body[:2] == b"\x1f\x8b":
+            raise ExpositionError("not Prometheus exposition text: a gzip-compressed body, which was not asked "
+                                  "for (no Accept-Encoding is sent)")
+        if body[:1024].lstrip()[:1] == b"<":
+            raise ExpositionError("not Prometheus exposition text: an HTML page (a login page or a proxy in front "
+                                  "of the engine? give --engine-url the engine's own address)")
         try:
-            return body.decode("utf-8")
+            text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ExpositionError(f"not Prometheus exposition text: not UTF-8 at byte {exc.start}") from None
+        return text, _near_a_cap(len(body), sample_lines(text))
+
+    def _parse(self, text: str, heavy: str | None) -> Exposition:
+        """The scrape's families; a body near a cap, or whose parse broke or neared its deadline, pauses the
+        reads after it."""
+        started = time.thread_time()
+        try:
+            exposition = parse_exposition(text)
+        except ExpositionError as exc:
+            if heavy is not None or isinstance(exc, ExpositionTooCostly):
+                self.heavy.heavy(str(exc) if isinstance(exc, ExpositionTooCostly) else heavy)
+            raise
+        spent = time.thread_time() - started
+        if heavy is None and spent > NEAR_SHARE * PARSE_DEADLINE_S:
+            heavy = f"its parse took {spent:.2f} s of CPU time, near the {PARSE_DEADLINE_S:g} s deadline"
+        if heavy is not None:
+            self.heavy.heavy(heavy)
+        return exposition
 
     def _refuse_implausible(self, exposition: Exposition) -> None:
         """Leave out the families agent.sources.plausible refuses; count each, and log its first refusal."""
@@ -586,6 +640,7 @@ class VllmSource:
         """What the span receiver and the KV-events subscriber took in and dropped, and the scrapes' families
         refused as implausible, so far."""
         out: dict[str, float] = {f"metrics.refused_{k}": v for k, v in self.refused.items()}
+        out.update({f"metrics.{k}": v for k, v in self.heavy.counts.items() if v})
         if self.spans is not None:
             out.update({f"traces.{k}": v for k, v in self.spans.counts.items()})
         if self.kv_events is not None:
@@ -663,6 +718,16 @@ def _per_s(amount: float | None, span: float) -> float | None:
 
 def _whole(value: float | None) -> int | None:
     return None if value is None else round(value)
+
+
+def _near_a_cap(size: int, series: int) -> str | None:
+    """Why a body of `size` bytes and `series` sample lines is heavy (past NEAR_SHARE of a cap), or None."""
+    if size > NEAR_SHARE * MAX_BODY_BYTES:
+        return f"a body of {size} bytes, past half of the {MAX_BODY_BYTES} a scrape reads"
+    if series > NEAR_SHARE * MAX_SERIES:
+        return f"a body of {series} series, {'more than' if series > MAX_SERIES else 'past half of'} the " \
+               f"{MAX_SERIES} a scrape reads"
+    return None
 
 
 def _reason(exc: Exception, timeout_s: float) -> str:

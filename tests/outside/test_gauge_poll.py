@@ -62,7 +62,7 @@ def test_a_failed_poll_is_counted_and_leaves_no_sample(engine):
     assert source.poller.poll() is None
     engine.close()
     assert source.poller.poll() is None
-    assert source.poller.counts == {"polls": 2, "failed": 2}
+    assert source.poller.counts == {"polls": 2, "failed": 2, "paused": 0}
     assert source.poller.samples(0.0, time.monotonic()) == []
 
 

@@ -4,6 +4,8 @@ never followed elsewhere, and the URL's credentials are never shown. Real socket
 from __future__ import annotations
 
 import base64
+import contextlib
+import gzip
 import subprocess
 import sys
 import time
@@ -17,8 +19,9 @@ from agent.commands.flags import OutsideFlags, open_engine_source
 from agent.errors import CollectError
 from agent.frame import Frame
 from agent.sources import prometheus_text
+from agent.sources.heavy_answers import FIRST_PAUSE_S, MAX_PAUSE_S, HeavyAnswers, ReadPaused
 from agent.sources.prometheus_text import ExpositionError, parse_exposition
-from agent.sources.vllm import SCRAPE_TIMEOUT_S, EngineScrapeError, VllmSource
+from agent.sources.vllm import MAX_BODY_BYTES, SCRAPE_TIMEOUT_S, EngineScrapeError, VllmSource
 from probes.sample import CollectorStatus
 from tests.helpers.hostile_servers import ScriptedServer, answer, drip_body, drip_headers
 from tests.helpers.metrics_server import MetricsServer
@@ -231,3 +234,151 @@ def test_diagnose_never_echoes_the_engine_url_password():
         done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", url, "--duration", "1")
     assert done.returncode == 3, done
     assert "hunter2" not in done.stderr + done.stdout and "***@" in done.stderr
+
+
+# --- issue 39, 12 and 14: a histogram whose buckets are not a histogram is refused whole, like other families ----
+TTFT_0 = 'vllm:time_to_first_token_seconds_bucket{engine="0",le="%s",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+
+
+def _bucket(text: str, le: str, value: str, new_le: str | None = None) -> str:
+    """`text` with engine 0's TTFT bucket `le` counting `value` (and its `le` written `new_le`)."""
+    line = next(x for x in text.splitlines() if x.startswith(TTFT_0 % le))
+    return text.replace(line, f"{TTFT_0 % (new_le or le)} {value}")
+
+
+def _two_scrapes(first: str, second: str) -> tuple[VllmSource, object]:
+    with serving(first, second) as engine:
+        source = VllmSource(engine.url)
+        source.snapshot(100.0)
+        return source, source.snapshot(110.0)
+
+
+@pytest.mark.parametrize("le", ["abc", "0x1", "1_0", "٣", "NaN"])
+def test_a_bucket_whose_le_is_not_a_number_refuses_its_family_and_keeps_the_rest(le):
+    """Before: KeyError / ValueError out of the scrape (a traceback every tick, the whole scrape lost); Python's
+    float() reads "1_0" and "٣" too, Prometheus does not."""
+    source, snap = _two_scrapes(_bucket(BODY, "0.5", "15.0", le), _bucket(NEXT, "0.5", "15.0", le))
+    _, plain = _two_scrapes(BODY, NEXT)
+    assert source.refused == {"ttft": 2}
+    assert source.reading.ttft_p50_s is None and source.reading.ttft_p99_s is None
+    assert snap.window.scheduler.decode_tokens_per_s == plain.window.scheduler.decode_tokens_per_s is not None
+    assert snap.window.scheduler.wait_p99_s == plain.window.scheduler.wait_p99_s
+    assert snap.intake["metrics.refused_ttft"] == 2
+
+
+def test_non_cumulative_buckets_are_refused_not_read_as_data():
+    """A glitch bucket counting fewer than the one below it: the family is refused for that scrape and counted,
+    as a negative gauge is, instead of its window (a negative bucket delta) being read as quantiles."""
+    source, snap = _two_scrapes(BODY, _bucket(NEXT, "0.06", "3.0"))
+    assert source.refused == {"ttft": 1}
+    assert source.reading.ttft_p50_s is None and "ttft_p50" not in (source.reading.said or {})
+    _, plain = _two_scrapes(BODY, NEXT)
+    assert plain.window.scheduler.decode_tokens_per_s == snap.window.scheduler.decode_tokens_per_s is not None
+
+
+def test_diagnose_on_a_bucket_without_a_number_says_what_it_refused_without_a_traceback():
+    hostile = _bucket(BODY, "0.5", "15.0", "abc")
+    with serving(hostile, _bucket(NEXT, "0.5", "15.0", "abc")) as engine:
+        done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", engine.url, "--duration", "2")
+    assert done.returncode in (0, 1, 2), done
+    assert "Traceback" not in done.stderr and "did not answer" not in done.stderr, done.stderr
+    assert "refused vllm:time_to_first_token_seconds bucket" in done.stderr and "'abc': not a number" in done.stderr
+    assert done.stderr.count("refused vllm:time_to_first_token_seconds") == 1, done.stderr
+
+
+# --- issue 39, 18: an engine that answered with what is refused is not said to be down ---------------------------
+def _answering(body: bytes, headers: dict | None = None) -> ScriptedServer:
+    def script(server, conn):
+        server.read_head(conn)
+        answer(conn, body, headers=headers)
+    return ScriptedServer(script)
+
+
+@pytest.mark.parametrize("body, headers, said", [
+    (gzip.compress(BODY.encode()), {"Content-Encoding": "gzip"}, "a gzip-compressed body"),
+    (b"<!DOCTYPE html><html><form action='/login'>", {"Content-Type": "text/html"}, "an HTML page"),
+    (("# TYPE x gauge\n" + "".join(f'x{{i="{i}"}} 1\n' for i in range(20_001))).encode(), None,
+     "20001 series, more than the 20000"),
+    (b"busy", None, None),
+], ids=["gzip", "html-login", "too-many-series", "not-exposition"])
+def test_diagnose_says_what_it_refused_of_an_engine_that_answered(body, headers, said):
+    """Before: "the engine at URL did not answer: ..." for each, which on-call reads as the engine down."""
+    with _answering(body, headers) as engine:
+        done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", engine.url, "--duration", "1")
+    assert done.returncode == 3, done
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"the engine at {engine.url} answered, but its answer was refused: " in last, done.stderr
+    assert said is None or said in last, last
+    assert "did not answer" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_parse_past_its_deadline_is_said_as_an_answer_refused():
+    many = "".join(f"# TYPE f{n} gauge\n" + "".join(f'f{n}{{i="{i}"}} 1\n' for i in range(100)) for n in range(100))
+    with pytest.raises(ExpositionError) as caught:
+        parse_exposition(many, deadline_s=0.0)
+    source = types.SimpleNamespace(url="http://e:8000", kind="vllm")
+    error = f"{type(caught.value).__name__}: {caught.value}"      # as the sampler keeps a collector's error
+    with pytest.raises(CollectError, match=r"answered, but its answer was refused: .*longer than 0 s to parse"):
+        engine_frames([frame(0.0, error)], source)
+
+
+# --- issue 39, 4: a heavy answer pauses the reads, scrape and poll alike, the pause doubling ---------------------
+NEAR_CAP = BODY + "# " + "x" * (MAX_BODY_BYTES // 2 + 1) + "\n"     # under the 8 MiB cap, past half of it
+
+
+def test_a_body_near_the_cap_pauses_the_scrape_and_the_poll_and_is_counted():
+    """Before: a 7.8 MB body under the cap was fetched every scrape and four times a second by the poll
+    (~0.8 core). Now the engine is not asked again until the pause ends, and the pause is counted and said."""
+    with serving(NEAR_CAP, BODY) as engine:
+        source = VllmSource(engine.url, poll_s=60.0)
+        snap = source.snapshot(1.0)               # read: it is under the cap
+        assert snap.intake["metrics.heavy_answers"] == 1 and len(engine.heads) == 1
+        with pytest.raises(ReadPaused, match=r"not read for 2 s after an answer too heavy .*past half of the 8388608"):
+            source.snapshot(2.0)
+        assert source.poller.poll() is None
+        assert len(engine.heads) == 1, "the engine was asked during the pause"
+    assert source.heavy.counts == {"heavy_answers": 1, "reads_skipped": 2}
+    assert source.poller.counts == {"polls": 1, "failed": 0, "paused": 1}
+
+
+def test_an_engine_always_heavy_is_read_ever_more_rarely_up_to_the_longest_pause():
+    """Sampled every second for 10 minutes (a clock of our own), an engine whose every answer is near the cap
+    is read 10 times, not 600: at 0, 2, 6, 14, 30, 62, 126, 246, 366 and 486 s."""
+    now = [0.0]
+    with serving(NEAR_CAP) as engine:
+        source = VllmSource(engine.url)
+        source.heavy = HeavyAnswers(source.metrics_url, clock=lambda: now[0])
+        for second in range(600):
+            now[0] = float(second)
+            with contextlib.suppress(ReadPaused):
+                source.snapshot(now[0])
+        assert len(engine.heads) == 10
+    assert source.heavy.counts == {"heavy_answers": 10, "reads_skipped": 590}
+
+
+def test_a_calm_engine_starts_the_doubling_over():
+    now = [0.0]
+    pauses = HeavyAnswers("http://e/metrics", clock=lambda: now[0])
+    for at in (0.0, 2.0, 6.0):
+        now[0] = at
+        pauses.check()
+        pauses.heavy("near the cap")
+    now[0] = 13.9
+    with pytest.raises(ReadPaused, match="not read for 8 s"):
+        pauses.check()
+    now[0] = 6.0 + 2 * MAX_PAUSE_S + 1        # a calm longer than twice the longest pause
+    pauses.check()
+    pauses.heavy("near the cap")
+    with pytest.raises(ReadPaused, match=f"not read for {FIRST_PAUSE_S:g} s"):
+        pauses.check()
+
+
+def test_a_body_past_the_series_cap_pauses_the_reads_too():
+    huge = ("# TYPE x gauge\n" + "".join(f'x{{i="{i}"}} 1\n' for i in range(20_001)))
+    with serving(huge) as engine:
+        source = VllmSource(engine.url)
+        with pytest.raises(ExpositionError, match="20001 series"):
+            source.snapshot(1.0)
+        with pytest.raises(ReadPaused, match="20001 series"):
+            source.snapshot(2.0)
+        assert len(engine.heads) == 1
