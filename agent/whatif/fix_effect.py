@@ -35,8 +35,15 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     except Exception as exc:   # noqa: BLE001  the prediction is an aside: it never takes the verdict down
         return {"set": as_set_flags(changes), "unavailable": f"the simulation failed: {type(exc).__name__}: {exc}"}
     before, (_, after) = result.today.figures, result.candidates[0]
-    return {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
-            "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
+    never = before.get("requests_never_run") or 0
+    if not before.get("requests_finished"):
+        why = f"{never} of {len(observed.requests)} requests could never run" if never else "nothing finished"
+        return {"set": as_set_flags(changes), "unavailable": f"no request finished in the simulation of today ({why})"}
+    effect = {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
+              "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
+    if never:
+        effect["requests_never_run"] = never      # left out of both: the figures are those of the others
+    return effect
 
 
 def after_figures(effect: dict) -> dict:
@@ -69,6 +76,8 @@ def render_effect(effect: dict) -> str:
         else:
             parts.append(f"{key} {before:.3g} -> {after:.3g}")
     note = " (extrapolated past the steps recorded)" if effect.get("extrapolated") else ""
+    if effect.get("requests_never_run"):
+        note += f" ({effect['requests_never_run']} requests left out: they could never run)"
     return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts) + _unchanged_note(effect)
 
 
