@@ -76,8 +76,9 @@ def render_effect(effect: dict) -> str:
         else:
             parts.append(f"{key} {before:.3g} -> {after:.3g}")
     note = " (extrapolated past the steps recorded)" if effect.get("extrapolated") else ""
-    if effect.get("requests_never_run"):
-        note += f" ({effect['requests_never_run']} requests left out: they could never run)"
+    never = effect.get("requests_never_run")
+    if never:
+        note += f" ({never} of the recorded requests left out: {'it' if never == 1 else 'they'} could never run)"
     return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts) + _unchanged_note(effect)
 
 

@@ -160,9 +160,8 @@ def length_lines(w: WhatIf) -> list[str]:
     longest = f"max_model_len ({settings.max_model_len} tokens)"
     lines = []
     if settings.read_from_outside:
-        origin = ("the longest request recorded, prompt and output; --today max-model-len=N sets it"
-                  if settings.max_model_len == w.observed.longest_request else "--today max-model-len=N sets it")
-        lines.append(f"an engine read from outside: {longest} assumed ({origin})")
+        lines.append(f"an engine read from outside: {longest}; the longest request recorded held "
+                     f"{w.observed.longest_request} tokens, prompt and output (--today max-model-len=N sets it)")
     if figures.get("requests_never_run"):
         lines.append(f"{figures['requests_never_run']} of {total} requests could never run: a prompt of {longest} "
                      f"or more, which the engine refuses; left out of every prediction")
