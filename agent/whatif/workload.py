@@ -13,6 +13,7 @@ from engine_hooks.records.timeline_reading import read_timelines
 
 WINDOW_PATH = "/api/v1/whatif/window"
 
+
 @dataclass(frozen=True)
 class ServedRequest:
     request_id: str
@@ -82,17 +83,18 @@ def from_bundle(path: str) -> Observed:
 def from_agent(url: str) -> Observed:
     """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
     from agent.frame import Frame, FrameError
-    from agent.http_get import get_json
+    from agent.http_get import get_json, redact_url
 
     window = get_json(url, WINDOW_PATH, timeout=15.0)
     frames_data = get_json(url, "/api/v1/frames", timeout=15.0)
+    shown = redact_url(url.rstrip("/"))
     if not isinstance(window, dict) or not isinstance(frames_data, list):
-        raise CollectError(f"{url}: the answer is not a stagelens agent's")
+        raise CollectError(f"{shown}: the answer is not a stagelens agent's")
     try:
         frames = [Frame.from_dict(f) for f in frames_data]
     except (FrameError, TypeError) as exc:
-        raise CollectError(f"{url}: a frame could not be read ({exc})") from None
-    return observed_from_window(url.rstrip("/") + WINDOW_PATH, window, frames)
+        raise CollectError(f"{shown}/api/v1/frames: a frame could not be read ({exc})") from None
+    return observed_from_window(shown + WINDOW_PATH, window, frames)
 
 
 def observed_from_window(source: str, window: dict, frames: list) -> Observed:

@@ -354,3 +354,14 @@ def test_diagnose_replay_leaves_out_a_request_no_engine_runs_and_says_so(model_d
     assert before > 0 and after > 0 and fix["requests_never_run"] == 1
     text = _run(["diagnose", "--replay", str(lying)], model_dir).stdout
     assert "1 of the recorded requests left out: it could never run" in text
+
+
+def test_whatif_connect_names_the_window_without_the_urls_password(bundle, model_dir):
+    path, _ = bundle
+    window, frames = _window_of(path)
+    window["steps"] = "abc"
+    with _agent(window, frames) as agent:
+        url = agent.url.replace("http://", "http://ops:s3cret@")
+        proc = _run(["whatif", "--connect", url], model_dir)
+    _one_line(proc, "http://***@127.0.0.1:", "/api/v1/whatif/window: steps: must be a list")
+    assert "s3cret" not in proc.stderr
