@@ -60,7 +60,8 @@ def short_effect(effect: dict) -> str:
     if None in (b99, a99, bt, at):
         return "no prediction: too few requests finished"
     return (f"predicted P99 TTFT {b99 * 1000:.0f} -> {a99 * 1000:.0f} ms, throughput {bt:.1f} -> {at:.1f} tokens/s"
-            + (" (extrapolated)" if effect.get("extrapolated") else "") + _unchanged_note(effect))
+            + (" (extrapolated)" if effect.get("extrapolated") else "") + _never_run_note(effect)
+            + _unchanged_note(effect))
 
 
 def render_effect(effect: dict) -> str:
@@ -76,10 +77,16 @@ def render_effect(effect: dict) -> str:
         else:
             parts.append(f"{key} {before:.3g} -> {after:.3g}")
     note = " (extrapolated past the steps recorded)" if effect.get("extrapolated") else ""
-    never = effect.get("requests_never_run")
-    if never:
-        note += f" ({never} of the recorded requests left out: {'it' if never == 1 else 'they'} could never run)"
+    note += _never_run_note(effect)
     return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts) + _unchanged_note(effect)
+
+
+def _never_run_note(effect: dict) -> str:
+    """Said when the simulation left requests out (agent/whatif/predict.py `can_run`): the figures are the others'."""
+    never = effect.get("requests_never_run")
+    if not never:
+        return ""
+    return f" ({never} of the recorded requests left out: {'it' if never == 1 else 'they'} could never run)"
 
 
 def _unchanged_note(effect: dict) -> str:
