@@ -83,6 +83,10 @@ class Settings:
             if not values["enable_chunked_prefill"] and isinstance(values["max_num_batched_tokens"], int):
                 room.append(values["max_num_batched_tokens"])
             values["max_model_len"] = max(2, min(room))
+        if not num_blocks:      # its KV cache unknown: at least the one request of max_model_len any engine holds
+            blocks = -(-values["max_model_len"] // values["block_size"])
+            values["kv_cache_memory"] = max(values["kv_cache_memory"],
+                                            blocks * values["block_size"] * values["kv_bytes_per_token"])
         return cls(**values, read_from_outside=True)
 
     def changed(self, changes: dict) -> Settings:

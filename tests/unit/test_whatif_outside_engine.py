@@ -100,3 +100,12 @@ def test_a_request_the_engine_would_refuse_is_left_out_and_said_not_left_to_stal
         assert figures["requests_finished"] == 40 and figures["throughput_tokens_per_s"] > 0
         assert figures["requests_unfinished"] == 0 and figures["requests_never_run"] == 1
     assert "1 of 41 requests could never run: a prompt of max_model_len (2048 tokens) or more" in render(result)
+
+
+def test_an_outside_engine_whose_kv_cache_is_not_known_holds_its_longest_request():
+    """No block count published: the assumed cache (the bundled engine's 16,384 tokens) grows to hold the
+    longest request seen, as the engine's own must have, rather than refuse the what-if."""
+    settings = Settings.assumed(None, None, longest=50_884).changed({})
+    assert settings.max_model_len == 50_884 and settings.num_blocks * settings.block_size >= 50_884
+    published = Settings.assumed(None, 1024, longest=50_884)     # 1,024 blocks of 16: the longest it could hold
+    assert published.max_model_len == 16_384 and published.changed({}).num_blocks == 1024
