@@ -154,6 +154,12 @@ WRONG_FRAMES = [
     ({"node_sample": {**NODE, "hostname": None}}, "node_sample.hostname: must be a string, got null"),
     ({"node_sample": {**NODE, "gpus": [{"index": 0, "pcie": {"rx_util_ratio": "0.4"}}]}},
      "node_sample.gpus[0].pcie.rx_util_ratio: must be a finite number or null, got '0.4'"),
+    # a whole number no float holds: once an OverflowError (`math.isfinite`) in the reader
+    ({"time_monotonic": 10**400}, "time_monotonic: must be a finite number, got a 1329-bit number"),
+    ({"engine": {**engine_snapshot(), "counters": {"preemptions_total": 10**400}}},
+     "engine.counters.preemptions_total: must be a finite number, got a 1329-bit number"),
+    ({"engine": engine_snapshot(kv={"fragmentation_ratio": -(10**400)})},
+     "engine.window.kv.fragmentation_ratio: must be a finite number or null, got a 1329-bit number"),
 ]
 
 
