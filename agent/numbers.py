@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 import click
 
@@ -95,10 +96,15 @@ def _text(x) -> str:
 
 def shown(value) -> str:
     """A value as an error message quotes it: JSON's null, and short."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 80:
+        return f"a {value.bit_length()}-bit number"      # 10**400 is not printed whole
     text = "null" if value is None else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def is_finite_number(value) -> bool:
-    """A number arithmetic can use: not a boolean, not NaN or an infinity (Python's json reads both)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A number arithmetic can use: not a boolean, not NaN or an infinity (Python's json reads both), not a whole
+    number too large for a float (10**400: the comparison, unlike `math.isfinite`, does not overflow)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return -sys.float_info.max <= value <= sys.float_info.max

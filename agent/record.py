@@ -23,15 +23,11 @@ from dataclasses import dataclass, field
 
 from agent.errors import UserError
 from agent.frame import Frame, FrameError
-from agent.numbers import is_finite_number, shown
+from agent.numbers import shown
+from agent.recording_checks import LOAD_FIELDS, STEP_FIELDS, engine_config_problem, steps_problem, timeline_problem
 from agent.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_REQUESTS
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
-# What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its time
-STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
-               "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading",
-               "forwards")
-LOAD_FIELDS = ("model", "start", "end", "seconds", "ok")
 MAX_LINE_BYTES = 64 * 2**20    # a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)
 
 
@@ -192,7 +188,7 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
         except (FrameError, TypeError) as exc:
             raise UserError(f"{path}:{number}: bad frame: {exc}") from None
     elif kind == "timeline":
-        problem = _timeline_problem(record.get("timeline"))
+        problem = timeline_problem(record.get("timeline"))
         if problem:
             raise UserError(f"{path}:{number}: bad timeline: {problem}")
         if len(bundle.timelines) == MAX_REPLAY_REQUESTS:
@@ -200,14 +196,15 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
                             f"replay takes: record a shorter window")
         bundle.timelines.append(record["timeline"])
     elif kind == "engine_config":
-        if not isinstance(record.get("engine_config"), dict):
-            raise UserError(f"{path}:{number}: bad engine_config: must be an object")
+        problem = engine_config_problem(record.get("engine_config"))
+        if problem:
+            raise UserError(f"{path}:{number}: bad engine_config: {problem}")
         bundle.engine_config = record["engine_config"]
     elif kind == "steps":
-        problem = _steps_problem(record)
+        problem = steps_problem(record.get("steps") or [], record.get("loads"))
         if problem:
             raise UserError(f"{path}:{number}: bad steps: {problem}")
-        bundle.steps.extend(record["steps"])
+        bundle.steps.extend(record.get("steps") or [])
         bundle.loads.extend(record.get("loads") or [])
     else:
         raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame, timeline, engine_config or "
@@ -228,47 +225,6 @@ def engine_records(steps: list[dict], loads: list[dict]) -> dict:
             "loads": [{k: ld[k] for k in LOAD_FIELDS} for ld in loads]}
 
 
-def _steps_problem(record: dict) -> str | None:
-    for key, fields in (("steps", STEP_FIELDS), ("loads", LOAD_FIELDS)):
-        items = record.get(key) or []
-        if not isinstance(items, list):
-            return f"{key}: must be a list, got {shown(items)}"
-        for i, item in enumerate(items):
-            if not isinstance(item, dict) or not all(k in item for k in fields):
-                return f"{key}[{i}]: must be an object with {', '.join(fields)}"
-            numbers = [k for k in fields if k not in _NOT_NUMBERS]
-            bad = next((k for k in numbers if not is_finite_number(item[k])), None)
-            if bad is not None:
-                return f"{key}[{i}].{bad}: must be a finite number, got {shown(item[bad])}"
-    return None
-
-
-_NOT_NUMBERS = ("loading", "model", "ok")
-
-
-# What replay reads of a timeline (agent/tui: replay_source, figures, render/waterfall): name -> may be null.
-_TIMELINE_TIMES = {"arrival": False, "finished": True, "first_token": True, "ttft_s": True, "latency_s": True}
-_TIMELINE_SPANS = {"waits": ("start", "end", "reason"), "chunks": ("start", "end")}   # lists of objects, or null
-
-
-def _timeline_problem(t) -> str | None:
-    if not isinstance(t, dict):
-        return "a timeline record needs a 'timeline' object"
-    for key, nullable in _TIMELINE_TIMES.items():
-        value = t.get(key)
-        if not (is_finite_number(value) or (nullable and value is None)):
-            return f"{key}: must be a finite number{' or null' if nullable else ''}, got {shown(value)}"
-    for key, fields in _TIMELINE_SPANS.items():
-        spans = t.get(key)
-        if spans is not None and not isinstance(spans, list):
-            return f"{key}: must be a list, got {shown(spans)}"
-        for i, span in enumerate(spans or []):
-            if not (isinstance(span, dict) and all(k in span for k in fields)
-                    and is_finite_number(span["start"]) and is_finite_number(span["end"])):
-                return f"{key}[{i}]: must be an object with {', '.join(fields)} (finite times), got {shown(span)}"
-    return None
-
-
 def _too_large(where: str, what: str) -> str:
     return f"{where}: {what}, past {MAX_BUNDLE_BYTES // 2**20:,} MiB, the most a replay reads: record a shorter window"
 
@@ -283,6 +239,8 @@ def _parse(path: str, number: int, line: bytes) -> dict:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{number}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError:      # a whole number of more digits than Python converts (4,300)
+        raise UserError(f"{path}:{number}: not valid JSON for a bundle: a number with thousands of digits") from None
     except RecursionError:
         raise UserError(f"{path}:{number}: not valid JSON: nested too deeply") from None
     if not isinstance(record, dict):

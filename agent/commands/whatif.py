@@ -23,7 +23,8 @@ from agent.printable import printable_lines
                    "enable-chunked-prefill=true,max-num-batched-tokens=512); repeat for several candidates.")
 @click.option("--recommended", is_flag=True, help="Also predict the diagnosis's own fix.")
 @click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE[,...]",
-              help="Today's flags where the bundle does not hold them (an engine read from outside).")
+              help="Today's flags where the bundle does not hold them (an engine read from outside), "
+                   "max-model-len among them (else its longest request recorded).")
 @click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
               help="Replay the same requests this many times as fast (a higher load of the same traffic).")
 @click.option("--search", "do_search", is_flag=True, help="Sweep batch size, token budget, chunking and policy.")

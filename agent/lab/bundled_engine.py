@@ -6,11 +6,11 @@ parameters and allocators. The lab hosts the engine and is the agent's one door 
 from importlib import import_module
 
 from engine_hooks.engine.allocator import make_allocator
-from engine_hooks.engine.config import ALLOCATORS, DTYPES, POLICIES, ConfigError, EngineConfig, parse_bytes
+from engine_hooks.engine.config import ALLOCATORS, DTYPES, MAX_TOKENS, POLICIES, ConfigError, EngineConfig, parse_bytes
 from engine_hooks.engine.presets import PRESETS
 from engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
 
-__all__ = ["ALLOCATORS", "DTYPES", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError", "EngineConfig",
+__all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError", "EngineConfig",
            "FinishReason", "SamplingParams", "make_allocator", "parse_bytes"]
 
 

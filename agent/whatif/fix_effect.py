@@ -35,8 +35,15 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     except Exception as exc:   # noqa: BLE001  the prediction is an aside: it never takes the verdict down
         return {"set": as_set_flags(changes), "unavailable": f"the simulation failed: {type(exc).__name__}: {exc}"}
     before, (_, after) = result.today.figures, result.candidates[0]
-    return {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
-            "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
+    never = before.get("requests_never_run") or 0
+    if not before.get("requests_finished"):
+        why = f"{never} of {len(observed.requests)} requests could never run" if never else "nothing finished"
+        return {"set": as_set_flags(changes), "unavailable": f"no request finished in the simulation of today ({why})"}
+    effect = {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
+              "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
+    if never:
+        effect["requests_never_run"] = never      # left out of both: the figures are those of the others
+    return effect
 
 
 def after_figures(effect: dict) -> dict:
@@ -53,7 +60,8 @@ def short_effect(effect: dict) -> str:
     if None in (b99, a99, bt, at):
         return "no prediction: too few requests finished"
     return (f"predicted P99 TTFT {b99 * 1000:.0f} -> {a99 * 1000:.0f} ms, throughput {bt:.1f} -> {at:.1f} tokens/s"
-            + (" (extrapolated)" if effect.get("extrapolated") else "") + _unchanged_note(effect))
+            + (" (extrapolated)" if effect.get("extrapolated") else "") + _never_run_note(effect)
+            + _unchanged_note(effect))
 
 
 def render_effect(effect: dict) -> str:
@@ -69,7 +77,16 @@ def render_effect(effect: dict) -> str:
         else:
             parts.append(f"{key} {before:.3g} -> {after:.3g}")
     note = " (extrapolated past the steps recorded)" if effect.get("extrapolated") else ""
+    note += _never_run_note(effect)
     return f"predicted effect of {flags} (stagelens whatif){note}: " + ", ".join(parts) + _unchanged_note(effect)
+
+
+def _never_run_note(effect: dict) -> str:
+    """Said when the simulation left requests out (agent/whatif/predict.py `can_run`): the figures are the others'."""
+    never = effect.get("requests_never_run")
+    if not never:
+        return ""
+    return f" ({never} of the recorded requests left out: {'it' if never == 1 else 'they'} could never run)"
 
 
 def _unchanged_note(effect: dict) -> str:

@@ -59,16 +59,32 @@ def predicted_range(p: Prediction, cost: StepCost, requests: list[ServedRequest]
     return out
 
 
+def can_run(r: ServedRequest, settings: Settings) -> bool:
+    """Whether the engine takes the request at all: it refuses a prompt that leaves no room for one output token
+    within max_model_len (engine_hooks/engine/engine.py). Any other fits its KV cache, which the settings' checks
+    make hold one request of max_model_len: one that could not would wait at the head of the queue for ever."""
+    return r.prompt_tokens < settings.max_model_len
+
+
 def replay(requests: list[ServedRequest], settings: Settings) -> list[SimRequest]:
-    """The requests to simulate, each under a model the settings serve: a name the engine published (an
-    engine read from outside serves `tiny-llama`, not `model-0`) takes a served name no request uses, in the
-    order the names first arrive, so that one model served is one model resident."""
+    """The requests to simulate (those the engine takes: `can_run`), each under a model the settings serve: a
+    name the engine published (an engine read from outside serves `tiny-llama`, not `model-0`) takes a served
+    name no request uses, in the order the names first arrive, so that one model served is one model resident."""
     served = settings.model_names
     seen = list(dict.fromkeys(r.model for r in requests))
     free = iter([name for name in served if name not in seen])
     renamed = {name: next(free, name) for name in seen if name not in served}
     return [SimRequest(r.request_id, renamed.get(r.model, r.model), r.arrival, r.prompt_tokens, r.output_tokens)
-            for r in requests]
+            for r in requests if can_run(r, settings)]
+
+
+def left_out(requests: list[ServedRequest], settings: Settings) -> dict:
+    """How many requests the simulation could never run (`can_run`), and how many it ends early at max_model_len
+    (prompt and output longer than it): said beside the figures, which leave the first out and count the second
+    only as far as they ran."""
+    runs = [r for r in requests if can_run(r, settings)]
+    cut = sum(1 for r in runs if r.prompt_tokens + r.output_tokens > settings.max_model_len)
+    return {"requests_never_run": len(requests) - len(runs), "requests_cut_at_max_model_len": cut}
 
 
 def _fragmentation(log, read_from_outside: bool) -> float | None:
@@ -93,6 +109,7 @@ def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], t
     window = (requests[0].arrival, requests[-1].arrival)
     figures = serving_figures(done, window)
     figures["requests_unfinished"] = len(result.requests) - len(done)
+    figures.update(left_out(requests, settings))
     log = result.log
     figures["model_loads"] = len(result.loads)
     figures["engine_busy_ratio"] = log.busy_s / (result.end - window[0]) if result.end > window[0] else None

@@ -58,7 +58,7 @@ def today_settings(observed: Observed, today: dict | None = None) -> Settings:
         raise UserError(f"{observed.source}: the bundle holds neither the engine's steps nor its requests' prefill "
                         f"intervals (recorded by an older stagelens?): record it again with `stagelens lab "
                         f"--record` or `stagelens record`")
-    return Settings.assumed(*observed.engine_info()).changed(today or {})
+    return Settings.assumed(*observed.engine_info(), longest=observed.longest_request).changed(today or {})
 
 
 def _spans(observed: Observed) -> list[RequestTimeline]:
@@ -153,11 +153,29 @@ def beyond_lines(c: StepCost) -> list[str]:
     return lines
 
 
+def length_lines(w: WhatIf) -> list[str]:
+    """Where max_model_len came from, for an engine read from outside, and the requests it leaves out or cuts
+    (agent/whatif/predict.py `left_out`): the same for every candidate, which cannot change it."""
+    settings, figures, total = w.today.settings, w.today.figures, len(w.observed.requests)
+    longest = f"max_model_len ({settings.max_model_len} tokens)"
+    lines = []
+    if settings.read_from_outside:
+        lines.append(f"an engine read from outside: {longest}; the longest request recorded held "
+                     f"{w.observed.longest_request} tokens, prompt and output (--today max-model-len=N sets it)")
+    if figures.get("requests_never_run"):
+        lines.append(f"{figures['requests_never_run']} of {total} requests could never run: a prompt of {longest} "
+                     f"or more, which the engine refuses; left out of every prediction")
+    if figures.get("requests_cut_at_max_model_len"):
+        lines.append(f"{figures['requests_cut_at_max_model_len']} of {total} requests cut at {longest}: their "
+                     f"prompt and output are longer, and each is predicted to end there")
+    return lines
+
+
 def render(w: WhatIf) -> str:
     c = w.cost
     on = "steps" if w.observed.steps else "pseudo-steps from the requests' prefill and decode intervals"
     lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}"
-             + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""),
+             + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""), *length_lines(w),
              f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
              f"{c.loads} model loads seen" + _cold_note(c), fit_terms(c), *beyond_lines(c)]
     columns = [("today measured", w.measured), ("today predicted", w.today.figures)]

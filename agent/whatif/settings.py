@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 from agent.errors import UserError
-from agent.lab.bundled_engine import ConfigError, EngineConfig
-from agent.numbers import number_of_text
+from agent.lab.bundled_engine import MAX_TOKENS, ConfigError, EngineConfig
+from agent.numbers import number_of_text, shown
 
 # The settings a candidate may change: they decide what the scheduler, the KV cache and residency do
 TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
            "long_prefill_token_threshold", "policy", "allocator", "kv_cache_memory", "num_preload_models",
            "max_resident_models")
+# What `--today` may say besides: of an engine read from outside, the longest request it takes
+TODAY_ONLY = ("max_model_len",)
 _BOOLEAN = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
 
 
@@ -49,16 +51,23 @@ class Settings:
 
     @classmethod
     def recorded(cls, cfg: dict) -> Settings:
-        """From a bundle's `engine_config` record."""
-        try:
-            return cls(**{f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name in cfg})
-        except TypeError as exc:
-            raise UserError(f"the bundle's engine_config is incomplete: {exc}") from None
+        """From a bundle's `engine_config` record (or an agent's window), as its reader checked it
+        (`recorded_problem`)."""
+        problem = recorded_problem(cfg)
+        if problem:
+            raise UserError(f"the recording's engine_config: {problem}")
+        return cls._from_record(cfg)
 
     @classmethod
-    def assumed(cls, info, num_blocks: int | None) -> Settings:
+    def _from_record(cls, cfg: dict) -> Settings:
+        return cls(**{f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name in cfg and f.name in _RECORDED})
+
+    @classmethod
+    def assumed(cls, info, num_blocks: int | None, longest: int | None = None) -> Settings:
         """For an engine whose settings were not recorded (read from outside): the bundled engine's defaults, with
-        what its snapshot says (`EngineInfo`: block size, batch and budget where published; the KV blocks)."""
+        what its snapshot says (`EngineInfo`: block size, batch and budget where published; the KV blocks). Its
+        longest request, unless published: `longest` (the longest recorded, prompt and output), as far as its KV
+        cache and a step's budget (without chunked prefill) hold one."""
         base = EngineConfig(device="cpu", dtype="float32")
         values = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls) if hasattr(base, f.name)}
         values["kv_bytes_per_token"] = base.kv_bytes_per_token()
@@ -69,6 +78,15 @@ class Settings:
                 values[key] = value
         if num_blocks:
             values["kv_cache_memory"] = num_blocks * values["block_size"] * values["kv_bytes_per_token"]
+        if longest and getattr(info, "max_model_len", None) is None:
+            room = [longest, MAX_TOKENS] + ([num_blocks * values["block_size"]] if num_blocks else [])
+            if not values["enable_chunked_prefill"] and isinstance(values["max_num_batched_tokens"], int):
+                room.append(values["max_num_batched_tokens"])
+            values["max_model_len"] = max(2, min(room))
+        if not num_blocks:      # its KV cache unknown: at least the one request of max_model_len any engine holds
+            blocks = -(-values["max_model_len"] // values["block_size"])
+            values["kv_cache_memory"] = max(values["kv_cache_memory"],
+                                            blocks * values["block_size"] * values["kv_bytes_per_token"])
         return cls(**values, read_from_outside=True)
 
     def changed(self, changes: dict) -> Settings:
@@ -80,7 +98,42 @@ class Settings:
             checked = EngineConfig(**{k: v for k, v in values.items() if k in engine_fields}, device="cpu", dtype=dtype)
         except ConfigError as exc:
             raise UserError(str(exc)) from None
-        return dataclasses.replace(self, **{k: getattr(checked, k) for k in TUNABLE})
+        return dataclasses.replace(self, **{k: getattr(checked, k) for k in (*TUNABLE, *TODAY_ONLY)})
+
+
+# What a recorded engine_config gives the simulator: every setting but where it came from
+_RECORDED = tuple(f.name for f in dataclasses.fields(Settings) if f.name != "read_from_outside")
+_KINDS = {"int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+          "bool": (lambda v: isinstance(v, bool), "true or false"),
+          "str": (lambda v: isinstance(v, str), "a string"),
+          "int | None": (lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
+                         "a whole number or null")}
+
+
+def recorded_problem(cfg) -> str | None:
+    """What is wrong with a recorded engine_config (agent/record.py `engine_settings` wrote it), naming the field;
+    None when the simulator can run on it: every setting there, of the type written, one the engine itself would
+    take, and the KV bytes a token takes what its model holds one in (at 16 or 32 bits)."""
+    if not isinstance(cfg, dict):
+        return f"must be an object, got {shown(cfg)}"
+    for f in dataclasses.fields(Settings):
+        if f.name not in _RECORDED or (f.name not in cfg and f.default is not dataclasses.MISSING):
+            continue
+        if f.name not in cfg:
+            return f"{f.name}: missing"
+        ok, words = _KINDS[f.type]
+        if not ok(cfg[f.name]):
+            return f"{f.name}: must be {words}, got {shown(cfg[f.name])}"
+    settings = Settings._from_record(cfg)
+    try:
+        settings.changed({})
+    except UserError as exc:
+        return str(exc)
+    per_token = sorted({_per_token(settings.model, 2), _per_token(settings.model, 4)})
+    if settings.kv_bytes_per_token not in per_token:
+        return (f"kv_bytes_per_token: must be what a token of model {settings.model!r} takes "
+                f"({' or '.join(map(str, per_token))} bytes), got {shown(settings.kv_bytes_per_token)}")
+    return None
 
 
 def _per_token(model: str, element: int) -> int:
@@ -101,9 +154,11 @@ def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict
         key = name.strip().removeprefix("--").replace("-", "_")
         if not sep or not raw.strip():
             raise UserError(f"{option} {text[:60]!r}: expected FLAG=VALUE (e.g. max-num-seqs=16)")
-        if key not in TUNABLE:
-            raise UserError(f"{option} {name[:40]}: not a flag what-if can change (choose from "
-                            f"{', '.join(k.replace('_', '-') for k in TUNABLE)})")
+        known = (*TUNABLE, *TODAY_ONLY) if option == "--today" else TUNABLE
+        if key not in known:
+            verb = "take" if option == "--today" else "change"
+            raise UserError(f"{option} {name[:40]}: not a flag what-if can {verb} (choose from "
+                            f"{', '.join(k.replace('_', '-') for k in known)})")
         if key in given:
             raise UserError(f"{option} {name.strip()[:40]}: given twice ({given[key][:40]} and {text.strip()[:40]}): "
                             "give each flag once")

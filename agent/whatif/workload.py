@@ -12,6 +12,8 @@ from agent.replay_limits import MAX_REPLAY_MODELS
 from engine_hooks.records.timeline import RequestTimeline
 from engine_hooks.records.timeline_reading import read_timelines
 
+WINDOW_PATH = "/api/v1/whatif/window"
+
 
 @dataclass(frozen=True)
 class ServedRequest:
@@ -47,6 +49,11 @@ class Observed:
         return None, None
 
     @property
+    def longest_request(self) -> int:
+        """The most tokens a recorded request held: its prompt and output."""
+        return max(r.prompt_tokens + r.output_tokens for r in self.requests)
+
+    @property
     def window(self) -> tuple[float, float]:
         """While arrivals ran: the throughput's window, the same for what was measured and what is predicted."""
         return self.requests[0].arrival, self.requests[-1].arrival
@@ -77,22 +84,29 @@ def from_bundle(path: str) -> Observed:
 def from_agent(url: str) -> Observed:
     """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
     from agent.frame import Frame, FrameError
-    from agent.http_get import get_json
+    from agent.http_get import get_json, redact_url
 
-    window = get_json(url, "/api/v1/whatif/window", timeout=15.0)
+    window = get_json(url, WINDOW_PATH, timeout=15.0)
     frames_data = get_json(url, "/api/v1/frames", timeout=15.0)
+    shown = redact_url(url.rstrip("/"))
     if not isinstance(window, dict) or not isinstance(frames_data, list):
-        raise CollectError(f"{url}: the answer is not a stagelens agent's")
+        raise CollectError(f"{shown}: the answer is not a stagelens agent's")
     try:
         frames = [Frame.from_dict(f) for f in frames_data]
     except (FrameError, TypeError) as exc:
-        raise CollectError(f"{url}: a frame could not be read ({exc})") from None
-    return observed_from_window(url, window, frames)
+        raise CollectError(f"{shown}/api/v1/frames: a frame could not be read ({exc})") from None
+    return observed_from_window(shown + WINDOW_PATH, window, frames)
 
 
 def observed_from_window(source: str, window: dict, frames: list) -> Observed:
-    """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`)."""
-    return _observed(source, read_timelines(window.get("timelines")), window.get("engine_config"),
+    """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`),
+    checked as a bundle's records are (agent/recording_checks.py): CollectError naming `source` and the field."""
+    from agent.recording_checks import window_problem
+
+    problem = window_problem(window)
+    if problem:
+        raise CollectError(f"{source}: {problem}")
+    return _observed(source, read_timelines(window["timelines"]), window.get("engine_config"),
                      window.get("steps") or [], window.get("loads") or [], frames)
 
 

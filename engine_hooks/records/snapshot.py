@@ -19,7 +19,7 @@ reads as None. Plain dataclasses and no torch: the agent imports this without an
 
 from __future__ import annotations
 
-import math
+import sys
 from dataclasses import dataclass, fields
 from functools import cache
 
@@ -312,13 +312,20 @@ def _json(value):
 
 
 def _shown(value) -> str:
-    """A value as an error message quotes it: JSON's null, and short."""
+    """A value as an error message quotes it: JSON's null, and short (10**400 not printed whole)."""
+    if _is_number(value) and isinstance(value, int) and value.bit_length() > 80:
+        return f"a {value.bit_length()}-bit number"
     text = "null" if value is None else repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_finite(number) -> bool:
+    """Not NaN, not an infinity, not an int too large for a float (10**400, which `math.isfinite` overflows on)."""
+    return -sys.float_info.max <= number <= sys.float_info.max
 
 
 def _check_object(value, where: str) -> None:
@@ -332,13 +339,13 @@ def _number(value, where: str):
         return None
     if not _is_number(value):
         raise SnapshotError(f"{where}: must be a number or null, got {_shown(value)}")
-    if not math.isfinite(value):
+    if not _is_finite(value):
         raise SnapshotError(f"{where}: must be a finite number or null, got {_shown(value)}")
     return value
 
 
 def _finite(value, where: str):
-    if not (_is_number(value) and math.isfinite(value)):
+    if not (_is_number(value) and _is_finite(value)):
         raise SnapshotError(f"{where}: must be a finite number, got {_shown(value)}")
     return value
 
@@ -377,7 +384,7 @@ def _texts(value, where: str):
 def _numbers(value, where: str):
     if value is None:
         return None
-    if not isinstance(value, list) or not all(_is_number(v) and math.isfinite(v) for v in value):
+    if not isinstance(value, list) or not all(_is_number(v) and _is_finite(v) for v in value):
         raise SnapshotError(f"{where}: must be a list of numbers, got {_shown(value)}")
     return list(value)
 

@@ -1,16 +1,22 @@
 """Timelines read back from data this process did not write (a recorded bundle, an agent's HTTP answer): each
 `RequestTimeline.to_dict()` is checked field by field before it becomes a RequestTimeline, so a malformed one is
-a TimelineError (and left out by `read_timelines`), never a traceback deep in whoever reads it next.
+a TimelineError (and left out by `read_timelines`), never a traceback deep in whoever reads it next. Times are
+checked as time allows them: within MAX_TIME_S of zero, nothing ending before it starts, no first token or end
+before the arrival; token counts are whole and at most MAX_TOKENS.
 
 Values are kept as they were written (an int time stays an int): readers compute on them exactly as they did on
 the dicts."""
 
 from __future__ import annotations
 
-import math
 import re
 
 from engine_hooks.records.timeline import RequestTimeline
+
+# Seconds either side of zero any recorded time lies within: the year 5000 on the Unix clock, and far past a
+# monotonic one; a time past it (1e300, 10**400) is no time, and would print a 309-digit figure
+MAX_TIME_S = 95_617_584_000
+MAX_TOKENS = 1 << 40        # what an outside engine's span may say (agent/sources/llm_request_spans.py)
 
 
 class TimelineError(ValueError):
@@ -18,25 +24,28 @@ class TimelineError(ValueError):
 
 
 def read_timeline(d) -> RequestTimeline:
-    """The RequestTimeline `d` (`RequestTimeline.to_dict()`) was written from; TimelineError if it is not one."""
+    """The RequestTimeline `d` (`RequestTimeline.to_dict()`) was written from; TimelineError, naming the field, if
+    it is not one."""
     if not isinstance(d, dict):
-        raise TimelineError(f"a timeline must be an object, got {type(d).__name__}")
-    _require(d, "request_id", _is_str)
-    _require(d, "model", _is_str, nullable=True, optional=True)
+        raise TimelineError(f"a timeline must be an object, got {_shown(d)}")
+    _require(d, "request_id", _STRING)
+    _require(d, "model", _STRING, nullable=True, optional=True)
     for key in ("prompt_tokens", "output_tokens"):
-        _require(d, key, _is_int)
-    _require(d, "preemptions", _is_int, nullable=True, optional=True)
-    _require(d, "arrival", _is_time)
+        _require(d, key, _COUNT)
+    _require(d, "preemptions", _COUNT, nullable=True, optional=True)
+    _require(d, "arrival", _TIME)
     for key in ("finished", "first_token"):
-        _require(d, key, _is_time, nullable=True, optional=True)
-    _require(d, "finish_reason", _is_str, nullable=True, optional=True)
-    _require(d, "trace_id", _is_trace_id, nullable=True, optional=True)
+        _require(d, key, _TIME, nullable=True, optional=True)
+        if d.get(key) is not None and d[key] < d["arrival"]:
+            raise TimelineError(f"{key}: {_shown(d[key])} is before the arrival ({_shown(d['arrival'])})")
+    _require(d, "finish_reason", _STRING, nullable=True, optional=True)
+    _require(d, "trace_id", _TRACE_ID, nullable=True, optional=True)
     for key in ("ttft_components", "latency_components"):
-        _require(d, key, _is_components, nullable=True, optional=True)
-    _require_items(d, "events", {"t": _is_time, "event": _is_str})
-    _require_items(d, "chunks", {"start": _is_time, "end": _is_time}, {"tokens": _is_int, "step": _is_int})
-    _require_items(d, "waits", {"start": _is_time, "end": _is_time, "reason": _is_str},
-                   {"step": _is_int_or_none, "held_by": _is_str_or_none})
+        _require(d, key, _COMPONENTS, nullable=True, optional=True)
+    _require_items(d, "events", {"t": _TIME, "event": _STRING})
+    _require_items(d, "chunks", {"start": _TIME, "end": _TIME}, {"tokens": _INT, "step": _INT})
+    _require_items(d, "waits", {"start": _TIME, "end": _TIME, "reason": _STRING},
+                   {"step": _INT_OR_NONE, "held_by": _STRING_OR_NONE})
     # Written by every stagelens; a writer that left them out (the bundle reader lets it): no name, no preemption
     return RequestTimeline.from_dict({**d, "model": d.get("model") or "", "preemptions": d.get("preemptions") or 0})
 
@@ -52,56 +61,65 @@ def read_timelines(items) -> list[RequestTimeline]:
     return out
 
 
-def _require(d: dict, key: str, ok, nullable: bool = False, optional: bool = False) -> None:
+def _require(d: dict, key: str, kind: tuple, nullable: bool = False, optional: bool = False) -> None:
     if key not in d:
         if optional:
             return
         raise TimelineError(f"{key}: missing")
+    ok, words = kind
     value = d[key]
     if not (ok(value) or (nullable and value is None)):
-        raise TimelineError(f"{key}: unexpected {type(value).__name__} {value!r:.40}")
+        raise TimelineError(f"{key}: must be {words}{' or null' if nullable else ''}, got {_shown(value)}")
 
 
 def _require_items(d: dict, key: str, required: dict, optional: dict | None = None) -> None:
-    """`d[key]`: absent, null, or a list of objects with the `required` fields (and the `optional` ones typed)."""
+    """`d[key]`: absent, null, or a list of objects with the `required` fields (and the `optional` ones typed);
+    a span (`start`, `end`) ends at or after its start."""
     items = d.get(key)
     if items is None:
         return
     if not isinstance(items, list):
-        raise TimelineError(f"{key}: must be a list, got {type(items).__name__}")
+        raise TimelineError(f"{key}: must be a list, got {_shown(items)}")
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise TimelineError(f"{key}[{i}]: must be an object, got {type(item).__name__}")
-        for name, ok in required.items():
-            _require(item, name, ok)
-        for name, ok in (optional or {}).items():
-            _require(item, name, ok, optional=True)
+            raise TimelineError(f"{key}[{i}]: must be an object, got {_shown(item)}")
+        try:
+            for name, kind in required.items():
+                _require(item, name, kind)
+            for name, kind in (optional or {}).items():
+                _require(item, name, kind, optional=True)
+        except TimelineError as exc:
+            raise TimelineError(f"{key}[{i}].{exc}") from None
+        if "end" in required and item["end"] < item["start"]:
+            raise TimelineError(f"{key}[{i}]: ends ({_shown(item['end'])}) before it starts ({_shown(item['start'])})")
 
 
-def _is_str(v) -> bool:
-    return isinstance(v, str)
-
-
-def _is_trace_id(v) -> bool:
-    """A W3C trace id as written: 32 lowercase hex digits (what an exemplar label may carry)."""
-    return isinstance(v, str) and re.fullmatch(r"[0-9a-f]{32}", v) is not None
-
-
-def _is_str_or_none(v) -> bool:
-    return v is None or isinstance(v, str)
+def _shown(value) -> str:
+    """A value as a message quotes it: JSON's null, and short (a 400-digit number is not printed whole)."""
+    if _is_int(value) and value.bit_length() > 80:
+        return f"a {value.bit_length()}-bit number"
+    text = "null" if value is None else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_int_or_none(v) -> bool:
-    return v is None or _is_int(v)
+def is_time(v) -> bool:
+    """A number of seconds within MAX_TIME_S of 0: the comparisons refuse NaN and the infinities too, and never
+    overflow (a 400-digit int)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and -MAX_TIME_S <= v <= MAX_TIME_S
 
 
-def _is_time(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _is_components(v) -> bool:
-    return isinstance(v, dict) and all(isinstance(k, str) and _is_time(s) for k, s in v.items())
+_STRING = (lambda v: isinstance(v, str), "a string")
+_STRING_OR_NONE = (lambda v: v is None or isinstance(v, str), "a string or null")
+_INT = (_is_int, "a whole number")
+_INT_OR_NONE = (lambda v: v is None or _is_int(v), "a whole number or null")
+_COUNT = (lambda v: _is_int(v) and 0 <= v <= MAX_TOKENS, f"a whole number in [0, 2**{MAX_TOKENS.bit_length() - 1}]")
+TIME_WORDS = f"a finite number of seconds within {MAX_TIME_S:.3g} of 0"
+_TIME = (is_time, TIME_WORDS)
+# A W3C trace id as written: 32 lowercase hex digits (what an exemplar label may carry)
+_TRACE_ID = (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{32}", v) is not None, "32 hex digits")
+_COMPONENTS = (lambda v: isinstance(v, dict) and all(isinstance(k, str) and is_time(s) for k, s in v.items()),
+               "an object of seconds")

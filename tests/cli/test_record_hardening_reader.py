@@ -12,7 +12,8 @@ import pytest
 
 from agent.errors import EXIT_UNKNOWN, UserError
 from agent.frame import Frame, FrameError
-from agent.record import MAX_LINE_BYTES, BundleWriter, read_bundle
+from agent.lab.bundled_engine import EngineConfig
+from agent.record import MAX_LINE_BYTES, BundleWriter, engine_settings, read_bundle
 from tests.helpers.frame_builders import engine_snapshot, frame, node_sample
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
@@ -153,6 +154,12 @@ WRONG_FRAMES = [
     ({"node_sample": {**NODE, "hostname": None}}, "node_sample.hostname: must be a string, got null"),
     ({"node_sample": {**NODE, "gpus": [{"index": 0, "pcie": {"rx_util_ratio": "0.4"}}]}},
      "node_sample.gpus[0].pcie.rx_util_ratio: must be a finite number or null, got '0.4'"),
+    # a whole number no float holds: once an OverflowError (`math.isfinite`) in the reader
+    ({"time_monotonic": 10**400}, "time_monotonic: must be a finite number, got a 1329-bit number"),
+    ({"engine": {**engine_snapshot(), "counters": {"preemptions_total": 10**400}}},
+     "engine.counters.preemptions_total: must be a finite number, got a 1329-bit number"),
+    ({"engine": engine_snapshot(kv={"fragmentation_ratio": -(10**400)})},
+     "engine.window.kv.fragmentation_ratio: must be a finite number or null, got a 1329-bit number"),
 ]
 
 
@@ -189,14 +196,30 @@ TIMELINE = {"request_id": "req-0", "prompt_tokens": 20, "output_tokens": 8, "arr
             "waits": [{"start": 1.0, "end": 1.2, "reason": "no_free_blocks"}], "chunks": [{"start": 1.2, "end": 1.4}]}
 
 
+SECONDS = "a finite number of seconds within 9.56e+10 of 0"
+
+
 @pytest.mark.parametrize("timeline, message", [
-    ("req-0", "a timeline record needs a 'timeline' object"),
-    ({**TIMELINE, "arrival": None}, "arrival: must be a finite number, got null"),
-    ({**TIMELINE, "finished": "2.0"}, "finished: must be a finite number or null, got '2.0'"),
+    ("req-0", "must be an object, got 'req-0'"),
+    ({**TIMELINE, "arrival": None}, f"arrival: must be {SECONDS}, got null"),
+    ({**TIMELINE, "finished": "2.0"}, f"finished: must be {SECONDS} or null, got '2.0'"),
     ({**TIMELINE, "latency_s": [1]}, "latency_s: must be a finite number or null, got [1]"),
     ({**TIMELINE, "waits": {"start": 1}}, "waits: must be a list"),
-    ({**TIMELINE, "waits": [{"start": 1.0, "end": 1.2}]}, "waits[0]: must be an object with start, end, reason"),
-    ({**TIMELINE, "chunks": [{"start": "1.2", "end": 1.4}]}, "chunks[0]: must be an object with start, end"),
+    ({**TIMELINE, "waits": [{"start": 1.0, "end": 1.2}]}, "waits[0].reason: missing"),
+    ({**TIMELINE, "chunks": [{"start": "1.2", "end": 1.4}]}, f"chunks[0].start: must be {SECONDS}, got '1.2'"),
+    # what replay, the TUI and what-if read of it, and once let through to end in an internal error
+    ({k: v for k, v in TIMELINE.items() if k != "request_id"}, "request_id: missing"),
+    ({**TIMELINE, "request_id": {"id": 1}}, "request_id: must be a string, got {'id': 1}"),
+    ({**TIMELINE, "arrival": 10**400}, f"arrival: must be {SECONDS}, got a 1329-bit number"),
+    ({**TIMELINE, "prompt_tokens": 10**400}, "prompt_tokens: must be a whole number in [0, 2**40], got a 1329-bit"),
+    ({**TIMELINE, "output_tokens": -8}, "output_tokens: must be a whole number in [0, 2**40], got -8"),
+    # times no clock gives
+    ({**TIMELINE, "arrival": -1e300}, f"arrival: must be {SECONDS}, got -1e+300"),
+    ({**TIMELINE, "first_token": -199.0}, "first_token: -199.0 is before the arrival (1.0)"),
+    ({**TIMELINE, "finished": 0.5}, "finished: 0.5 is before the arrival (1.0)"),
+    ({**TIMELINE, "chunks": [{"start": 1.4, "end": 1.2}]}, "chunks[0]: ends (1.2) before it starts (1.4)"),
+    ({**TIMELINE, "waits": [{"start": 1.2, "end": 1.0, "reason": "no_free_blocks"}]},
+     "waits[0]: ends (1.0) before it starts (1.2)"),
 ])
 def test_a_timeline_without_what_replay_reads_is_named(tmp_path, timeline, message):
     path = tmp_path / "b.jsonl"
@@ -214,3 +237,83 @@ def test_a_timeline_as_recorded_is_read(tmp_path):
              json.dumps({"kind": "timeline", "timeline": {**TIMELINE, "finished": None, "waits": None}})]
     path.write_text(HEADER + "\n".join(lines) + "\n")
     assert len(read_bundle(str(path)).timelines) == 2
+
+
+@pytest.mark.parametrize("timeline", [{k: v for k, v in TIMELINE.items() if k != "request_id"},
+                                      {**TIMELINE, "arrival": 10**400}])
+@pytest.mark.parametrize("command", ["diagnose", "tui", "whatif"])
+def test_every_replay_refuses_a_timeline_replay_cannot_read_in_one_line(tmp_path, timeline, command):
+    """Once let through by the reader: an internal error in `diagnose --replay` and `tui --replay`, the request left
+    out silently by `whatif --replay`."""
+    path = tmp_path / "b.jsonl"
+    lines = [json.dumps({"kind": "frame", "frame": _frame_dict()}),
+             *(json.dumps({"kind": "timeline", "timeline": t}) for t in (TIMELINE, timeline))]
+    path.write_text(HEADER + "\n".join(lines) + "\n")
+    _one_error_line(_stagelens(command, "--replay", str(path)), f"{path}:4: bad timeline: ")
+
+
+def test_a_number_past_what_python_reads_is_one_line(tmp_path):
+    path = tmp_path / "b.jsonl"
+    path.write_text(HEADER + '{"kind": "timeline", "timeline": {"arrival": ' + "9" * 5000 + "}}\n")
+    _one_error_line(_stagelens("diagnose", "--replay", str(path)), f"{path}:2: not valid JSON for a bundle: a number")
+
+
+# --- what the bundled engine's settings, steps and loads say -----------------------------------------------
+ENGINE_CONFIG = engine_settings(EngineConfig(model="tiny", device="cpu", dtype="float32", max_model_len=256))
+STEP = {"index": 1, "start": 5.0, "end": 5.01, "prefill_tokens": 64, "prefill_pairs": 4096, "decode_tokens": 0,
+        "prefill_seqs": 1, "decode_seqs": 0, "kv_tokens_cached": 64, "kv_slots_reserved": 64, "waiting": 0,
+        "running": 1, "preempted": 0, "loading": False, "forwards": 1}
+LOAD = {"model": "model-1", "start": 4.0, "end": 4.5, "seconds": 0.5, "ok": True}
+
+
+def _read_records(tmp_path, *records):
+    path = tmp_path / "b.jsonl"
+    path.write_text(HEADER + "".join(json.dumps(r) + "\n" for r in records))
+    return read_bundle(str(path))
+
+
+def test_the_bundled_engines_records_as_written_are_read(tmp_path):
+    bundle = _read_records(tmp_path, {"kind": "engine_config", "engine_config": ENGINE_CONFIG},
+                           {"kind": "steps", "steps": [STEP], "loads": [LOAD]},
+                           {"kind": "engine_config", "engine_config": {**ENGINE_CONFIG, "kv_bytes_per_token": 256}})
+    assert bundle.steps == [STEP] and bundle.loads == [LOAD]
+    assert bundle.engine_config["kv_bytes_per_token"] == 256        # a float16 recording of the same model
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"kv_bytes_per_token": 0}, "kv_bytes_per_token: must be what a token of model 'tiny' takes (256 or 512 bytes), "
+                                "got 0"),
+    ({"kv_bytes_per_token": -512}, "kv_bytes_per_token: must be what a token of model 'tiny' takes"),
+    ({"kv_bytes_per_token": 1}, "kv_bytes_per_token: must be what a token of model 'tiny' takes"),
+    ({"kv_bytes_per_token": "512"}, "kv_bytes_per_token: must be a whole number, got '512'"),
+    ({"kv_bytes_per_token": math.nan}, "kv_bytes_per_token: must be a whole number, got nan"),
+    ({"enable_chunked_prefill": "no"}, "enable_chunked_prefill: must be true or false, got 'no'"),
+    ({"policy": None}, "policy: must be a string, got null"),
+    ({"max_num_seqs": 0}, "--max-num-seqs: must be a whole number in [1, 1024] requests, got 0"),
+    ({"kv_cache_memory": 10**400}, "--kv-cache-memory: must be a whole number in [1, 1099511627776] bytes, got a "
+                                   "1329-bit number"),
+    ({"model": "giant"}, "--model: unknown preset 'giant'"),
+    ({"block_size": None, "kv_cache_memory": None}, "block_size: must be a whole number, got null"),
+])
+def test_an_engine_config_the_simulator_cannot_run_on_is_named(tmp_path, changes, message):
+    with pytest.raises(UserError, match=f":2: bad engine_config: {re.escape(message)}"):
+        _read_records(tmp_path, {"kind": "engine_config", "engine_config": {**ENGINE_CONFIG, **changes}})
+
+
+def test_an_engine_config_without_a_setting_is_named(tmp_path):
+    config = {k: v for k, v in ENGINE_CONFIG.items() if k != "max_model_len"}
+    with pytest.raises(UserError, match=":2: bad engine_config: max_model_len: missing"):
+        _read_records(tmp_path, {"kind": "engine_config", "engine_config": config})
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"steps": [{**STEP, "end": 4.0}]}, "steps[0]: ends (4.0) before it starts (5.0)"),
+    ({"steps": [{**STEP, "start": -1e300}]}, "steps[0].start: must be a finite number of seconds within 9.56e+10 of 0"),
+    ({"steps": [{**STEP, "prefill_tokens": -64}]}, "steps[0].prefill_tokens: must be a finite number in [0, 2**53]"),
+    ({"steps": [{**STEP, "loading": "no"}]}, "steps[0].loading: must be true or false, got 'no'"),
+    ({"steps": [STEP], "loads": [{**LOAD, "end": 3.0}]}, "loads[0]: ends (3.0) before it starts (4.0)"),
+    ({"steps": [STEP], "loads": [{**LOAD, "model": {"name": "m"}}]}, "loads[0].model: must be a string"),
+])
+def test_steps_and_loads_no_engine_could_have_run_are_named(tmp_path, record, message):
+    with pytest.raises(UserError, match=f":2: bad steps: {re.escape(message)}"):
+        _read_records(tmp_path, {"kind": "steps", **record})

@@ -241,3 +241,127 @@ def test_search_sweeps_the_batch_and_finds_the_kv_wall(model_dir, tmp_path):
     assert sweep["largest_meeting_slo"] == max(points)
     text = _run(["whatif", "--replay", str(path), "--search"], model_dir).stdout
     assert "the KV cache runs out" in text
+
+
+# --- recordings that lie: one line, exit 3 (issue 39) ------------------------------------------------------
+def _one_line(proc, *words):
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("stagelens: error:") and "internal error" not in lines[0], lines
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+def _rewritten(path, out, kind: str, change) -> Path:
+    """The bundle at `path` with `change` applied to the first record of `kind`, written to `out`."""
+    lines, done = [], False
+    for line in Path(path).read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == kind and not done:
+            change(record[kind] if kind != "steps" else record)
+            done = True
+        lines.append(json.dumps(record))
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+@pytest.mark.parametrize("kind, change, words", [
+    # once a ZeroDivisionError, a TypeError, chunked prefill simulated as on
+    ("engine_config", lambda c: c.update(kv_bytes_per_token=0), "bad engine_config: kv_bytes_per_token: must be"),
+    ("engine_config", lambda c: c.update(kv_bytes_per_token="512"), "bad engine_config: kv_bytes_per_token: must be"),
+    ("engine_config", lambda c: c.update(enable_chunked_prefill="no"), "bad engine_config: enable_chunked_prefill"),
+    # once fitted as it came: "median error 0%"
+    ("steps", lambda r: r["steps"][0].update(end=r["steps"][0]["start"] - 1), "bad steps: steps[0]: ends ("),
+])
+def test_a_bundle_whose_engine_records_lie_is_one_line(bundle, model_dir, tmp_path, kind, change, words):
+    path, _ = bundle
+    lying = _rewritten(path, tmp_path / "lying.jsonl", kind, change)
+    _one_line(_run(["whatif", "--replay", str(lying)], model_dir), str(lying), words)
+
+
+def _agent(window, frames):
+    """A loopback server answering as `stagelens serve` does what `whatif --connect` asks for."""
+    from tests.helpers.hostile_servers import ScriptedServer, answer
+
+    bodies = {"/api/v1/whatif/window": json.dumps(window), "/api/v1/frames": json.dumps(frames)}
+
+    def script(server, conn):
+        path = server.read_head(conn).split(b" ")[1].decode().split("?")[0]
+        answer(conn, bodies.get(path, "{}"), "200 OK" if path in bodies else "404 Not Found",
+               {"Content-Type": "application/json"})
+    return ScriptedServer(script)
+
+
+def _window_of(path) -> tuple[dict, list]:
+    from agent.record import read_bundle
+
+    b = read_bundle(str(path))
+    return ({"timelines": b.timelines, "engine_config": b.engine_config, "steps": b.steps, "loads": b.loads},
+            [f.to_dict() for f in b.frames])
+
+
+def test_whatif_connect_replays_an_agents_window(bundle, model_dir):
+    path, lab = bundle
+    window, frames = _window_of(path)
+    with _agent(window, frames) as agent:
+        proc = _run(["whatif", "--connect", agent.url, "--json"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["source"] == f"{agent.url}/api/v1/whatif/window" and doc["fit"]["on"] == "steps"
+    assert doc["today"]["predicted"]["requests_finished"] == lab["requests_finished"]
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda w: w.update(steps="abc"), "steps: must be a list, got 'abc'"),
+    (lambda w: w["steps"][0].pop("kv_tokens_cached"), "steps[0].kv_tokens_cached: missing"),
+    (lambda w: w["steps"][0].update(start=float("nan")), "steps[0].start: must be a finite number"),
+    (lambda w: w.update(loads=[{"model": {"name": "m"}, "start": 1, "end": 2, "seconds": 1, "ok": True}]),
+     "loads[0].model: must be a string"),
+    (lambda w: w["timelines"][0].update(arrival=10**400), "timelines[0]: arrival: must be a finite number"),
+    (lambda w: w["engine_config"].update(kv_bytes_per_token=0), "engine_config: kv_bytes_per_token: must be"),
+])
+def test_whatif_connect_refuses_a_window_that_lies_in_one_line(bundle, model_dir, change, words):
+    """Once a TypeError, KeyError, LinAlgError, ZeroDivisionError or an unhashable type: the bundle's checks."""
+    path, _ = bundle
+    window, frames = _window_of(path)
+    change(window)
+    with _agent(window, frames) as agent:
+        proc = _run(["whatif", "--connect", agent.url], model_dir)
+    _one_line(proc, f"{agent.url}/api/v1/whatif/window: {words}")
+
+
+def test_todays_max_model_len_is_taken_and_the_requests_it_cuts_are_said(model_dir):
+    """`--today max-model-len=N` was refused; the longest request of this recording holds 305 tokens."""
+    proc = _run(["whatif", "--replay", str(OLD_BUNDLE), "--json", "--today", "max-model-len=300"], model_dir)
+    assert proc.returncode == 0, proc.stderr
+    today = json.loads(proc.stdout)["today"]
+    assert today["settings"]["max_model_len"] == 300
+    predicted = today["predicted"]
+    assert predicted["requests_cut_at_max_model_len"] >= 1 and predicted["requests_never_run"] == 0
+    text = _run(["whatif", "--replay", str(OLD_BUNDLE), "--today", "max-model-len=300"], model_dir).stdout
+    assert f"{predicted['requests_cut_at_max_model_len']} of " in text and "cut at max_model_len (300 tokens)" in text
+
+
+def test_diagnose_replay_leaves_out_a_request_no_engine_runs_and_says_so(model_dir, tmp_path):
+    """A prompt past max_model_len and past every block of the KV cache: simulated, it stalled the queue and the
+    fix's effect read "throughput 0 -> 49.7" as if today's engine served nothing."""
+    def lengthen(t):
+        t["prompt_tokens"] = 100_000
+    lying = _rewritten(OLD_BUNDLE.parent / "hol-blocking.jsonl", tmp_path / "hol.jsonl", "timeline", lengthen)
+    proc = _run(["diagnose", "--replay", str(lying), "--json"], model_dir)
+    assert proc.returncode == 2, proc.stderr
+    fix = json.loads(proc.stdout)["fix"]
+    before, after = fix["predicted"]["throughput_tokens_per_s"]
+    assert before > 0 and after > 0 and fix["requests_never_run"] == 1
+    text = _run(["diagnose", "--replay", str(lying)], model_dir).stdout
+    assert "1 of the recorded requests left out: it could never run" in text
+
+
+def test_whatif_connect_names_the_window_without_the_urls_password(bundle, model_dir):
+    path, _ = bundle
+    window, frames = _window_of(path)
+    window["steps"] = "abc"
+    with _agent(window, frames) as agent:
+        url = agent.url.replace("http://", "http://ops:s3cret@")
+        proc = _run(["whatif", "--connect", url], model_dir)
+    _one_line(proc, "http://***@127.0.0.1:", "/api/v1/whatif/window: steps: must be a list")
+    assert "s3cret" not in proc.stderr

@@ -1,9 +1,10 @@
 """Timelines from untrusted data (a bundle, an agent's answer) read once, checked: one that reads comes back equal
-to the RequestTimeline it was written from; a malformed one is left out (what-if replays the others), never a
-traceback."""
+to the RequestTimeline it was written from; a malformed one is a TimelineError naming its field (left out by
+`read_timelines`, refused where a recording is read), never a traceback."""
 
 import pytest
 
+from agent.errors import CollectError
 from agent.record import Bundle
 from agent.whatif.workload import observed_from_window, observed_in
 from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, Wait
@@ -56,13 +57,20 @@ def test_malformed_timelines_are_left_out_the_others_kept_in_order():
     assert read_timelines("not a list") == []
 
 
-def test_whatif_skips_a_malformed_timeline_of_a_bundle_or_an_answer():
-    rows = [timeline("a", 1.0).to_dict(), {**timeline("x", 1.5).to_dict(), "arrival": "1"},
-            {**timeline("y", 1.6).to_dict(), "chunks": [{"start": 1.7}]}, timeline("b", 2.0).to_dict()]
-    for observed in (observed_in(Bundle("b.jsonl", "test", timelines=rows)),
-                     observed_from_window("http://agent", {"timelines": rows}, [])):
-        assert [r.request_id for r in observed.requests] == ["a", "b"]
-        assert observed.timelines == [timeline("a", 1.0), timeline("b", 2.0)]
+MALFORMED = [timeline("a", 1.0).to_dict(), {**timeline("x", 1.5).to_dict(), "arrival": "1"},
+             {**timeline("y", 1.6).to_dict(), "chunks": [{"start": 1.7}]}, timeline("b", 2.0).to_dict()]
+
+
+def test_whatif_skips_a_malformed_timeline_of_a_bundle_built_in_memory():
+    observed = observed_in(Bundle("b.jsonl", "test", timelines=MALFORMED))
+    assert [r.request_id for r in observed.requests] == ["a", "b"]
+    assert observed.timelines == [timeline("a", 1.0), timeline("b", 2.0)]
+
+
+def test_an_agents_window_with_a_malformed_timeline_is_refused_as_a_bundle_line_is():
+    # agent/record.py refuses such a line naming it: the window over HTTP is held to the same checks
+    with pytest.raises(CollectError, match=r"^http://agent/w: timelines\[1\]: arrival: must be a finite number"):
+        observed_from_window("http://agent/w", {"timelines": MALFORMED}, [])
 
 
 def test_a_timeline_without_its_model_reads_as_the_bundle_reader_lets_it():

@@ -18,3 +18,9 @@ def test_a_fix_that_moves_p99_ttft_shows_the_move_only():
 def test_a_fix_predicted_alike_today_says_p99_ttft_is_unchanged():
     assert render_effect(effect(0.2000, 0.2001)).endswith("; P99 TTFT unchanged at today's load")
     assert short_effect(effect(0.2000, 0.2001)).endswith("; P99 TTFT unchanged at today's load")
+
+
+def test_requests_the_simulation_left_out_are_said_beside_the_effect():
+    left_out = {**effect(2.0, 1.0), "requests_never_run": 3}
+    assert "(3 of the recorded requests left out: they could never run)" in render_effect(left_out)
+    assert "(3 of the recorded requests left out: they could never run)" in short_effect(left_out)

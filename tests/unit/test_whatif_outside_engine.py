@@ -1,13 +1,19 @@
 """What-if of an engine read from outside: its served model's own name is the one model resident (no load
-invented for it), and its large blocks' last, partial block is the block size's floor, not fragmentation, as
-the diagnosis counts it from outside."""
+invented for it), its large blocks' last, partial block is the block size's floor, not fragmentation, as
+the diagnosis counts it from outside; it takes requests as long as it was seen to serve (or as `--today
+max-model-len=N` says), and what it would refuse or cut is said, never left to stall the simulation."""
 
 import dataclasses
 
+import pytest
+
+from agent.errors import UserError
 from agent.whatif.fit import fit_steps
 from agent.whatif.predict import predict
-from agent.whatif.settings import Settings
-from agent.whatif.workload import ServedRequest
+from agent.whatif.report import render, today_settings, what_if
+from agent.whatif.settings import Settings, parse_set
+from agent.whatif.workload import Observed, ServedRequest
+from engine_hooks.records.timeline import PrefillChunk, RequestTimeline
 from tests.unit.test_whatif_fit import synthetic_steps
 
 
@@ -38,3 +44,68 @@ def test_a_large_blocks_floor_is_fragmentation_only_for_the_bundled_engines_hook
     cost = fit_steps(synthetic_steps(200, noise=0.0))
     assert predict(outside, cost, _requests("m")).stages["kv_cache"]["state"] == "ok"
     assert predict(bundled, cost, _requests("m")).stages["kv_cache"]["state"] == "firing"
+
+
+def _spans_only(requests: list[ServedRequest]) -> Observed:
+    """What an engine read from outside leaves: its requests' spans, none of its settings."""
+    timelines = [RequestTimeline(r.request_id, r.model, r.prompt_tokens, r.output_tokens, r.arrival,
+                                 chunks=[PrefillChunk(r.arrival, r.arrival + 0.01, r.prompt_tokens, 0)])
+                 for r in requests]
+    return Observed("spans.jsonl", requests, timelines=timelines)
+
+
+LONG = ServedRequest("long", "m", 3.1, 3000, 5000)      # a long prompt and a long answer: 8,000 tokens in all
+
+
+def test_an_outside_engine_takes_requests_as_long_as_it_was_seen_to_serve():
+    """Not the bundled engine's 2,048 tokens: that ended the long request after one output token, silently."""
+    observed = _spans_only([*_requests("m"), LONG])
+    settings = today_settings(observed)
+    assert settings.max_model_len == 8000
+    prediction = predict(settings, fit_steps(synthetic_steps(200, noise=0.0)), observed.requests)
+    (long,) = [r for r in prediction.simulation.requests if r.rid == "long"]
+    assert long.outputs == 5000 and long.finished is not None
+    assert prediction.figures["requests_cut_at_max_model_len"] == prediction.figures["requests_never_run"] == 0
+
+
+def test_todays_max_model_len_can_be_given_and_a_request_it_cuts_is_said():
+    observed = _spans_only([*_requests("m"), LONG])
+    settings = today_settings(observed, parse_set(["max-model-len=4096"], "--today"))
+    assert settings.max_model_len == 4096
+    result = what_if(observed, [{"max_num_seqs": 4}], settings, cost=fit_steps(synthetic_steps(200, noise=0.0)))
+    (long,) = [r for r in result.today.simulation.requests if r.rid == "long"]
+    assert long.outputs == 4096 - 3000
+    for prediction in (result.today, result.candidates[0][1]):
+        assert prediction.to_dict()["requests_cut_at_max_model_len"] == 1
+    text = render(result)
+    assert ("an engine read from outside: max_model_len (4096 tokens); the longest request recorded held 8000 "
+            "tokens") in text
+    assert "1 of 41 requests cut at max_model_len (4096 tokens)" in text
+
+
+def test_max_model_len_is_no_candidate_to_set():
+    with pytest.raises(UserError, match="--set max-model-len: not a flag what-if can change"):
+        parse_set(["max-model-len=4096"])
+
+
+def test_a_request_the_engine_would_refuse_is_left_out_and_said_not_left_to_stall_the_queue():
+    """A prompt past max_model_len (and past everything the KV cache holds) arriving first: the engine refuses it.
+    Simulated, it held the head of the queue for ever: none of the others finished, and nothing said why."""
+    settings = Settings.assumed(None, None)
+    huge = ServedRequest("huge", "m", 0.0, 10**6, 20)
+    observed = _spans_only([huge, *_requests("m")])
+    result = what_if(observed, [{"policy": "short-first"}], settings, cost=fit_steps(synthetic_steps(200, noise=0.0)))
+    for prediction in (result.today, result.candidates[0][1]):
+        figures = prediction.to_dict()
+        assert figures["requests_finished"] == 40 and figures["throughput_tokens_per_s"] > 0
+        assert figures["requests_unfinished"] == 0 and figures["requests_never_run"] == 1
+    assert "1 of 41 requests could never run: a prompt of max_model_len (2048 tokens) or more" in render(result)
+
+
+def test_an_outside_engine_whose_kv_cache_is_not_known_holds_its_longest_request():
+    """No block count published: the assumed cache (the bundled engine's 16,384 tokens) grows to hold the
+    longest request seen, as the engine's own must have, rather than refuse the what-if."""
+    settings = Settings.assumed(None, None, longest=50_884).changed({})
+    assert settings.max_model_len == 50_884 and settings.num_blocks * settings.block_size >= 50_884
+    published = Settings.assumed(None, 1024, longest=50_884)     # 1,024 blocks of 16: the longest it could hold
+    assert published.max_model_len == 16_384 and published.changed({}).num_blocks == 1024
