@@ -225,11 +225,12 @@ def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp
 
 
 def test_search_sweeps_the_batch_and_finds_the_kv_wall(model_dir, tmp_path):
-    """A KV cache of ~5 requests, recorded at batches of 2: raising the batch admits more than the cache
-    holds, and the simulated engine preempts from that batch on, as the real one does."""
+    """A KV cache of ~5 requests, recorded at batches of 2 under a standing queue (150 a second against the ~45
+    two seats serve, on any machine): raising the batch admits more than the cache holds, and the simulated
+    engine preempts from that batch on, as the real one does."""
     path = tmp_path / "tight.jsonl"
-    _record_lab(path, model_dir, "--duration", "3", "--rate", "30", "--prompt-len", "uniform:32:96",
-                "--output-len", "uniform:16:32", "--max-num-seqs", "2", "--kv-cache-memory", "160KiB", "--seed", "2")
+    _record_lab(path, model_dir, "--duration", "2", "--rate", "150", "--prompt-len", "uniform:32:96",
+                "--output-len", "uniform:32:64", "--max-num-seqs", "2", "--kv-cache-memory", "160KiB", "--seed", "2")
     proc = _run(["whatif", "--replay", str(path), "--json", "--search", "--slo", "ttft_p99=600"], model_dir)
     assert proc.returncode == 0, proc.stderr
     sweep = json.loads(proc.stdout)["search"]["max_num_seqs_sweep"]
