@@ -58,7 +58,7 @@ def _memory_bound_only(figure: Callable[[Window], float | None]):
     """A bandwidth signal, judged only where attention is memory-bound (a GPU)."""
     def read(frame: Frame, _window):
         value = _kv(frame, figure)
-        if isinstance(value, float) and not _engine(frame).engine.on_cuda:
+        if isinstance(value, float) and not _engine_of(frame).engine.on_cuda:
             return NotJudged(value, CPU_BANDWIDTH)
         return value
     return read
@@ -115,7 +115,7 @@ def published(frame: Frame, path: str) -> bool:
     if path in NEVER_FROM_OUTSIDE:
         return False
     if path in FROM_SPANS:
-        return bool((_engine(frame).intake or {}).get("traces.llm_request_spans"))
+        return bool((_engine_of(frame).intake or {}).get("traces.llm_request_spans"))
     if path == BUSY_WHILE_WAITING:
         return frame.window is not None and frame.window.scheduler.busy_ratio is not None
     return True
@@ -229,7 +229,7 @@ def _free_memory_refusals(frame: Frame, previous: Frame | None) -> bool | None:
 
 def _refusals_with_free_memory(frame: Frame) -> float | None:
     """Preemptions and refused allocations with KV memory free, so far; None when either is not counted."""
-    c = _engine(frame).counters
+    c = _engine_of(frame).counters
     counted = (c.preemptions_with_free_memory_total, c.allocation_failures_with_free_memory_total)
     counts = [v for v in counted if isinstance(v, int | float) and math.isfinite(v)]
     if len(counts) < len(counted):
@@ -257,9 +257,9 @@ def compute_utilisation(frame: Frame, _window) -> object:
     if not waited:
         return NOT_APPLICABLE
     gpus = [g.utilization_gpu_ratio for g in frame.gpus() if g.utilization_gpu_ratio is not None]
-    if gpus and _engine(frame).engine.on_cuda:
+    if gpus and _engine_of(frame).engine.on_cuda:
         return sum(gpus) / len(gpus)
-    return _while_waiting(_window(frame).scheduler.busy_ratio_while_waiting)
+    return _while_waiting(_window_of(frame).scheduler.busy_ratio_while_waiting)
 
 
 def token_budget_use(frame: Frame, _window) -> object:
@@ -268,7 +268,7 @@ def token_budget_use(frame: Frame, _window) -> object:
     waited = _requests_waited(frame)
     if waited is None:
         return UNKNOWN
-    return _while_waiting(_window(frame).scheduler.budget_use_while_waiting) if waited else NOT_APPLICABLE
+    return _while_waiting(_window_of(frame).scheduler.budget_use_while_waiting) if waited else NOT_APPLICABLE
 
 
 def _while_waiting(value: float | None) -> object:
@@ -294,21 +294,21 @@ def _no_wait(w: Window) -> bool | None:
 
 def _hooked(frame: Frame) -> bool:
     """Whether the engine snapshot comes from the hooks (or a recording older than the `source` field)."""
-    return _from_hooks(_engine(frame))
+    return _from_hooks(_engine_of(frame))
 
 
 def _from_hooks(engine: EngineSnapshot) -> bool:
     return engine.engine.source in (None, "hooks")
 
 
-def _engine(frame: Frame) -> EngineSnapshot:
+def _engine_of(frame: Frame) -> EngineSnapshot:
     """The frame's engine snapshot; AttributeError without one, which read_signal takes as not known."""
     if frame.engine is None:
         raise AttributeError("the frame has no engine snapshot")
     return frame.engine
 
 
-def _window(frame: Frame) -> Window:
+def _window_of(frame: Frame) -> Window:
     """The engine snapshot's window; AttributeError without one, which read_signal takes as not known."""
     w = frame.window
     if w is None:
