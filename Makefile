@@ -77,6 +77,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(LOADGEN_STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # The pure-CPU tier alone: no engine runs, no servers (tests/unit); the rest by folder, e.g. pytest tests/tui.
@@ -85,6 +86,7 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # Fresh, unseeded cases by the thousand against the API and the engine (not part of `make test`).
 fuzz: $(STAMP)

@@ -8,7 +8,8 @@ STATE_STYLE = {"firing": "bold white on red", "warn": "bold black on yellow", "o
                "unknown": "bold white on grey37", "info": "bold white on blue"}
 STATE_COLOR = {"firing": "red", "warn": "yellow", "ok": "green", "unknown": "grey50", "info": "cyan"}
 STATE_MARK = {"firing": "FIRING", "warn": "WARN", "ok": "OK", "unknown": "UNKNOWN", "info": "info"}
-BOUND_MARK = {"at_least": "≥ ", "at_most": "≤ "}   # before a value that is a bound (Evidence.bound)
+# before a value that is a bound (Evidence.bound; None: the value itself)
+BOUND_MARK: dict[str | None, str] = {"at_least": "≥ ", "at_most": "≤ "}
 
 
 def clock(time_unix: float | None) -> str:

@@ -36,7 +36,7 @@ class DeviceInfo:
         if bus_id is None:
             return 0
         want = normalise_bus_id(bus_id)
-        peers = (lk.remote for lk in self.nvlinks if lk.active and lk.remote not in (None, "switch"))
+        peers = (lk.remote for lk in self.nvlinks if lk.active and lk.remote is not None and lk.remote != "switch")
         return sum(1 for remote in peers if normalise_bus_id(remote) == want)
 
     def active_switch_links(self) -> int:

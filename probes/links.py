@@ -138,7 +138,7 @@ class LinkState:
         out: list[NvlinkSample] = []
         for link in info.nvlinks:
             remote = link.remote
-            peer = gpu_by_bus.get(normalise_bus_id(remote)) if remote not in (None, "switch") else None
+            peer = gpu_by_bus.get(normalise_bus_id(remote)) if remote is not None and remote != "switch" else None
             bandwidth = NVLINK_LINK_GBPS.get(link.version or 0)
             out.append(
                 NvlinkSample(

@@ -6,7 +6,7 @@ policy in `probes.nvml_reader` is exercised identically by replay and by a real 
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import pynvml
 
@@ -62,7 +62,7 @@ NVML_FUNCTION = {
     "temperature_c": "nvmlDeviceGetTemperature",
 }
 
-FieldValue = int | float | pynvml.NVMLError
+FieldValue: TypeAlias = int | float | pynvml.NVMLError
 
 
 class NvmlBackend(Protocol):

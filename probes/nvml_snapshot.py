@@ -236,7 +236,9 @@ class SnapshotBackend:
         errors = dev.get("errors", {})
         name = errors.get(NVML_FUNCTION[method]) or errors.get("*")
         if name:
-            raise error_class(name)()
+            error = error_class(name)
+            assert error is not None   # _Checker refused unknown error names
+            raise error()
         return dev
 
     def _static(self, i: int, method: str, key: str, sub: str | None = None) -> Any:

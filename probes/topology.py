@@ -102,7 +102,8 @@ def link_table(infos: list[DeviceInfo], pcie: dict[int, tuple]) -> list[dict[str
                      "bandwidth_GBps": None if bandwidth is None else round(bandwidth / 1e9, 3),
                      "finding": "; ".join(findings) or None})
         for link in d.nvlinks:
-            peer = by_bus.get(normalise_bus_id(link.remote)) if link.remote not in (None, "switch") else None
+            remote = link.remote
+            peer = by_bus.get(normalise_bus_id(remote)) if remote is not None and remote != "switch" else None
             rows.append({"gpu": d.label, "type": "NVLink", "link": link.link, "active": link.active,
                          "version": link.version, "remote": link.remote, "remote_gpu": peer})
     return rows

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from agent.bounded_read import read_bounded
 from agent.diagnosis.signals import SIGNALS_BY_ID
@@ -23,9 +24,9 @@ from agent.numbers import checked_number
 MAX_CONFIG_BYTES = 2**20   # a config file is a few lines; this refuses a device or a wrong file whole
 # The [diagnosis] settings and their bounds: a window the sampler's history can hold (900 samples),
 # hysteresis of at most a hundred samples.
-SETTINGS = {"window_s": dict(min=0, min_open=True, max=3600, unit="s"),
-            "rise": dict(min=1, max=100, integer=True, unit="samples"),
-            "clear": dict(min=1, max=100, integer=True, unit="samples")}
+SETTINGS: dict[str, dict[str, Any]] = {"window_s": dict(min=0, min_open=True, max=3600, unit="s"),
+                                       "rise": dict(min=1, max=100, integer=True, unit="samples"),
+                                       "clear": dict(min=1, max=100, integer=True, unit="samples")}
 
 
 @dataclass(frozen=True)

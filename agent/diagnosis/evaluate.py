@@ -150,8 +150,8 @@ def read_signal(signal: Signal, frame: Frame, window: list[Frame]):
         return UNKNOWN    # an engine that never gives the figure cannot say the situation it judges did not arise
     if value is UNKNOWN or value is NOT_APPLICABLE:
         return value
-    numbers = ([value.at_least] + ([] if value.at_most is None else [value.at_most]) if isinstance(value, Bounded)
-               else [value.value if isinstance(value, NotJudged) else value])
+    numbers: list[object] = ([value.at_least, *([] if value.at_most is None else [value.at_most])]
+               if isinstance(value, Bounded) else [value.value if isinstance(value, NotJudged) else value])
     if any(isinstance(n, bool) or not isinstance(n, int | float) or (isinstance(n, float) and not math.isfinite(n))
            for n in numbers):
         return UNKNOWN
@@ -234,8 +234,10 @@ class LiveDiagnosis:
         d = Diagnosis(verdict, root, stages, self.last.time_unix if self.last else None, unavailable,
                       engine=engine_said(self.last))
         if blamed is not None and blamed != root:
+            tail = window_tail(self.last) if self.last is not None else None
+            assert tail is not None   # a stage is blamed only on the latest frame's tail (_tail_blames)
             d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at {root or 'no stage'}: "
-                              f"{window_tail(self.last).sentence()}")
+                              f"{tail.sentence()}")
         return d
 
 
@@ -292,7 +294,8 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
             scheduler.explanation += ("; taken as the KV cache's consequence by the chain's order (the engine does "
                                       "not say why requests waited)")
         return
-    cause = stage_of(max(reasons, key=reasons.get))
+    cause = stage_of(max(reasons, key=reasons.__getitem__))
+    assert cause is not None   # reasons keeps those of a stage
     if cause != SCHEDULER and by_name[cause].state in ("warn", "firing"):
         scheduler.consequence_of = cause
 

@@ -116,7 +116,7 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
                                   {"allocator": "paged"}))
     elif not cfg.block_size_forced and signals & BLOCK_SIGNALS:   # a hybrid model's block size is not a choice
         best = choose_block_size(ctx.lengths, cfg.block_size)
-        if best is not None and best != cfg.block_size:
+        if best is not None and cfg.block_size is not None and best != cfg.block_size:
             waste_now = block_waste(ctx.lengths, cfg.block_size)
             out.append(Recommendation(
                 f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean {ctx.mean_length:.0f} tokens) "
@@ -157,11 +157,14 @@ def choose_block_size(lengths: list[int], current: int | None) -> int | None:
 def _consequence(ctx: _Context) -> tuple[str, Recommendation] | None:
     """(the stage, the advice) when most of the window's wait is charged to another stage than the scheduler."""
     main = main_wait_reason(ctx)
-    cause = stage_of(main[0]) if main else None
-    if cause in (None, SCHEDULER):
+    if main is None:
         return None
-    return cause, Recommendation(f"{main[1]:.0%} of the wait is charged to the {STAGE_NAMES[cause]} stage "
-                                 f"({COMPONENT_NAMES[main[0]]}): the queue is its consequence; fix that first")
+    reason, share = main
+    cause = stage_of(reason)
+    if cause is None or cause == SCHEDULER:
+        return None
+    return cause, Recommendation(f"{share:.0%} of the wait is charged to the {STAGE_NAMES[cause]} stage "
+                                 f"({COMPONENT_NAMES[reason]}): the queue is its consequence; fix that first")
 
 
 def consequence_advice(frame: Frame | None) -> tuple[str, Recommendation] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Literal, overload
 
 from agent.numbers import is_finite_number, shown
 from agent.vocabulary import STATES, exit_code
@@ -153,11 +154,24 @@ class _Fields:
             raise DiagnosisError(f"{self._path(key)}: must be {what}, got {shown(value)}")
         return value
 
+    # a field neither nullable nor allowed absent reads as its value or raises
+    @overload
+    def string(self, key: str, nullable: Literal[False] = False, absent: Literal[False] = False) -> str: ...
+    @overload
+    def string(self, key: str, nullable: bool = False, absent: bool = False) -> str | None: ...
+
     def string(self, key: str, nullable: bool = False, absent: bool = False) -> str | None:
         return self._get(key, lambda v: isinstance(v, str), "a string", nullable, absent)
 
     def number(self, key: str) -> float | None:
         return self._get(key, is_finite_number, "a finite number", nullable=True)
+
+    @overload
+    def one_of(self, key: str, choices: tuple[str, ...], nullable: Literal[False] = False,
+               absent: Literal[False] = False) -> str: ...
+    @overload
+    def one_of(self, key: str, choices: tuple[str, ...], nullable: bool = False,
+               absent: bool = False) -> str | None: ...
 
     def one_of(self, key: str, choices: tuple[str, ...], nullable: bool = False, absent: bool = False) -> str | None:
         return self._get(key, lambda v: isinstance(v, str) and v in choices, f"one of {', '.join(choices)}",

@@ -56,15 +56,15 @@ def for_engine(recommendations: list[Recommendation], engine: str | None,
     """The recommendations as `engine` (vllm | sglang) takes them; the bundled engine's unchanged. `kv_lever`,
     the engine's flag that set its KV cache's size as it was set, is named wherever the advice is more KV
     memory: with the block count forced, a larger memory share changes nothing."""
-    flags_of = FLAGS.get(engine or "")
-    if flags_of is None:
+    if engine is None or engine not in FLAGS:
         return recommendations
+    flags_of = FLAGS[engine]
     out = []
     for rec in recommendations:
         text = _inline(rec.text, engine, kv_lever)
         if rec.flags and text.startswith("--") and ": " in text:
             lead, why = text.split(": ", 1)
-            spelled = [flags_of[k](v) for k, v in rec.flags.items() if flags_of.get(k) is not None]
+            spelled = [flag(v) for k, v in rec.flags.items() if (flag := flags_of.get(k)) is not None]
             if spelled:
                 text = f"{' '.join(dict.fromkeys(spelled))}: {why}"
             else:

@@ -19,7 +19,7 @@ from agent.diagnosis import wording
 from agent.diagnosis.tail import Tail
 from agent.frame import Frame, busier_direction
 from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
-from engine_hooks.records.snapshot import Window
+from engine_hooks.records.snapshot import EngineSnapshot, Window
 from engine_hooks.records.waits import MODEL_LOADING
 
 
@@ -58,7 +58,7 @@ def _memory_bound_only(figure: Callable[[Window], float | None]):
     """A bandwidth signal, judged only where attention is memory-bound (a GPU)."""
     def read(frame: Frame, _window):
         value = _kv(frame, figure)
-        if isinstance(value, float) and not frame.engine.engine.on_cuda:
+        if isinstance(value, float) and not _engine_of(frame).engine.on_cuda:
             return NotJudged(value, CPU_BANDWIDTH)
         return value
     return read
@@ -87,7 +87,7 @@ class Signal:
         engine = frame.engine if frame is not None else None
         inferred = (engine.inferred or {}) if self.reads and engine is not None else {}
         how = "; ".join(inferred[path] for path in self.reads if path in inferred) or None
-        outside = self.reads and engine is not None and not _hooked(frame)
+        outside = self.reads and engine is not None and not _from_hooks(engine)
         if value is UNKNOWN:   # what an inference said of a figure it left empty is why it is unknown
             why = "; ".join(inferred[p] for p in self.reads if p in inferred and _at(engine, p) is None) or None
             return ("not observable", why) if outside else (None, None)
@@ -115,7 +115,7 @@ def published(frame: Frame, path: str) -> bool:
     if path in NEVER_FROM_OUTSIDE:
         return False
     if path in FROM_SPANS:
-        return bool((frame.engine.intake or {}).get("traces.llm_request_spans"))
+        return bool((_engine_of(frame).intake or {}).get("traces.llm_request_spans"))
     if path == BUSY_WHILE_WAITING:
         return frame.window is not None and frame.window.scheduler.busy_ratio is not None
     return True
@@ -229,9 +229,10 @@ def _free_memory_refusals(frame: Frame, previous: Frame | None) -> bool | None:
 
 def _refusals_with_free_memory(frame: Frame) -> float | None:
     """Preemptions and refused allocations with KV memory free, so far; None when either is not counted."""
-    c = frame.engine.counters
-    counts = (c.preemptions_with_free_memory_total, c.allocation_failures_with_free_memory_total)
-    if not all(isinstance(v, int | float) and math.isfinite(v) for v in counts):
+    c = _engine_of(frame).counters
+    counted = (c.preemptions_with_free_memory_total, c.allocation_failures_with_free_memory_total)
+    counts = [v for v in counted if isinstance(v, int | float) and math.isfinite(v)]
+    if len(counts) < len(counted):
         return None     # not counted, or a source's NaN, which would compare as "none happened"
     return sum(counts)
 
@@ -256,9 +257,9 @@ def compute_utilisation(frame: Frame, _window) -> object:
     if not waited:
         return NOT_APPLICABLE
     gpus = [g.utilization_gpu_ratio for g in frame.gpus() if g.utilization_gpu_ratio is not None]
-    if gpus and frame.engine.engine.on_cuda:
+    if gpus and _engine_of(frame).engine.on_cuda:
         return sum(gpus) / len(gpus)
-    return _while_waiting(frame.window.scheduler.busy_ratio_while_waiting)
+    return _while_waiting(_window_of(frame).scheduler.busy_ratio_while_waiting)
 
 
 def token_budget_use(frame: Frame, _window) -> object:
@@ -267,7 +268,7 @@ def token_budget_use(frame: Frame, _window) -> object:
     waited = _requests_waited(frame)
     if waited is None:
         return UNKNOWN
-    return _while_waiting(frame.window.scheduler.budget_use_while_waiting) if waited else NOT_APPLICABLE
+    return _while_waiting(_window_of(frame).scheduler.budget_use_while_waiting) if waited else NOT_APPLICABLE
 
 
 def _while_waiting(value: float | None) -> object:
@@ -293,7 +294,26 @@ def _no_wait(w: Window) -> bool | None:
 
 def _hooked(frame: Frame) -> bool:
     """Whether the engine snapshot comes from the hooks (or a recording older than the `source` field)."""
-    return frame.engine.engine.source in (None, "hooks")
+    return _from_hooks(_engine_of(frame))
+
+
+def _from_hooks(engine: EngineSnapshot) -> bool:
+    return engine.engine.source in (None, "hooks")
+
+
+def _engine_of(frame: Frame) -> EngineSnapshot:
+    """The frame's engine snapshot; AttributeError without one, which read_signal takes as not known."""
+    if frame.engine is None:
+        raise AttributeError("the frame has no engine snapshot")
+    return frame.engine
+
+
+def _window_of(frame: Frame) -> Window:
+    """The engine snapshot's window; AttributeError without one, which read_signal takes as not known."""
+    w = frame.window
+    if w is None:
+        raise AttributeError("the frame has no engine window")
+    return w
 
 
 def pcie_backpressure(frame: Frame, _window) -> object:

@@ -86,7 +86,7 @@ class Tail:
 
     def top_component(self, stage: str) -> str | None:
         parts = {c: s for c, s in self.components.items() if stage_of(c) == stage}
-        return max(parts, key=parts.get) if parts else None
+        return max(parts, key=parts.__getitem__) if parts else None
 
     def sentence(self) -> str:
         """'P99 TTFT 2.36 s (P50 105 ms); of the slowest 1% of requests (3 of 240), 91% of their time was
@@ -95,7 +95,7 @@ class Tail:
         head = (f"P{self.quantile * 100:g} {label} {_seconds(self.threshold_s)} (P50 {_seconds(self.p50_s)}); "
                 f"of the slowest {100 - self.quantile * 100:g}% of requests ({self.requests} of {self.of_requests}), ")
         parts = []
-        for key in sorted(self.shares, key=self.shares.get, reverse=True):
+        for key in sorted(self.shares, key=self.shares.__getitem__, reverse=True):
             if self.shares[key] < 0.005:
                 continue
             top = self.top_component(key) if key in STAGE_NAMES else None

@@ -76,7 +76,7 @@ def judge_run(frames: list[Frame], timelines: list[RequestTimeline], config: Dia
     tail = Tail.from_figures("ttft", tail_figures(timelines, "ttft", TAIL_QUANTILE))
     in_tail = _tail_episodes(tail, timelines, frames, episodes)
     blamed = blamed_stage(tail, config)
-    if blamed is None:
+    if blamed is None or tail is None:   # no tail blames no stage
         return RunDiagnosis(at_end, at_end, "end", tail, episodes, in_tail)
     base_index = _peak_index(seen, episodes, blamed)
     verdict = _blame(seen[base_index] if base_index is not None else at_end,
@@ -162,10 +162,11 @@ def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], frames: 
     if tail is None or not frames or not episodes:
         return []
     to_unix = frames[0].time_unix - frames[0].time_monotonic
-    members = [t for t in timelines if t.first_token is not None and t.first_token - t.arrival >= tail.threshold_s]
+    members = [(t.arrival, first) for t in timelines
+               if (first := t.first_token) is not None and first - t.arrival >= tail.threshold_s]
     hit = set()
-    for t in members:
-        start, end = t.arrival + to_unix, t.first_token + to_unix
+    for arrival, first_token in members:
+        start, end = arrival + to_unix, first_token + to_unix
         for i, ep in enumerate(episodes):
             if ep.covers(start) or ep.covers(end) or (start <= ep.start_unix and ep.end_unix <= end):
                 hit.add(i)

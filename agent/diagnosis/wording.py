@@ -14,7 +14,7 @@ def main_wait_reason(ctx) -> tuple[str, float] | None:
     total = sum(reasons.values())
     if not total:
         return None
-    reason = max(reasons, key=reasons.get)
+    reason = max(reasons, key=reasons.__getitem__)
     return reason, reasons[reason] / total
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from agent.sources.prometheus_text import Family
+from agent.sources.prometheus_text import Family, Sample
 
 # Labels that tell apart copies of one scheduler's figures: SGLang publishes them from every tensor- and
 # pipeline-parallel rank (and each rank's process id); its data-parallel ranks are separate schedulers.
@@ -32,7 +32,7 @@ def values(family: Family | None, suffix: str = "") -> list:
 def without_rank_copies(family: Family) -> Family:
     """The family with one sample (the largest) per label set that differs only in RANK_COPIES: adding up
     the copies would count every request once per tensor-parallel rank."""
-    kept: dict[tuple, object] = {}
+    kept: dict[tuple, Sample] = {}
     for s in family.samples:
         key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_COPIES)))
         if key not in kept or s.value > kept[key].value:

@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from agent.sources.families import HistogramDelta, quantile_interpolated
 from agent.sources.wait_bounds import WaitBounds
@@ -44,9 +45,12 @@ class Gauges:
                                            # the KV cache was full (vLLM: mark_preemptions)
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True, slots=True)
-class Inferred:
-    value: object
+class Inferred(Generic[T]):
+    value: T
     how: str
 
 
@@ -64,7 +68,7 @@ def waiting_share(gauges: list[Gauges]) -> Inferred | None:
     return Inferred(share, f"requests were waiting at {sum(seen)} of {len(seen)} scrapes of num_requests_waiting")
 
 
-def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None:
+def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred[dict[str, float]] | None:
     """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
     for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
     `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
@@ -78,12 +82,13 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     seen = [g for g in gauges if g.waiting is not None]
     if not seen:
         return None
+    waiting = [g.waiting for g in seen if g.waiting is not None]   # seen's queues, one a sample
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
     full = [full_share(g) for g in seen]      # per sample, once: charge_queued calls this for every request
     limit = pinned_batch(seen)
     at_limit = [limit is not None and not f and g.running == limit.value for g, f in zip(seen, full, strict=True)]
-    on_model = [min(g.deferred or 0.0, g.waiting) if adapters else 0.0 for g in seen]
-    rest = [g.waiting - m for g, m in zip(seen, on_model, strict=True)]
+    on_model = [min(g.deferred or 0.0, w) if adapters else 0.0 for g, w in zip(seen, waiting, strict=True)]
+    rest = [w - m for w, m in zip(waiting, on_model, strict=True)]
     by_scrape = len(seen)
     no_blocks = sum(r * f for r, f in zip(rest, full, strict=True)) / by_scrape
     batch_full = sum(r for r, held in zip(rest, at_limit, strict=True) if held) / by_scrape
@@ -96,7 +101,7 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred | None
     if adapters:
         out[MODEL_LOADING] = sum(on_model) / by_scrape * span
     usage = _mean([g.kv_ratio for g in seen])
-    parts = [f"{sum(g.waiting for g in seen) / by_scrape:.2f} requests waiting on average over {by_scrape} scrapes"]
+    parts = [f"{sum(waiting) / by_scrape:.2f} requests waiting on average over {by_scrape} scrapes"]
     if usage is not None:
         parts.append(f"KV usage {usage:.2f} on average, no room for one more request in {sum(map(bool, full))} of them "
                      f"({no_blocks:.2f} waiting there: no free blocks)")
@@ -294,39 +299,43 @@ def held_tokens(counted: Counted) -> float | None:
         # a count published says no request has finished yet: their sums are 0, published yet or not
         c = dataclasses.replace(c, finished_prompt_tokens=c.finished_prompt_tokens or 0.0,
                                 finished_generated_tokens=c.finished_generated_tokens or 0.0)
-    parts = (c.prompt_tokens, c.generated_tokens, c.finished_prompt_tokens, c.finished_generated_tokens)
-    if any(p is None for p in parts):
+    prompts, generated = c.prompt_tokens, c.generated_tokens
+    finished_prompt_tokens, finished_generated = c.finished_prompt_tokens, c.finished_generated_tokens
+    if prompts is None or generated is None or finished_prompt_tokens is None or finished_generated is None:
         return None
-    if c.running is not None and c.running <= 0:
+    running = c.running
+    if running is not None and running <= 0:
         return 0.0
-    held = max(0.0, c.prompt_tokens + c.generated_tokens - c.finished_prompt_tokens - c.finished_generated_tokens)
-    if None not in (c.running, c.first_tokens, c.ended):
-        in_prefill = max(0.0, c.running - max(0.0, c.first_tokens - c.ended))
-        prompt = _prompt_length(c)
+    held = max(0.0, prompts + generated - finished_prompt_tokens - finished_generated)
+    if running is not None and c.first_tokens is not None and c.ended is not None:
+        in_prefill = max(0.0, running - max(0.0, c.first_tokens - c.ended))
+        prompt = _prompt_length(c, prompts, finished_prompt_tokens)
         if in_prefill and prompt is None:
             return None   # requests hold prompts of no known length: not judged, rather than read as empty
         held += in_prefill * (prompt or 0.0) / 2
-    if drifted(c) and c.longest_request is not None:
-        held = min(held, c.running * c.longest_request)
-    if c.running is not None and c.finished_prompts and c.prefix_hit_share:
-        held = max(0.0, held - c.running * c.finished_prompt_tokens / c.finished_prompts * c.prefix_hit_share)
+    # drifted says the running count is known
+    if running is not None and drifted(c) and c.longest_request is not None:
+        held = min(held, running * c.longest_request)
+    if running is not None and c.finished_prompts and c.prefix_hit_share:
+        held = max(0.0, held - running * finished_prompt_tokens / c.finished_prompts * c.prefix_hit_share)
     return held
 
 
-def _prompt_length(c: Counted) -> float | None:
+def _prompt_length(c: Counted, prompt_tokens: float, finished_prompt_tokens: float) -> float | None:
     """The length of a prompt found in its prefill: length-weighted over the finished prompts, or their mean;
-    before any request finished, the mean of the prompts counted at their first token."""
+    before any request finished, the mean of the prompts counted at their first token (c's token sums, known)."""
     if c.prompt_in_prefill:
         return c.prompt_in_prefill
     if c.finished_prompts:
-        return c.finished_prompt_tokens / c.finished_prompts
-    return c.prompt_tokens / c.first_tokens if c.first_tokens else None
+        return finished_prompt_tokens / c.finished_prompts
+    return prompt_tokens / c.first_tokens if c.first_tokens else None
 
 
 def drifted(c: Counted) -> bool:
     """Whether the counts hold requests that got their first token and will never finish: more requests past
     their first token and unfinished than are running."""
-    return None not in (c.running, c.first_tokens, c.ended) and c.first_tokens - c.ended > c.running
+    running, first_tokens, ended = c.running, c.first_tokens, c.ended
+    return running is not None and first_tokens is not None and ended is not None and first_tokens - ended > running
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,7 +473,9 @@ def sustained_p99(values: list[float]) -> float:
     not a scheduler's pattern; a scheduler that holds requests back holds back several."""
     if len(values) < 2:
         return 0.0
-    return min(percentile(values, 99), sorted(values)[-2])
+    p99 = percentile(values, 99)
+    assert p99 is not None   # two values at least
+    return min(p99, sorted(values)[-2])
 
 
 def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
@@ -483,7 +494,7 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
 
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ordinary_step: float | None = None,
                      queued: tuple[float, int] | None = None, longest_step: float | None = None,
-                     waiting_now: float | None = None) -> Inferred | WaitBounds | None:
+                     waiting_now: float | None = None) -> Inferred[float] | WaitBounds | None:
     """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99); without them only bounds are known
     (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
@@ -491,10 +502,10 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ord
     `period` and `ordinary_step`: ordinary_step_bounds) bounds it from below. Where that bound is past what
     fewer than MIN_FINISHED finished requests show while requests still wait (`waiting_now`), those waiting
     wait longer than the few that finished: the P99 is known only from below (WaitBounds, no upper bound)."""
-    step = max(period, ordinary_step or 0.0) if period is not None else None
     found = _finished_wait_p99(timelines, period, longest_step, waiting_now)
     if queued is None or queued[1] < 2 or period is None:
         return found
+    step = max(period, ordinary_step or 0.0)
     bound = queued[0] - step
     if bound <= 0 or (found is not None and found.value >= bound):
         return found
@@ -507,7 +518,7 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ord
 
 
 def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None, longest: float | None,
-                       waiting_now: float | None = None) -> Inferred | None:
+                       waiting_now: float | None = None) -> Inferred[float] | None:
     if not timelines or period is None:
         return None
     value = sustained_p99(decided_waits(timelines, period, longest))

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from typing import Any
 
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -136,7 +137,8 @@ def _trace_id(span: trace_pb2.Span) -> str | None:
     return span.trace_id.hex() if len(span.trace_id) == 16 and any(span.trace_id) else None
 
 
-def _value(attrs: dict[str, common_pb2.AnyValue], key: str) -> tuple[str | None, object]:
+def _value(attrs: dict[str, common_pb2.AnyValue], key: str) -> tuple[str | None, Any]:
+    """The attribute's kind (its AnyValue's oneof) and value, whose type the kind says."""
     v = attrs.get(key)
     if v is None:
         return None, None

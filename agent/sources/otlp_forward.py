@@ -112,6 +112,7 @@ class Forwarder:
 
 def forward_parts(url: str) -> urllib.parse.SplitResult:
     """An OTLP/HTTP URL split; ValueError for one that is not (no http(s) scheme, no host, a bad port)."""
+    parts: urllib.parse.SplitResult | None
     parts = urllib.parse.urlsplit(url)
     try:
         parts.port    # noqa: B018  (reading it checks it)

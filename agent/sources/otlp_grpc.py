@@ -106,6 +106,7 @@ class GrpcIntake:
         import grpc
 
         receiver = self.receiver
+        body: bytes | None      # dropped once decoded
         try:
             body = await asyncio.wait_for(_one_message(messages), receiver.read_timeout_s)
         except TimeoutError:

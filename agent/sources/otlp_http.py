@@ -65,7 +65,8 @@ class _Handler(BoundedHandler):
     server: HttpIntake
 
     def setup(self) -> None:
-        self.timeout = self.server.receiver.idle_timeout_s
+        # socketserver reads the timeout off the instance; typeshed declares it a ClassVar
+        self.timeout = self.server.receiver.idle_timeout_s   # type: ignore[misc]
         super().setup()
 
     def log_message(self, format, *args) -> None:
@@ -105,6 +106,7 @@ class _Handler(BoundedHandler):
         if refusal is not None:
             self._refuse(*refusal, kind)
         else:
+            assert kind is not None   # no refusal: content_kind answered
             self._send(200, answer, kind)
 
     def do_GET(self) -> None:

@@ -55,6 +55,7 @@ import math
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -64,6 +65,10 @@ from agent.sources.otlp_forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
 from engine_hooks.records.timeline import RequestTimeline
 from engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
 from engine_hooks.shared.fair_share import SHARE, FairShare
+
+if TYPE_CHECKING:   # imported where started: they import this module
+    from agent.sources.otlp_grpc import GrpcIntake
+    from agent.sources.otlp_http import HttpIntake
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +110,9 @@ class OtlpReceiver:
         self._decoding = threading.Lock()      # one request decoded at a time: bounds what decoding holds
         self._timelines: deque[RequestTimeline] = deque(maxlen=capacity)
         self._counts = dict.fromkeys(COUNTERS, 0)
-        self._http = None
+        self._http: HttpIntake | None = None
         self._http_thread: threading.Thread | None = None
-        self._grpc = None
+        self._grpc: GrpcIntake | None = None
         self._gone_before = 0                  # clients gone from listeners already stopped
         self.clock_offset = time.monotonic() - time.time()
 
@@ -165,6 +170,7 @@ class OtlpReceiver:
         if self._http is None:
             return None
         host, port = self._http.server_address[:2]
+        assert isinstance(host, str)   # a TCP listener's address (bytes only for AF_UNIX)
         return f"http://{_url_host(host)}:{port}"
 
     @property

@@ -387,8 +387,10 @@ class VllmSource:
         try:
             exposition = parse_exposition(text)
         except ExpositionError as exc:
-            if heavy is not None or isinstance(exc, ExpositionTooCostly):
-                self.heavy.heavy(str(exc) if isinstance(exc, ExpositionTooCostly) else heavy)
+            if isinstance(exc, ExpositionTooCostly):
+                self.heavy.heavy(str(exc))
+            elif heavy is not None:
+                self.heavy.heavy(heavy)
             raise
         spent = time.thread_time() - started
         if heavy is None and spent > NEAR_SHARE * PARSE_DEADLINE_S:
@@ -456,6 +458,7 @@ class VllmSource:
         """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid model's
         blocks do not hold block_size tokens each), SGLang's token pool (a block of one token)."""
         if self.kind == "vllm":
+            assert self.generation is not None   # snapshot reads the generation before the capacity
             return _cache_config(ex.first(self._names("cache_config")), v1=not self.generation.startswith("vLLM V0"))
         tokens = total(ex.first(self._names("kv_tokens_capacity")))
         if tokens is None:   # SGLang 0.4 publishes the tokens in use and their share
@@ -523,7 +526,8 @@ class VllmSource:
         if found is not None:
             inferred["window.scheduler.decided_wait_p99_s"] = found.how
         elif span:
-            left = (queue or e2e).count / span if (queue or e2e) is not None else None
+            done = queue or e2e
+            left = done.count / span if done is not None else None
             bounds = queue_wait_p99_bounds(queue, [g.waiting for g in gauges if g.waiting is not None], left, span,
                                            period)
             if bounds is not None:
@@ -657,17 +661,23 @@ def _cache_config(family, v1: bool) -> KvCapacity | None:
     engine, and whether the model forced the block size (a hybrid model: its tokens are not blocks x block
     size, or a mamba block size is published)."""
     samples = values(family)
-    sizes = {_int(s.labels.get("block_size")) for s in samples} - {None}
-    blocks = [_int(s.labels.get("num_gpu_blocks")) for s in samples]
-    if len(sizes) != 1 or not blocks or None in blocks:
+    sizes = {size for s in samples if (size := _int(s.labels.get("block_size"))) is not None}
+    blocks = _every_int(samples, "num_gpu_blocks")
+    if len(sizes) != 1 or not blocks:
         return None
     block_size, num_blocks = sizes.pop(), sum(blocks)
-    published = [_int(s.labels.get("kv_cache_size_tokens")) for s in samples]
-    tokens = sum(published) if None not in published else num_blocks * block_size
+    published = _every_int(samples, "kv_cache_size_tokens")
+    tokens = sum(published) if published is not None else num_blocks * block_size
     forced = tokens != num_blocks * block_size or any(_int(s.labels.get("mamba_block_size")) for s in samples)
     return KvCapacity(num_blocks=num_blocks, tokens=tokens, block_size=block_size,
                       reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced,
                       lever=_capacity_lever(samples[0].labels))
+
+
+def _every_int(samples: list, name: str) -> list[int] | None:
+    """Each sample's label `name` as a whole number above 0 (_int); None where one has none."""
+    found = [_int(s.labels.get(name)) for s in samples]
+    return [v for v in found if v is not None] if None not in found else None
 
 
 def _capacity_lever(labels: dict[str, str]) -> str:
@@ -689,7 +699,8 @@ def _serves_adapters(family) -> bool:
 
 
 def _sum_or_none(*parts: float | None) -> float | None:
-    return None if any(p is None or math.isinf(p) for p in parts) else sum(parts)
+    known = [p for p in parts if p is not None and not math.isinf(p)]
+    return sum(known) if len(known) == len(parts) else None
 
 
 def _share(part: float | None, whole: float | None) -> float | None:

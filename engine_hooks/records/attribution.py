@@ -61,13 +61,14 @@ def tail(timelines: list[RequestTimeline], metric: str = "ttft", quantile: float
     if not rows:
         return None
     values = [v for v, _ in rows]
-    threshold = percentile(values, quantile * 100)
+    threshold, p50 = percentile(values, quantile * 100), percentile(values, 50)
+    assert threshold is not None and p50 is not None   # rows is not empty
     seconds: dict[str, float] = defaultdict(float)
     members = [(v, parts) for v, parts in rows if v >= threshold] or [max(rows, key=lambda r: r[0])]
     for _, parts in members:
         for name, s in parts.items():
             seconds[name] += s
-    return TailFigures(quantile=quantile, p50_s=percentile(values, 50), threshold_s=threshold,
+    return TailFigures(quantile=quantile, p50_s=p50, threshold_s=threshold,
                        requests=len(members), of_requests=len(rows), seconds=dict(seconds))
 
 

@@ -20,8 +20,9 @@ reads as None. Plain dataclasses and no torch: the agent imports this without an
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, fields
 from functools import cache
+from typing import Any, ClassVar
 
 SNAPSHOT_FORMAT = "stagelens-engine/1"
 # The span of a snapshot's window (`window`): the seconds its deltas and means cover, the hooks' as an outside
@@ -36,6 +37,7 @@ class SnapshotError(ValueError):
 class _Section:
     """JSON both ways for a section: each field under its own name, in declaration order."""
     __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]   # every section is a dataclass
 
     def to_dict(self) -> dict:
         return {f.name: _json(getattr(self, f.name)) for f in fields(self)}
@@ -43,7 +45,9 @@ class _Section:
     @classmethod
     def from_dict(cls, data, where: str):
         _check_object(data, where)
-        return cls(**{name: read(data.get(name), f"{where}.{name}") for name, read in _readers(cls)})
+        # a class is hashable: mypy checks type[Self] against Hashable with the instances' __hash__
+        readers = _readers(cls)   # type: ignore[arg-type]
+        return cls(**{name: read(data.get(name), f"{where}.{name}") for name, read in readers})
 
 
 # --- what the engine is ------------------------------------------------------------------------------------
@@ -451,6 +455,7 @@ def _readers(cls) -> tuple:
     out = []
     for f in fields(cls):
         kind = f.type
+        assert isinstance(kind, str)   # annotations are strings here (from __future__ import annotations)
         if kind in _READERS:
             read = _READERS[kind]
         elif kind.startswith("list[") and kind.endswith("] | None"):
