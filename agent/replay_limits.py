@@ -14,3 +14,8 @@ MAX_REPLAY_REQUESTS = 100_000
 # models the requests name: the bundled engine registers at most this many (its MAX_MODELS, the lab's --models;
 # not imported: the agent reads replays without the engine); the span fit prices each request beside each other
 MAX_REPLAY_MODELS = 64
+# tokens the requests made: the simulation runs a step per token a request decodes (batched), so a window of a
+# few requests claiming outputs of 131,072 tokens each would run for many minutes; 10 minutes at 50 requests a
+# second with 166-token outputs on average is ~5 million. Prompts cost a step per chunk: far more of them pass
+MAX_REPLAY_OUTPUT_TOKENS = 5_000_000
+MAX_REPLAY_PROMPT_TOKENS = 200_000_000

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from agent.errors import CollectError, UserError
-from agent.replay_limits import MAX_REPLAY_MODELS
+from agent.replay_limits import MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_PROMPT_TOKENS
 from engine_hooks.records.timeline import RequestTimeline
 from engine_hooks.records.timeline_reading import read_timelines
 
@@ -133,6 +133,11 @@ def _check_bounds(source: str, timelines: list[RequestTimeline]) -> None:
     if len(models) > MAX_REPLAY_MODELS:
         raise UserError(f"{source}: the requests name {len(models):,} models, more than the {MAX_REPLAY_MODELS} an "
                         f"engine serves")
+    for what, limit in (("output", MAX_REPLAY_OUTPUT_TOKENS), ("prompt", MAX_REPLAY_PROMPT_TOKENS)):
+        tokens = sum(getattr(t, f"{what}_tokens") for t in timelines)
+        if tokens > limit:
+            raise UserError(f"{source}: the requests hold {tokens:,} {what} tokens, past the {limit:,} a replay "
+                            f"simulates: record a shorter window")
 
 
 def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:

@@ -11,7 +11,7 @@ import pytest
 
 from agent.errors import UserError
 from agent.record import read_bundle
-from agent.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_MODELS, MAX_REPLAY_REQUESTS
+from agent.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_REQUESTS
 from agent.whatif.workload import observed_from_window
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 
@@ -79,6 +79,16 @@ def test_requests_naming_more_models_than_an_engine_serves_are_refused():
         observed_from_window("http://agent", window, [])
     window["timelines"][-1]["model"] = "adapter-0"
     assert len(observed_from_window("http://agent", window, []).requests) == MAX_REPLAY_MODELS + 1
+
+
+def test_a_window_claiming_more_output_than_a_replay_simulates_is_refused_before_it_runs():
+    """A few requests whose outputs are 131,072 tokens each would run the simulation for many minutes."""
+    count = MAX_REPLAY_OUTPUT_TOKENS // 131_072 + 1
+    window = {"timelines": [{**timeline(i), "output_tokens": 131_072, "finished": i * 0.02 + 60} for i in range(count)]}
+    with pytest.raises(UserError, match=r"http://agent: the requests hold 5,\d{3},\d{3} output tokens, past the"):
+        observed_from_window("http://agent", window, [])
+    window["timelines"].pop()
+    assert len(observed_from_window("http://agent", window, []).requests) == count - 1
 
 
 def test_a_replay_takes_as_many_models_as_the_bundled_engine_registers():
