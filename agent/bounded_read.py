@@ -3,7 +3,7 @@ path to /dev/zero or a multi-gigabyte file is refused with one line, not read in
 
 from __future__ import annotations
 
-from agent.errors import UserError
+from stagelens.errors import UserError
 
 
 def read_bounded(path, limit: int, cannot_read: str, too_large: str) -> bytes:

@@ -9,8 +9,8 @@ import traceback
 
 import click
 
-from agent.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, CollectError, UserError
-from agent.printable import printable
+from stagelens.errors import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, CollectError, UserError
+from stagelens.printable import printable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -24,7 +24,7 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
-    from agent.commands import bench, diagnose, fleet, lab, probe, record, runbook, serve, topo, tui, whatif
+    from stagelens.commands import bench, diagnose, fleet, lab, probe, record, runbook, serve, topo, tui, whatif
 
     for command in (lab.lab, diagnose.diagnose, serve.serve, tui.tui, record.record, runbook.runbook, topo.topo,
                     probe.probe, bench.bench, fleet.fleet, whatif.whatif):

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.numbers import is_finite_number, shown
-from agent.printable import TooDeep, printable_data
-from engine_hooks.records.snapshot import EngineSnapshot, SnapshotError, Window
-from probes.gpu import GpuSample
-from probes.links import NvlinkSample, PcieSample
-from probes.sample import CollectorStatus, NodeSample
-from probes.sample_json import NodeSampleError
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot, SnapshotError, Window
+from stagelens.numbers import is_finite_number, shown
+from stagelens.printable import TooDeep, printable_data
+from stagelens.probes.gpu import GpuSample
+from stagelens.probes.links import NvlinkSample, PcieSample
+from stagelens.probes.sample import CollectorStatus, NodeSample
+from stagelens.probes.sample_json import NodeSampleError
 
 FRAME_VERSION = 1
 MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show

@@ -19,9 +19,9 @@ import threading
 import time
 import urllib.parse
 
-from agent.errors import CollectError, UserError
-from agent.json_answer import MAX_ITEMS, AnswerRefused, parse_answer
-from agent.printable import printable
+from stagelens.errors import CollectError, UserError
+from stagelens.json_answer import MAX_ITEMS, AnswerRefused, parse_answer
+from stagelens.printable import printable
 
 MAX_ANSWER_BYTES = 16 * 2**20
 _CHUNK = 64 * 2**10

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from agent.printable import TooDeep, printable_data
+from stagelens.printable import TooDeep, printable_data
 
 # An answer's items at most: real answers average ~18 bytes an item, so a 16 MiB one (http_get's cap) holds some
 # 900,000 of them; a thousand nodes' fleet answer ~200,000. Parsed, ~85 MB at most.

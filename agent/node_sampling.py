@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from agent.errors import UserError
-from agent.frame import Frame
-from agent.sampler import Listener, Sampler
-from engine_hooks.records.source import EngineSource
+from stagelens.engine_hooks.records.source import EngineSource
+from stagelens.errors import UserError
+from stagelens.frame import Frame
+from stagelens.sampler import Listener, Sampler
 
 THIS_PROCESS = os.getpid()
 
@@ -37,7 +37,7 @@ class NodeSampling:
                  listeners: tuple[Listener, ...] = (), run_source_services: bool = True) -> None:
         """UserError for an NVML snapshot that cannot be read. `pid`: the process whose share of the host the
         probe reports (None: none). `run_source_services=False` leaves the source's services to the caller."""
-        from probes.sample import NodeProbe, open_backend
+        from stagelens.probes.sample import NodeProbe, open_backend
 
         try:
             backend = open_backend(nvml_snapshot)

@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from agent.errors import UserError
+from stagelens.errors import UserError
 
 
 def checked_number(where: str, value, *, min: float | None = None, max: float | None = None,

@@ -21,11 +21,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.errors import UserError
-from agent.frame import Frame, FrameError
-from agent.numbers import shown
-from agent.recording_checks import LOAD_FIELDS, STEP_FIELDS, engine_config_problem, steps_problem, timeline_problem
-from agent.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_REQUESTS
+from stagelens.errors import UserError
+from stagelens.frame import Frame, FrameError
+from stagelens.numbers import shown
+from stagelens.recording_checks import LOAD_FIELDS, STEP_FIELDS, engine_config_problem, steps_problem, timeline_problem
+from stagelens.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_REQUESTS
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
 MAX_LINE_BYTES = 64 * 2**20    # a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)

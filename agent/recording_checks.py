@@ -7,8 +7,8 @@ naming the field (`steps[3].end: ...`), or None."""
 
 from __future__ import annotations
 
-from agent.numbers import shown
-from engine_hooks.records.timeline_reading import TIME_WORDS, TimelineError, is_time, read_timeline
+from stagelens.engine_hooks.records.timeline_reading import TIME_WORDS, TimelineError, is_time, read_timeline
+from stagelens.numbers import shown
 
 # What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its time
 STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
@@ -74,7 +74,7 @@ def _item_problem(item: dict, fields: tuple[str, ...]) -> str | None:
 
 def engine_config_problem(cfg) -> str | None:
     """The bundled engine's settings as recorded: what the simulator runs on (agent/whatif/settings.py)."""
-    from agent.whatif.settings import recorded_problem
+    from stagelens.whatif.settings import recorded_problem
 
     return recorded_problem(cfg)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.diagnosis.model import Diagnosis
-from agent.fmt import BOUND_MARK
-from agent.runbooks import runbook_stem
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.fmt import BOUND_MARK
+from stagelens.runbook_files import runbook_stem
 
 _MARK = {"firing": "FIRING", "warn": "warn", "ok": "ok", "unknown": "unknown", "info": "info"}
 _ORIGIN = {"inferred": "  (inferred)", "not observable": "  (not observable on this engine)"}

@@ -13,13 +13,13 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from agent.diagnosis import DiagnosisConfig
-from agent.diagnosis.evaluate import LiveDiagnosis
-from agent.diagnosis.model import Diagnosis
-from agent.diagnosis.tail import with_stages
-from agent.frame import Frame
-from agent.metrics.exporter import MetricsExporter
-from agent.node_sampling import NodeSampling
+from stagelens.diagnosis import DiagnosisConfig
+from stagelens.diagnosis.evaluate import LiveDiagnosis
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.diagnosis.tail import with_stages
+from stagelens.frame import Frame
+from stagelens.metrics.exporter import MetricsExporter
+from stagelens.node_sampling import NodeSampling
 
 log = logging.getLogger(__name__)
 TRACE_MEMORY = 4096      # request id -> trace id / traceparent, for exemplars and HTTP clients' parents
@@ -45,7 +45,7 @@ class AgentRuntime:
         self.lab_settings = lab
         self.lab = None            # the hosted engine (agent.lab.host.EngineHost), when there is one
         if lab is not None:
-            from agent.lab.host import EngineHost
+            from stagelens.lab.host import EngineHost
 
             self.lab = EngineHost(face=lab.vllm_face)
         # the hosted engine, or one read from outside (agent/sources), or none: sampled alike
@@ -75,7 +75,7 @@ class AgentRuntime:
         """(Re)start the hosted engine with the base flags, a scenario's defaults (its workload then runs in
         the background) and `overrides`. Settings that cannot run raise UserError before the running engine
         is touched; its requests in flight get a grace to finish (agent.lab.host)."""
-        from agent.lab.settings import scenario_configs
+        from stagelens.lab.settings import scenario_configs
 
         engine_cfg, workload_cfg = scenario_configs(self.lab_settings.flags, scenario, overrides)
         self.lab.start(engine_cfg, workload_cfg if scenario else None)
@@ -115,7 +115,7 @@ class AgentRuntime:
         computed for the same fix. A simulation costs a few hundred ms, so it never runs on the caller's thread:
         a missing or older than PREDICTION_TTL_S prediction is computed again on a thread of its own, and the
         answer is the last one (None until the first is ready)."""
-        from agent.lab.fixes import fix_flags
+        from stagelens.lab.fixes import fix_flags
 
         key = tuple(sorted((k, str(v)) for k, v in fix_flags(diagnosis).items()))
         if not key:
@@ -127,8 +127,8 @@ class AgentRuntime:
         return cached[2] if cached is not None and cached[0] == key else None
 
     def _predict(self, key: tuple, diagnosis: Diagnosis) -> None:
-        from agent.whatif.fix_effect import predicted_effect
-        from agent.whatif.workload import observed_from_window
+        from stagelens.whatif.fix_effect import predicted_effect
+        from stagelens.whatif.workload import observed_from_window
 
         try:
             effect = predicted_effect(lambda: observed_from_window("the agent's recent window", self.whatif_window(),

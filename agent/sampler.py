@@ -11,10 +11,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from agent.errors import CollectError
-from agent.frame import Frame
-from engine_hooks.records.source import EngineSource
-from probes.sample import CollectorStatus
+from stagelens.engine_hooks.records.source import EngineSource
+from stagelens.errors import CollectError
+from stagelens.frame import Frame
+from stagelens.probes.sample import CollectorStatus
 
 log = logging.getLogger(__name__)
 

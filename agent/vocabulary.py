@@ -7,9 +7,9 @@ charging them to a stage is the diagnosis's judgement, made here.
 
 from __future__ import annotations
 
-from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
-from engine_hooks.records import attribution, waits
-from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY
+from stagelens.engine_hooks.records import attribution, waits
+from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL, QUEUED, STEP_BOUNDARY
+from stagelens.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING
 
 KV_CACHE, SCHEDULER, COLD_PATH = "kv_cache", "scheduler", "cold_path"
 STAGES = (KV_CACHE, SCHEDULER, COLD_PATH)   # the order of the chain: memory feeds queueing, loads add stalls
@@ -34,7 +34,7 @@ COMPONENT_NAMES = {**{k: k.replace("_", " ") for k in COMPONENT_STAGE}, waits.MO
                    QUEUED: "queued (why, the engine does not say)",
                    attribution.RECOMPUTE: "recomputed prefill", attribution.LOAD_SLOWDOWN: "steps slowed by loads"}
 
-# The alert of each stage; its runbook is named after it (agent.runbooks.stage_runbook)
+# The alert of each stage; its runbook is named after it (agent.runbook_files.stage_runbook)
 STAGE_ALERTS = {KV_CACHE: "KVCacheStageFiring", SCHEDULER: "SchedulerStageFiring", COLD_PATH: "ColdPathStageFiring"}
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.lab.scenarios import SCENARIOS
-from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import argparse
 
 import torch
 
-from engine_hooks.engine import EngineConfig
-from engine_hooks.engine.config import ConfigError
+from stagelens.engine_hooks.engine import EngineConfig
+from stagelens.engine_hooks.engine.config import ConfigError
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.vocabulary import KV_CACHE, SCHEDULER
+from stagelens.vocabulary import KV_CACHE, SCHEDULER
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from agent.lab.workload import WorkloadConfig, WorkloadPlan
+from stagelens.lab.workload import WorkloadConfig, WorkloadPlan
 
 PATH = "/v1/completions"
 LEAVER_MAX_TOKENS = 256      # long enough that the server must abort, not finish, a client that left

@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from agent.server.api import MAX_FRAMES_LIMIT
+from stagelens.server.api import MAX_FRAMES_LIMIT
 from tests.helpers.raw_get import get_dropping
 
 FRAMES_HOSTILE = ("ten_whole_histories", "slow_reader", "leave_midway")

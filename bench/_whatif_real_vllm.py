@@ -167,8 +167,8 @@ def _predict(a_path: Path, today: str, model: Path, candidate: str | None, scale
 
 
 def _measured(path: Path) -> dict:
-    from agent.whatif.figures import serving_figures
-    from agent.whatif.workload import from_bundle
+    from stagelens.whatif.figures import serving_figures
+    from stagelens.whatif.workload import from_bundle
 
     observed = from_bundle(str(path))
     return serving_figures(observed.requests, observed.window)

@@ -32,9 +32,9 @@ from _accuracy_matrix import CASES, MATRIX, QUICK  # noqa: E402  (bench/ is the 
 from _busy import busy_cores  # noqa: E402  (bench/ is the script's own directory)
 from _report import emit  # noqa: E402
 
-from agent.lab.scenario_run import run_lab  # noqa: E402
-from agent.lab.settings import build_configs  # noqa: E402
-from agent.vocabulary import STAGES  # noqa: E402
+from stagelens.lab.scenario_run import run_lab  # noqa: E402
+from stagelens.lab.settings import build_configs  # noqa: E402
+from stagelens.vocabulary import STAGES  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine is judged
 NONE = "none"                  # healthy expected, or all-OK diagnosed

@@ -14,10 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.diagnosis.evaluate import stage_states  # noqa: E402
-from agent.lab.scenario_run import run_lab  # noqa: E402
-from agent.lab.scenarios import SCENARIOS  # noqa: E402
-from agent.lab.settings import build_configs  # noqa: E402
+from stagelens.diagnosis.evaluate import stage_states  # noqa: E402
+from stagelens.lab.scenario_run import run_lab  # noqa: E402
+from stagelens.lab.scenarios import SCENARIOS  # noqa: E402
+from stagelens.lab.settings import build_configs  # noqa: E402
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
 elif [ -x .venv/bin/python ]; then PY=.venv/bin/python
 else PY="$(command -v python3 || command -v python)"; fi
 STAGELENS=("$(dirname "$PY")/stagelens")
-[ -x "${STAGELENS[0]}" ] || STAGELENS=("$PY" -c "from agent.cli import main; main()")
+[ -x "${STAGELENS[0]}" ] || STAGELENS=("$PY" -c "from stagelens.cli import main; main()")
 
 mkdir -p "$OUT/logs" || exit 2
 OUT="$(cd "$OUT" && pwd)"

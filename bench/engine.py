@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _device import add_engine_flags, checked_device, synchronize  # noqa: E402  (bench/ is the script's own)
 from _report import emit  # noqa: E402
 
-from agent.lab.scenario_run import run_lab  # noqa: E402
-from agent.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
-from engine_hooks.engine import EngineConfig  # noqa: E402
-from engine_hooks.engine.attention import describe_batch, describe_sequence, paged_attention  # noqa: E402
-from engine_hooks.engine.presets import PRESETS  # noqa: E402
+from stagelens.engine_hooks.engine import EngineConfig  # noqa: E402
+from stagelens.engine_hooks.engine.attention import describe_batch, describe_sequence, paged_attention  # noqa: E402
+from stagelens.engine_hooks.engine.presets import PRESETS  # noqa: E402
+from stagelens.lab.scenario_run import run_lab  # noqa: E402
+from stagelens.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
 
 
 def _timed(fn, repeats: int, device: torch.device) -> float:

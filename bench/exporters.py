@@ -35,11 +35,11 @@ def dead_collector(pairs: int, duration: float) -> dict:
     """The small engine in a closed loop, sampled every second, its timelines exported to a closed port."""
     import psutil
 
-    from agent.lab.host import EngineHost
-    from agent.lab.workload import LengthDist, WorkloadConfig
-    from agent.sampler import Sampler
-    from agent.tracing import TraceExporter
-    from engine_hooks.engine import EngineConfig
+    from stagelens.engine_hooks.engine import EngineConfig
+    from stagelens.lab.host import EngineHost
+    from stagelens.lab.workload import LengthDist, WorkloadConfig
+    from stagelens.sampler import Sampler
+    from stagelens.tracing import TraceExporter
 
     dead = f"http://127.0.0.1:{_free_port()}"
     cfg = EngineConfig(model="small", device="cpu", max_num_seqs=16)

@@ -44,7 +44,7 @@ class Node:
     """One node's states at every step: a Markov chain a stage; its first signal follows the stage's state."""
 
     def __init__(self, index: int, steps: int, rng: random.Random) -> None:
-        from agent.vocabulary import STAGES
+        from stagelens.vocabulary import STAGES
 
         self.instance = f"node-{index:05d}:9400"
         self.labels = f'cluster="c{index % 4}",gpu="{("h100", "a100")[index % 2]}",instance="{self.instance}",' \
@@ -81,8 +81,8 @@ class Node:
 def write_openmetrics(path: Path, nodes: list[Node], start: int, steps: int) -> int:
     """The nodes' series, one family after another (as OpenMetrics wants), each series in time order; the
     number of samples written."""
-    from agent.diagnosis.signals import SIGNALS
-    from agent.vocabulary import STAGES
+    from stagelens.diagnosis.signals import SIGNALS
+    from stagelens.vocabulary import STAGES
 
     times = [start + i * STEP_S for i in range(steps)]
     first_signal = {stage: next(s.id for s in SIGNALS if s.stage == stage) for stage in STAGES}
@@ -190,8 +190,8 @@ def start_prometheus(workdir: Path) -> tuple[subprocess.Popen, str]:
 def refreshes(url: str, seconds: float, every: float, prometheus_pid: int) -> dict:
     import psutil
 
-    from agent.fleet.model import counts
-    from agent.fleet.query import FleetQuery
+    from stagelens.fleet.model import counts
+    from stagelens.fleet.query import FleetQuery
 
     query = FleetQuery(url, timeout_s=10)
     t = time.perf_counter()

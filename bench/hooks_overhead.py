@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _device import add_engine_flags, checked_device, synchronize  # noqa: E402  (bench/ is the script's own)
 from _report import emit  # noqa: E402
 
-from engine_hooks import instrument, uninstrument  # noqa: E402
-from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
-from engine_hooks.hooks.guard import HookGuard  # noqa: E402
+from stagelens.engine_hooks import instrument, uninstrument  # noqa: E402
+from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams  # noqa: E402
+from stagelens.engine_hooks.hooks.guard import HookGuard  # noqa: E402
 
 
 class TimedGuard(HookGuard):

@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--stagelens", help="the command that runs the agent (default: this checkout's)")
     args = parser.parse_args()
     command = (shlex.split(args.stagelens) if args.stagelens
-               else [sys.executable, "-c", "from agent.cli import main; main()"])
+               else [sys.executable, "-c", "from stagelens.cli import main; main()"])
     emit(run(args.rounds, command), args.json)
 
 

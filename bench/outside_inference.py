@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.sources.inference import decided_waits, head_of_line_share  # noqa: E402
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait  # noqa: E402
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait  # noqa: E402
+from stagelens.sources.inference import decided_waits, head_of_line_share  # noqa: E402
 
 
 def window(requests: int, seed: int) -> list[RequestTimeline]:

@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from probes.errors import NoDriverError  # noqa: E402
-from probes.nvml_real import RealBackend  # noqa: E402
-from probes.nvml_snapshot import SnapshotBackend  # noqa: E402
-from probes.sample import NodeProbe  # noqa: E402
+from stagelens.probes.errors import NoDriverError  # noqa: E402
+from stagelens.probes.nvml_real import RealBackend  # noqa: E402
+from stagelens.probes.nvml_snapshot import SnapshotBackend  # noqa: E402
+from stagelens.probes.sample import NodeProbe  # noqa: E402
 
 DGX = ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json"
 TARGET_MS = 5.0

@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 import _soak_clients as sc  # noqa: E402  (bench/ is the script's own directory)
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
-from agent.loadtest.http_point import metric_value  # noqa: E402
+from stagelens.lab.workload import LengthDist, WorkloadConfig  # noqa: E402
+from stagelens.loadtest.http_point import metric_value  # noqa: E402
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
 MAX_MODEL_LEN = 2048
@@ -134,11 +134,11 @@ def workload(rate: float, duration: float, warmup: float, seed: int) -> Workload
 def find_knee_rate(url: str, quick: bool, seed: int) -> dict:
     """`bench stress --vary rate` in process: from half the closed-loop capacity (so the knee is a few
     steps away, not twenty) up in 10% steps to the first confirmed knee."""
-    from agent.loadtest.http_point import measure_remote
-    from agent.loadtest.loadgen import LoadOptions
-    from agent.loadtest.progress import ProgressBar
-    from agent.loadtest.runner import KneeRule, run_stress
-    from agent.loadtest.variables import VARIABLES
+    from stagelens.loadtest.http_point import measure_remote
+    from stagelens.loadtest.loadgen import LoadOptions
+    from stagelens.loadtest.progress import ProgressBar
+    from stagelens.loadtest.runner import KneeRule, run_stress
+    from stagelens.loadtest.variables import VARIABLES
 
     calib_s, step_s, warm_s, max_steps = (6.0, 8.0, 2.0, 10) if quick else (10.0, 15.0, 3.0, 12)
     opts = LoadOptions(max_model_len=MAX_MODEL_LEN, request_timeout=60.0, drain_timeout=30.0)

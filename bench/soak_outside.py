@@ -67,9 +67,9 @@ from otlp_intake import (  # noqa: E402
     normal_batch,
 )
 
-from agent.server.api import MAX_FRAMES_LIMIT  # noqa: E402
-from agent.sources.heavy_answers import MAX_PAUSE_S  # noqa: E402
-from agent.sources.prometheus_text import sample_lines  # noqa: E402
+from stagelens.server.api import MAX_FRAMES_LIMIT  # noqa: E402
+from stagelens.sources.heavy_answers import MAX_PAUSE_S  # noqa: E402
+from stagelens.sources.prometheus_text import sample_lines  # noqa: E402
 from tests.helpers.second_host import SECOND_HOST, Relay  # noqa: E402  (the tests' second sending host)
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
@@ -290,7 +290,7 @@ class KvPublisher:
     def __init__(self, seed: int, stop: threading.Event) -> None:
         import zmq
 
-        from engine_hooks.engine.vllm_face.kv_events_publisher import BlockRemoved, BlockStored, encode_batch
+        from stagelens.engine_hooks.engine.vllm_face.kv_events_publisher import BlockRemoved, BlockStored, encode_batch
 
         self.encode, self.stored, self.removed = encode_batch, BlockStored, BlockRemoved
         self.ctx = zmq.Context()
@@ -342,7 +342,7 @@ def scrape(url: str, floor_url: str, every_s: float, seconds: float, results) ->
     """In a process of its own (the generator's threads would delay its clock): /metrics every `every_s`, its
     latency and the age of the agent's latest frame at each answer; between two, the do-nothing server's
     answer time (the floor: what the busy machine costs any HTTP server)."""
-    from agent.loadtest.http_point import metric_value
+    from stagelens.loadtest.http_point import metric_value
 
     latencies, floor, ages, failures = [], [], [], 0
     end = time.monotonic() + seconds
@@ -420,7 +420,7 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     log = tempfile.NamedTemporaryFile(prefix="soak-outside-", suffix=".log", delete=False)  # noqa: SIM115
     agent = subprocess.Popen(
-        [sys.executable, "-c", "from agent.cli import main; main()", "--nvml-snapshot", DGX, "serve",
+        [sys.executable, "-c", "from stagelens.cli import main; main()", "--nvml-snapshot", DGX, "serve",
          "--listen", f"127.0.0.1:{port}", "--engine", "vllm", "--engine-url", engine.url,
          "--otlp-receiver", f"127.0.0.1:{http_port}", "--otlp-receiver-grpc", f"127.0.0.1:{grpc_port}",
          "--kv-events", f"tcp://127.0.0.1:{kv.port}", "--interval", f"{INTERVAL_S:g}",

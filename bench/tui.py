@@ -19,11 +19,11 @@ sys.path.insert(0, str(ROOT))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.record import read_bundle  # noqa: E402
-from agent.tui.app import StagelensApp  # noqa: E402
-from agent.tui.feed import Feed, Poll  # noqa: E402
-from engine_hooks.records.timeline import RequestTimeline  # noqa: E402
-from probes.sample import NodeProbe, open_backend  # noqa: E402
+from stagelens.engine_hooks.records.timeline import RequestTimeline  # noqa: E402
+from stagelens.probes.sample import NodeProbe, open_backend  # noqa: E402
+from stagelens.record import read_bundle  # noqa: E402
+from stagelens.tui.app import StagelensApp  # noqa: E402
+from stagelens.tui.feed import Feed, Poll  # noqa: E402
 
 DGX = ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json"
 BUNDLE = ROOT / "tests" / "fixtures" / "bundles" / "hol-blocking.jsonl"

@@ -51,17 +51,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _whatif_beyond as beyond  # noqa: E402  (bench/ is the script's own directory)
 from _report import emit  # noqa: E402
 
-from agent.lab.scenario_run import run_lab  # noqa: E402
-from agent.lab.scenarios import SCENARIOS  # noqa: E402
-from agent.lab.settings import build_configs  # noqa: E402
-from agent.record import BundleWriter  # noqa: E402
-from agent.whatif.figures import alike, relative_error, serving_figures  # noqa: E402
-from agent.whatif.recommended import recommended_changes  # noqa: E402
-from agent.whatif.report import what_if  # noqa: E402
-from agent.whatif.settings import as_set_flags  # noqa: E402
-from agent.whatif.spans import fit_spans  # noqa: E402
-from agent.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
-from engine_hooks.records.timeline import RequestTimeline  # noqa: E402
+from stagelens.engine_hooks.records.timeline import RequestTimeline  # noqa: E402
+from stagelens.lab.scenario_run import run_lab  # noqa: E402
+from stagelens.lab.scenarios import SCENARIOS  # noqa: E402
+from stagelens.lab.settings import build_configs  # noqa: E402
+from stagelens.record import BundleWriter  # noqa: E402
+from stagelens.whatif.figures import alike, relative_error, serving_figures  # noqa: E402
+from stagelens.whatif.recommended import recommended_changes  # noqa: E402
+from stagelens.whatif.report import what_if  # noqa: E402
+from stagelens.whatif.settings import as_set_flags  # noqa: E402
+from stagelens.whatif.spans import fit_spans  # noqa: E402
+from stagelens.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402
 
 NVML_SNAPSHOT = "tests/fixtures/nvml/dgx_a100.json"   # a node to probe on any machine: only the engine matters
 RECOMMENDED = "recommended"

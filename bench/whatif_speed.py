@@ -26,15 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402
 
-from agent.lab.bundled_engine import POLICIES  # noqa: E402
-from agent.record import BUNDLE_FORMAT  # noqa: E402
-from agent.whatif.fit import StepCost  # noqa: E402
-from agent.whatif.predict import predict  # noqa: E402
-from agent.whatif.report import what_if  # noqa: E402
-from agent.whatif.search import search  # noqa: E402
-from agent.whatif.settings import Settings  # noqa: E402
-from agent.whatif.workload import ServedRequest, from_bundle, scaled  # noqa: E402
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline  # noqa: E402
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline  # noqa: E402
+from stagelens.lab.bundled_engine import POLICIES  # noqa: E402
+from stagelens.record import BUNDLE_FORMAT  # noqa: E402
+from stagelens.whatif.fit import StepCost  # noqa: E402
+from stagelens.whatif.predict import predict  # noqa: E402
+from stagelens.whatif.report import what_if  # noqa: E402
+from stagelens.whatif.search import search  # noqa: E402
+from stagelens.whatif.settings import Settings  # noqa: E402
+from stagelens.whatif.workload import ServedRequest, from_bundle, scaled  # noqa: E402
 
 CASES = ("simulate", "search", "overloaded", "spans")
 

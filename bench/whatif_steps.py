@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from agent.whatif.fit import FEATURES, StepCost, fit_steps, step_rows  # noqa: E402
-from agent.whatif.workload import from_bundle  # noqa: E402
+from stagelens.whatif.fit import FEATURES, StepCost, fit_steps, step_rows  # noqa: E402
+from stagelens.whatif.workload import from_bundle  # noqa: E402
 
 
 def scenario_of(path: Path) -> str:

@@ -3,12 +3,12 @@
 This package imports nothing else of stagelens; torch is imported lazily by the copy-bandwidth measurement only.
 """
 
-from probes.bandwidth import BandwidthReference, get_reference_bandwidth, measure_copy_bandwidth
-from probes.errors import NoDriverError, ProbeError, SnapshotError
-from probes.nvml_backend import NvmlBackend
-from probes.nvml_record import dump_snapshot, record_snapshot
-from probes.sample import CollectorStatus, NodeProbe, NodeSample, open_backend
-from probes.topology import Topology, collect_topology, render_topology_text, topology_json
+from stagelens.probes.bandwidth import BandwidthReference, get_reference_bandwidth, measure_copy_bandwidth
+from stagelens.probes.errors import NoDriverError, ProbeError, SnapshotError
+from stagelens.probes.nvml_backend import NvmlBackend
+from stagelens.probes.nvml_record import dump_snapshot, record_snapshot
+from stagelens.probes.sample import CollectorStatus, NodeProbe, NodeSample, open_backend
+from stagelens.probes.topology import Topology, collect_topology, render_topology_text, topology_json
 
 __all__ = [
     "BandwidthReference",

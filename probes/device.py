@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from probes.nvml_backend import normalise_bus_id
-from probes.nvml_reader import DeviceLost, NvmlReader
+from stagelens.probes.nvml_backend import normalise_bus_id
+from stagelens.probes.nvml_reader import DeviceLost, NvmlReader
 
 
 @dataclass

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pynvml
 
-from probes.device import DeviceInfo
-from probes.links import NvlinkSample, PcieSample
-from probes.nvml_reader import NvmlReader
+from stagelens.probes.device import DeviceInfo
+from stagelens.probes.links import NvlinkSample, PcieSample
+from stagelens.probes.nvml_reader import NvmlReader
 
 # Clock event ("throttle") reason bits, as NVML defines them, to readable names.
 THROTTLE_REASONS = {

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import pynvml
 
-from probes.device import DeviceInfo
-from probes.nvml_backend import FI_NVLINK_RX_KIB, FI_NVLINK_TX_KIB, NVLINK_ERROR_COUNTERS, normalise_bus_id
-from probes.nvml_reader import NvmlReader
+from stagelens.probes.device import DeviceInfo
+from stagelens.probes.nvml_backend import FI_NVLINK_RX_KIB, FI_NVLINK_TX_KIB, NVLINK_ERROR_COUNTERS, normalise_bus_id
+from stagelens.probes.nvml_reader import NvmlReader
 
 # Usable GB/s per lane and direction, after line encoding (8b/10b up to Gen2, 128b/130b from Gen3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}

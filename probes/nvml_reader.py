@@ -14,8 +14,8 @@ from typing import Any
 
 import pynvml
 
-from probes.errors import NoDriverError
-from probes.nvml_backend import NVML_FUNCTION, NvmlBackend, error_name
+from stagelens.probes.errors import NoDriverError
+from stagelens.probes.nvml_backend import NVML_FUNCTION, NvmlBackend, error_name
 
 log = logging.getLogger(__name__)
 

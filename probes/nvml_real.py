@@ -7,7 +7,7 @@ import time
 
 import pynvml
 
-from probes.nvml_backend import (
+from stagelens.probes.nvml_backend import (
     NVLINK_ERROR_COUNTERS,
     TOPOLOGY_LEVELS,
     FieldValue,

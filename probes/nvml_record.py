@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from probes.nvml_backend import (
+from stagelens.probes.nvml_backend import (
     FI_NVLINK_RX_KIB,
     FI_NVLINK_TX_KIB,
     NVLINK_ERROR_COUNTERS,
@@ -22,8 +22,8 @@ from probes.nvml_backend import (
     NvmlBackend,
     error_name,
 )
-from probes.nvml_reader import no_driver_error
-from probes.nvml_snapshot import FORMAT
+from stagelens.probes.nvml_reader import no_driver_error
+from stagelens.probes.nvml_snapshot import FORMAT
 
 _MISSING = object()
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pynvml
 
-from probes.errors import SnapshotError
-from probes.nvml_backend import (
+from stagelens.probes.errors import SnapshotError
+from stagelens.probes.nvml_backend import (
     FI_NVLINK_RX_KIB,
     FI_NVLINK_TX_KIB,
     NVML_FUNCTION,

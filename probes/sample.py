@@ -13,15 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.device import DeviceInfo, read_device_info
-from probes.errors import NoDriverError
-from probes.gpu import GpuSample, read_gpu
-from probes.host import HostProbe, HostSample
-from probes.links import LinkState
-from probes.nvml_backend import NvmlBackend, normalise_bus_id
-from probes.nvml_reader import DeviceLost, NvmlReader
-from probes.sample_json import NodeSampleError, plain_fields, read
-from probes.topology import Topology, build_topology
+from stagelens.probes.device import DeviceInfo, read_device_info
+from stagelens.probes.errors import NoDriverError
+from stagelens.probes.gpu import GpuSample, read_gpu
+from stagelens.probes.host import HostProbe, HostSample
+from stagelens.probes.links import LinkState
+from stagelens.probes.nvml_backend import NvmlBackend, normalise_bus_id
+from stagelens.probes.nvml_reader import DeviceLost, NvmlReader
+from stagelens.probes.sample_json import NodeSampleError, plain_fields, read
+from stagelens.probes.topology import Topology, build_topology
 
 log = logging.getLogger(__name__)
 SAMPLE_VERSION = 1
@@ -84,10 +84,10 @@ class NodeSample:
 def open_backend(snapshot_path: str | None = None) -> NvmlBackend:
     """The snapshot backend for a file (SnapshotError if unusable), else the driver (initialised lazily)."""
     if snapshot_path is not None:
-        from probes.nvml_snapshot import SnapshotBackend
+        from stagelens.probes.nvml_snapshot import SnapshotBackend
 
         return SnapshotBackend.from_file(snapshot_path)
-    from probes.nvml_real import RealBackend
+    from stagelens.probes.nvml_real import RealBackend
 
     return RealBackend()
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from probes.device import DeviceInfo, read_device_info
-from probes.links import pcie_bandwidth_bytes, pcie_findings
-from probes.nvml_backend import NvmlBackend, normalise_bus_id
-from probes.nvml_reader import DeviceLost, NvmlReader
+from stagelens.probes.device import DeviceInfo, read_device_info
+from stagelens.probes.links import pcie_bandwidth_bytes, pcie_findings
+from stagelens.probes.nvml_backend import NvmlBackend, normalise_bus_id
+from stagelens.probes.nvml_reader import DeviceLost, NvmlReader
 
 PCIE_CELL = {"INTERNAL": "PIX", "SINGLE": "PIX", "MULTIPLE": "PXB", "HOSTBRIDGE": "PHB", "NODE": "NODE",
              "SYSTEM": "SYS"}

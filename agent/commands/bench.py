@@ -13,11 +13,11 @@ from pathlib import Path
 
 import click
 
-from agent.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
-from agent.errors import UserError
-from agent.lab.scenarios import SCENARIOS
-from agent.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs
-from agent.loadtest.variables import STRESSABLE, VARIABLES, pick_swept
+from stagelens.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
+from stagelens.errors import UserError
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs
+from stagelens.loadtest.variables import STRESSABLE, VARIABLES, pick_swept
 
 # The share of --duration left out as warm-up unless --warmup says: the report keeps the last 20 of 30 minutes.
 WARMUP_SHARE = {"steady": 1 / 3, "stress": 0.2, "sweep": 0.2}
@@ -142,9 +142,9 @@ def sweep(ctx: click.Context, **options) -> int:
 @click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency", show_default=True)
 def compare(baseline: str, current: str, tolerance: float, p99_metric: str) -> int:
     """Compare a run with a saved baseline: exit 1 when P99 regressed beyond the tolerance at any point."""
-    from agent.loadtest.compare import compare as compare_runs
-    from agent.loadtest.compare import render
-    from agent.loadtest.results import load_results
+    from stagelens.loadtest.compare import compare as compare_runs
+    from stagelens.loadtest.compare import render
+    from stagelens.loadtest.results import load_results
 
     if tolerance < 0:
         raise UserError(f"--tolerance: must be >= 0, got {tolerance}")
@@ -192,7 +192,7 @@ class _Run:
             raise UserError(f"--gain-threshold: must be >= 0, got {opt['gain_threshold']}")
         if opt["p99_factor"] <= 1:
             raise UserError(f"--p99-factor: must be above 1, got {opt['p99_factor']}")
-        from agent.loadtest.runner import KneeRule
+        from stagelens.loadtest.runner import KneeRule
 
         self.rule = KneeRule(opt["gain_threshold"], opt["p99_factor"], opt["p99_sla"], step, opt["p99_metric"])
 
@@ -211,8 +211,8 @@ class _Run:
         def one(value):
             engine, workload = self.configs(_override(variable, value))
             if self.url:
-                from agent.loadtest.http_point import measure_remote
-                from agent.loadtest.loadgen import LoadOptions
+                from stagelens.loadtest.http_point import measure_remote
+                from stagelens.loadtest.loadgen import LoadOptions
 
                 o = self.opt
                 opts = LoadOptions(vocab_size=o["vocab_size"], max_model_len=engine.max_model_len,
@@ -220,14 +220,14 @@ class _Run:
                                    request_timeout=o["request_timeout"], drain_timeout=o["drain_timeout"],
                                    max_requests=o["max_requests"])
                 return measure_remote(value, self.url, workload, opts)
-            from agent.loadtest.inprocess import measure_inprocess
+            from stagelens.loadtest.inprocess import measure_inprocess
 
             return measure_inprocess(value, engine, workload, interval=self.opt["interval"],
                                      diagnosis_config=self.dconfig, nvml_snapshot=snapshot)
         return one
 
     def config(self) -> dict:
-        from agent.commands.lab_config import config_dict
+        from stagelens.commands.lab_config import config_dict
 
         cfg = config_dict(self.engine, self.workload)
         if self.url:
@@ -241,9 +241,9 @@ class _Run:
         return cfg
 
     def execute(self, variable, values, max_steps: int | None = None) -> int:
-        from agent.loadtest import runner
-        from agent.loadtest.progress import ProgressBar
-        from agent.loadtest.results import Results
+        from stagelens.loadtest import runner
+        from stagelens.loadtest.progress import ProgressBar
+        from stagelens.loadtest.results import Results
 
         out = Path(self.opt["out_dir"])
         try:
@@ -274,14 +274,14 @@ class _Run:
         return self.write(results, out)
 
     def write(self, results, out: Path) -> int:
-        from agent.loadtest import report
+        from stagelens.loadtest import report
 
         results.write(out / "results.json")
         text = report.render(results)
         (out / "report.md").write_text(text)
         written = ["results.json", "report.md"]
         try:
-            from agent.loadtest.plot import plot
+            from stagelens.loadtest.plot import plot
 
             plot(results, out / "curve.png")
             written.append("curve.png")

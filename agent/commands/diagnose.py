@@ -6,7 +6,7 @@ import json
 
 import click
 
-from agent.commands.flags import (
+from stagelens.commands.flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
     diagnosis_config,
@@ -14,10 +14,10 @@ from agent.commands.flags import (
     engine_url_option,
     open_engine_source,
 )
-from agent.diagnosis.model import Diagnosis, DiagnosisError
-from agent.errors import EXIT_UNKNOWN, CollectError, UserError
-from agent.numbers import Number
-from agent.vocabulary import EXIT_CODES
+from stagelens.diagnosis.model import Diagnosis, DiagnosisError
+from stagelens.errors import EXIT_UNKNOWN, CollectError, UserError
+from stagelens.numbers import Number
+from stagelens.vocabulary import EXIT_CODES
 
 EXIT_STATUS = ("Exit status, as a monitoring check's: "
                + ", ".join(f"{code} {verdict}" for verdict, code in EXIT_CODES.items() if code != EXIT_UNKNOWN)
@@ -39,8 +39,8 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
 def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, engine_kind: str,
              outside: OutsideFlags, config_path, thresholds, as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
-    from agent.diagnosis.evaluate import NOTHING_OBSERVED
-    from agent.diagnosis.whole_run import judge_run
+    from stagelens.diagnosis.evaluate import NOTHING_OBSERVED
+    from stagelens.diagnosis.whole_run import judge_run
 
     if replay_path and url:
         raise UserError("--replay and --connect are alternatives: give one")
@@ -55,15 +55,15 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
         return _print(fetch_diagnosis(url), as_json)
     timelines: list = []
     if replay_path:
-        from agent.record import read_bundle_warned
-        from engine_hooks.records.timeline import RequestTimeline
+        from stagelens.engine_hooks.records.timeline import RequestTimeline
+        from stagelens.record import read_bundle_warned
 
         bundle = read_bundle_warned(replay_path)
         if not bundle.frames:
             raise UserError(f"{replay_path}: the bundle holds no frames")
         frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
-        from agent.node_sampling import sample_for
+        from stagelens.node_sampling import sample_for
 
         frames = engine_frames(sample_for((ctx.obj or {}).get("nvml_snapshot"), duration,
                                           engine_source=engine_source), engine_source)
@@ -74,8 +74,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
         raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
     effect = None
     if replay_path:
-        from agent.whatif.fix_effect import predicted_effect
-        from agent.whatif.workload import observed_in
+        from stagelens.whatif.fix_effect import predicted_effect
+        from stagelens.whatif.workload import observed_in
 
         effect = predicted_effect(lambda: observed_in(bundle), result)
     return _print(result, as_json, run if replay_path else None, effect)
@@ -90,12 +90,12 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
             document["fix"] = effect
         click.echo(json.dumps(document, indent=2))
     else:
-        from agent.printable import printable_lines
-        from agent.render import render_diagnosis, render_run
+        from stagelens.printable import printable_lines
+        from stagelens.render import render_diagnosis, render_run
 
         click.echo(printable_lines(render_diagnosis(result)))     # fetched from a server: its text is another's
         if effect is not None:
-            from agent.whatif.fix_effect import render_effect
+            from stagelens.whatif.fix_effect import render_effect
 
             click.echo(render_effect(effect))
         if run is not None:
@@ -105,7 +105,7 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
 
 def fetch_diagnosis(url: str) -> Diagnosis:
     """The server's diagnosis; CollectError when its answer is none, or has nothing to say."""
-    from agent.http_get import get_json
+    from stagelens.http_get import get_json
 
     data = get_json(url, "/api/v1/diagnosis")
     try:
@@ -122,9 +122,9 @@ def _answered_kinds() -> frozenset[str]:
     """The collector errors of an engine that answered, with what is not read (a frame keeps the error's type
     by name): an HTTP error, a gzip body, an HTML page, too many series, a parse past its deadline, a pause
     after such an answer."""
-    from agent.sources.heavy_answers import ReadPaused
-    from agent.sources.prometheus_text import ExpositionTooCostly
-    from agent.sources.vllm import ANSWER_REFUSED
+    from stagelens.sources.heavy_answers import ReadPaused
+    from stagelens.sources.prometheus_text import ExpositionTooCostly
+    from stagelens.sources.vllm import ANSWER_REFUSED
 
     return frozenset(c.__name__ for c in (*ANSWER_REFUSED, ExpositionTooCostly, ReadPaused))
 

@@ -9,13 +9,13 @@ from urllib.parse import urlsplit
 
 import click
 
-from agent.bounded_read import read_bounded
-from agent.diagnosis import DiagnosisConfig, load_config
-from agent.errors import UserError
-from agent.http_get import redact_url
-from agent.lab.bundled_engine import ALLOCATORS, DTYPES, POLICIES, PRESETS
-from agent.lab.settings import BOUNDS
-from agent.numbers import Number
+from stagelens.bounded_read import read_bounded
+from stagelens.diagnosis import DiagnosisConfig, load_config
+from stagelens.errors import UserError
+from stagelens.http_get import redact_url
+from stagelens.lab.bundled_engine import ALLOCATORS, DTYPES, POLICIES, PRESETS
+from stagelens.lab.settings import BOUNDS
+from stagelens.numbers import Number
 
 # HOST:PORT as the flags that bind a socket take it (`serve --listen`, `--otlp-receiver`).
 
@@ -235,18 +235,18 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
     spans = _receiver(o.otlp_receiver, o.otlp_receiver_grpc, o.otlp_forward) if receiving else None
     subscriber = None
     if o.kv_events:
-        from agent.sources.kv_events_subscriber import KvEventsSubscriber
+        from stagelens.sources.kv_events_subscriber import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
-    from agent.sources.gauge_poll import POLL_S
-    from agent.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
+    from stagelens.sources.gauge_poll import POLL_S
+    from stagelens.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
 
     return VllmSource(o.engine_url, timeout_s=SCRAPE_TIMEOUT_S, kind=kind, spans=spans,
                       kv_events=subscriber, poll_s=POLL_S)
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):
-    from agent.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp_receiver import OtlpReceiver
 
     http_host, http_port = parse_listen(http, "--otlp-receiver") if http else (None, None)
     grpc_host, grpc_port = parse_listen(grpc, "--otlp-receiver-grpc") if grpc else (None, None)

@@ -10,12 +10,12 @@ import json
 
 import click
 
-from agent.commands.flags import interval_option
-from agent.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, CollectError, UserError
-from agent.fleet.model import counts
-from agent.fleet.query import DEFAULT_SELECTOR, FleetQuery, parse_filters
-from agent.fleet.render import DEFAULT_LIMIT, fleet_document, render_fleet
-from agent.numbers import Number
+from stagelens.commands.flags import interval_option
+from stagelens.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, CollectError, UserError
+from stagelens.fleet.model import counts
+from stagelens.fleet.query import DEFAULT_SELECTOR, FleetQuery, parse_filters
+from stagelens.fleet.render import DEFAULT_LIMIT, fleet_document, render_fleet
+from stagelens.numbers import Number
 
 EXIT_STATUS = (f"Exit status with --once or --json: {EXIT_OK} every node up and none warns or fires, {EXIT_WARNING} a "
                f"node warns, {EXIT_CRITICAL} a node fires or is down, {EXIT_UNKNOWN} Prometheus could not be read, no "
@@ -42,9 +42,9 @@ def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: i
     query = FleetQuery(prometheus_url, selector=selector, timeout_s=timeout_s, filters=parse_filters(filters))
     if not (as_json or once):
         try:
-            from agent.tui.fleet import run_fleet_app
+            from stagelens.tui.fleet import run_fleet_app
         except ModuleNotFoundError as exc:
-            if exc.name and not exc.name.startswith("agent.tui.fleet"):
+            if exc.name and not exc.name.startswith("stagelens.tui.fleet"):
                 raise
             raise UserError("the fleet screen is not in this build: use --once or --json") from None
         run_fleet_app(query, interval)

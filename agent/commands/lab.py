@@ -11,10 +11,10 @@ import threading
 
 import click
 
-from agent.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
-from agent.lab.fixes import as_flags, fix_flags
-from agent.lab.scenarios import SCENARIOS
-from agent.lab.settings import build_configs
+from stagelens.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
+from stagelens.lab.fixes import as_flags, fix_flags
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.lab.settings import build_configs
 
 
 @click.command()
@@ -35,8 +35,8 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     dconfig = diagnosis_config(config_path, thresholds)
     engine_cfg, workload_cfg = build_configs(flags, defaults)
 
-    from agent.lab.scenario_run import run_lab  # imports torch: only once the flags are known to be good
-    from agent.record import BundleWriter
+    from stagelens.lab.scenario_run import run_lab  # imports torch: only once the flags are known to be good
+    from stagelens.record import BundleWriter
 
     snapshot = (ctx.obj or {}).get("nvml_snapshot")
     stop = threading.Event()    # a bundle that cannot be written (a full disk) ends the run
@@ -63,7 +63,7 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
 
 
 def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
-    from agent.commands.lab_config import config_dict
+    from stagelens.commands.lab_config import config_dict
 
     out = {"scenario": scenario, "config": config_dict(engine_cfg, workload_cfg), **before.figures,
            "diagnosis": before.diagnosis.to_dict(), "run": before.run.to_dict()}
@@ -75,8 +75,8 @@ def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
 
 
 def _text(spec, before, after, applied) -> str:
-    from agent.commands.lab_config import render_figures
-    from agent.render import render_before_after, render_diagnosis, render_run
+    from stagelens.commands.lab_config import render_figures
+    from stagelens.render import render_before_after, render_diagnosis, render_run
 
     parts = []
     if spec:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from agent.commands.topo import backend_from_ctx
-from agent.errors import CollectError, UserError
-from agent.numbers import Number
-from probes.errors import NoDriverError
-from probes.nvml_record import dump_snapshot, record_snapshot
+from stagelens.commands.topo import backend_from_ctx
+from stagelens.errors import CollectError, UserError
+from stagelens.numbers import Number
+from stagelens.probes.errors import NoDriverError
+from stagelens.probes.nvml_record import dump_snapshot, record_snapshot
 
 
 @click.group()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from agent.runbooks import read_runbook, runbook_dir, runbook_path
+from stagelens.runbook_files import read_runbook, runbook_dir, runbook_path
 
 __all__ = ["RUNBOOK_DIR", "runbook", "runbook_path"]
 

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from agent.commands.flags import (
+from stagelens.commands.flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
     check_http_url,
@@ -20,9 +20,9 @@ from agent.commands.flags import (
     parse_listen,
     token_options,
 )
-from agent.errors import UserError
-from agent.lab.scenarios import SCENARIOS
-from agent.numbers import Number
+from stagelens.errors import UserError
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.numbers import Number
 
 EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 
@@ -68,10 +68,10 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     gracefully (exit 0)."""
     import prometheus_client
 
-    from agent.long_running import hand_over_the_gil_sooner, limit_malloc_arenas, settle_collector
-    from agent.runtime import AgentRuntime, LabSettings
-    from agent.server.app import create_app
-    from agent.server.http_server import listen_socket, serve_until_stopped
+    from stagelens.long_running import hand_over_the_gil_sooner, limit_malloc_arenas, settle_collector
+    from stagelens.runtime import AgentRuntime, LabSettings
+    from stagelens.server.app import create_app
+    from stagelens.server.http_server import listen_socket, serve_until_stopped
 
     prometheus_client.disable_created_metrics()   # `_created` series only double every counter
     if engine_kind != "lab":    # a hosted lab engine's step loop keeps the default switch interval
@@ -85,7 +85,7 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
     lab = LabSettings({k: v for k, v in flags.items() if v is not None}, scenario, face) \
         if engine_kind == "lab" else None
     if lab:
-        from agent.lab.settings import scenario_configs
+        from stagelens.lab.settings import scenario_configs
 
         scenario_configs(lab.flags, scenario)   # bad flags fail now, not later
     sock = listen_socket(host, port)
@@ -119,7 +119,7 @@ def _face_settings(engine_kind: str, listen: str | None, otlp: str | None, kv_ev
 
 
 def _tracer(exporter: str | None, endpoint: str | None, jsonl: str | None, registry):
-    from agent.tracing import TraceExporter
+    from stagelens.tracing import TraceExporter
 
     configured = exporter or os.environ.get("OTEL_TRACES_EXPORTER")
     if configured is None:

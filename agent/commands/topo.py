@@ -6,14 +6,14 @@ import json
 
 import click
 
-from agent.errors import CollectError, UserError
+from stagelens.errors import CollectError, UserError
 
 # Submodule imports, not `from probes import ...`: an editable install made before probes/__init__.py
 # existed maps probes as a namespace package, and the console script would then miss the re-exports.
-from probes.errors import NoDriverError, SnapshotError
-from probes.nvml_backend import NvmlBackend
-from probes.sample import open_backend
-from probes.topology import render_topology_text, topology_json
+from stagelens.probes.errors import NoDriverError, SnapshotError
+from stagelens.probes.nvml_backend import NvmlBackend
+from stagelens.probes.sample import open_backend
+from stagelens.probes.topology import render_topology_text, topology_json
 
 
 def backend_from_ctx(ctx: click.Context) -> NvmlBackend:

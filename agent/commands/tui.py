@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from agent.commands.flags import (
+from stagelens.commands.flags import (
     OUTSIDE_ENGINES,
     OutsideFlags,
     diagnosis_options,
@@ -18,11 +18,11 @@ from agent.commands.flags import (
     interval_option,
     open_engine_source,
 )
-from agent.diagnosis import load_config
-from agent.errors import UserError
-from agent.http_get import check_url
-from agent.lab.scenarios import SCENARIOS
-from agent.tui.server_settings import server_settings
+from stagelens.diagnosis import load_config
+from stagelens.errors import UserError
+from stagelens.http_get import check_url
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.tui.server_settings import server_settings
 
 
 @click.command()
@@ -60,7 +60,7 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     config = load_config(config_path, thresholds, base)
     source = _source(ctx, url, replay_path, scenario, interval, flags, outside)
 
-    from agent.tui.app import StagelensApp
+    from stagelens.tui.app import StagelensApp
 
     app = StagelensApp(source, interval=interval, config=config, screenshot_dir=screenshot_dir, notice=notice)
     app.run()
@@ -70,21 +70,21 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
 
 def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict, outside=None):
     if outside is not None:
-        from agent.tui.outside_feed import OutsideFeed
+        from stagelens.tui.outside_feed import OutsideFeed
 
         return OutsideFeed(outside, (ctx.obj or {}).get("nvml_snapshot"), interval)
     if url:
-        from agent.tui.remote_feed import RemoteFeed
+        from stagelens.tui.remote_feed import RemoteFeed
 
         return RemoteFeed(url, timeout=max(1.0, min(5.0, interval * 2)))
     if replay_path:
-        from agent.record import read_bundle_warned
-        from agent.tui.replay_feed import ReplayFeed
+        from stagelens.record import read_bundle_warned
+        from stagelens.tui.replay_feed import ReplayFeed
 
         bundle = read_bundle_warned(replay_path)
         if not bundle.frames:
             raise UserError(f"{replay_path}: the bundle holds no frames")
         return ReplayFeed(bundle)
-    from agent.tui.local_feed import LocalFeed
+    from stagelens.tui.local_feed import LocalFeed
 
     return LocalFeed(flags, scenario, (ctx.obj or {}).get("nvml_snapshot"), interval)

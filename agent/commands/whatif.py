@@ -9,9 +9,9 @@ import sys
 
 import click
 
-from agent.errors import UserError
-from agent.numbers import Number
-from agent.printable import printable_lines
+from stagelens.errors import UserError
+from stagelens.numbers import Number
+from stagelens.printable import printable_lines
 
 
 @click.command()
@@ -40,18 +40,18 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
            model_config: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
     recent window of a running agent."""
-    from agent.whatif.prior import read_model_config
-    from agent.whatif.recommended import recommended_changes
-    from agent.whatif.report import render, today_settings, what_if
-    from agent.whatif.search import parse_slo
-    from agent.whatif.settings import parse_set
-    from agent.whatif.wider import Wider
-    from agent.whatif.workload import from_agent, from_bundle
+    from stagelens.whatif.prior import read_model_config
+    from stagelens.whatif.recommended import recommended_changes
+    from stagelens.whatif.report import render, today_settings, what_if
+    from stagelens.whatif.search import parse_slo
+    from stagelens.whatif.settings import parse_set
+    from stagelens.whatif.wider import Wider
+    from stagelens.whatif.workload import from_agent, from_bundle
 
     if (slos or plot_path) and not do_search:
         raise UserError("--slo and --plot go with --search")
     if plot_path:
-        from agent.whatif.plot import plot_format
+        from stagelens.whatif.plot import plot_format
 
         image_format = plot_format(plot_path)   # before the search, which takes a while
     slo_figures = parse_slo(slos)
@@ -71,8 +71,8 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     document = result.to_dict()
     text = render(result)
     if do_search:
-        from agent.whatif.search import search
-        from agent.whatif.search_report import render_search, search_dict
+        from stagelens.whatif.search import search
+        from stagelens.whatif.search_report import render_search, search_dict
 
         cost = result.cost if result.cost.beyond else wider.widen(result.cost, observed) or result.cost
         found = search(settings, cost, result.replayed, slo_figures)
@@ -86,7 +86,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
 
 
 def _plot(found, path: str, image_format: str) -> None:
-    from agent.whatif.plot import plot
+    from stagelens.whatif.plot import plot
 
     sys.stdout.flush()     # the results reach their reader before the one line that says the plot did not
     try:

@@ -16,10 +16,10 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.bounded_read import read_bounded
-from agent.diagnosis.signals import SIGNALS_BY_ID
-from agent.errors import UserError
-from agent.numbers import checked_number
+from stagelens.bounded_read import read_bounded
+from stagelens.diagnosis.signals import SIGNALS_BY_ID
+from stagelens.errors import UserError
+from stagelens.numbers import checked_number
 
 MAX_CONFIG_BYTES = 2**20   # a config file is a few lines; this refuses a device or a wrong file whole
 # The [diagnosis] settings and their bounds: a window the sampler's history can hold (900 samples),

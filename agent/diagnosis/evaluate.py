@@ -12,10 +12,10 @@ import datetime as dt
 import math
 from collections import deque
 
-from agent.diagnosis.config import DiagnosisConfig, Threshold
-from agent.diagnosis.explain import consequence_advice, explain
-from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
-from agent.diagnosis.signals import (
+from stagelens.diagnosis.config import DiagnosisConfig, Threshold
+from stagelens.diagnosis.explain import consequence_advice, explain
+from stagelens.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
+from stagelens.diagnosis.signals import (
     NOT_APPLICABLE,
     SIGNALS,
     TAIL_SHARE,
@@ -25,11 +25,11 @@ from agent.diagnosis.signals import (
     Signal,
     window_tail,
 )
-from agent.diagnosis.tail import Tail
-from agent.frame import Frame
-from agent.runbooks import stage_runbook
-from agent.vocabulary import KV_CACHE, SCHEDULER, STAGES, stage_of
-from engine_hooks.records.timeline import QUEUED
+from stagelens.diagnosis.tail import Tail
+from stagelens.engine_hooks.records.timeline import QUEUED
+from stagelens.frame import Frame
+from stagelens.runbook_files import stage_runbook
+from stagelens.vocabulary import KV_CACHE, SCHEDULER, STAGES, stage_of
 
 
 def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import math
 
-from agent.diagnosis.model import Evidence, Recommendation
-from agent.diagnosis.recommendation_flags import for_engine
-from agent.diagnosis.signals import SIGNALS_BY_ID, window_tail
-from agent.diagnosis.wording import main_wait_reason
-from agent.fmt import BOUND_MARK
-from agent.frame import Frame
-from agent.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
-from engine_hooks.records.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
-from engine_hooks.records.timeline import BEHIND_LONG_PREFILL
-from engine_hooks.records.waits import MAX_NUM_SEQS, TOKEN_BUDGET
+from stagelens.diagnosis.model import Evidence, Recommendation
+from stagelens.diagnosis.recommendation_flags import for_engine
+from stagelens.diagnosis.signals import SIGNALS_BY_ID, window_tail
+from stagelens.diagnosis.wording import main_wait_reason
+from stagelens.engine_hooks.records.snapshot import ColdPathFigures, EngineInfo, KvFigures, SchedulerFigures
+from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL
+from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, TOKEN_BUDGET
+from stagelens.fmt import BOUND_MARK
+from stagelens.frame import Frame
+from stagelens.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
 BLOCK_SIGNALS = {"kv_fragmentation_ratio", "kv_access_efficiency"}   # what a block size changes

@@ -9,8 +9,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal, overload
 
-from agent.numbers import is_finite_number, shown
-from agent.vocabulary import STATES, exit_code
+from stagelens.numbers import is_finite_number, shown
+from stagelens.vocabulary import STATES, exit_code
 
 EVIDENCE_STATES = (*STATES, "info")   # info: measured, shown, not judged here
 # Where a signal's value came from: measured (hooks, NVML, the host), inferred from what an engine read from

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.diagnosis.model import Recommendation
+from stagelens.diagnosis.model import Recommendation
 
 Flag = Callable[[object], str] | None
 

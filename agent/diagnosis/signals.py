@@ -15,12 +15,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.diagnosis import wording
-from agent.diagnosis.tail import Tail
-from agent.frame import Frame, busier_direction
-from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
-from engine_hooks.records.snapshot import EngineSnapshot, Window
-from engine_hooks.records.waits import MODEL_LOADING
+from stagelens.diagnosis import wording
+from stagelens.diagnosis.tail import Tail
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot, Window
+from stagelens.engine_hooks.records.waits import MODEL_LOADING
+from stagelens.frame import Frame, busier_direction
+from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
 
 class _Marker:

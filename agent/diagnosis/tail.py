@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.vocabulary import COMPONENT_NAMES, STAGE_NAMES, STAGES, stage_of
-from engine_hooks.records.attribution import COMPUTE
-from engine_hooks.records.snapshot import TailFigures
-from engine_hooks.records.timeline import QUEUED
+from stagelens.engine_hooks.records.attribution import COMPUTE
+from stagelens.engine_hooks.records.snapshot import TailFigures
+from stagelens.engine_hooks.records.timeline import QUEUED
+from stagelens.vocabulary import COMPONENT_NAMES, STAGE_NAMES, STAGES, stage_of
 
 OWN = COMPUTE                 # the requests' own prefill and decode, and step boundaries: no stage's fault
 UNEXPLAINED = QUEUED          # queue time whose reason the engine did not publish: no stage's, and no compute either

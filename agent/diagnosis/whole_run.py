@@ -11,15 +11,15 @@ import copy
 import datetime as dt
 from dataclasses import dataclass, field
 
-from agent.diagnosis.config import DiagnosisConfig
-from agent.diagnosis.evaluate import LiveDiagnosis, blamed_stage, threshold_level
-from agent.diagnosis.explain import explain
-from agent.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
-from agent.diagnosis.signals import SIGNALS_BY_ID, TAIL_SHARE
-from agent.diagnosis.tail import Tail
-from agent.frame import Frame
-from engine_hooks.records.attribution import tail as tail_figures
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.diagnosis.config import DiagnosisConfig
+from stagelens.diagnosis.evaluate import LiveDiagnosis, blamed_stage, threshold_level
+from stagelens.diagnosis.explain import explain
+from stagelens.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
+from stagelens.diagnosis.signals import SIGNALS_BY_ID, TAIL_SHARE
+from stagelens.diagnosis.tail import Tail
+from stagelens.engine_hooks.records.attribution import tail as tail_figures
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.frame import Frame
 
 TAIL_QUANTILE = 0.99
 

@@ -5,7 +5,7 @@ of the sentence, "" when it has nothing to add."""
 
 from __future__ import annotations
 
-from agent.vocabulary import stage_of
+from stagelens.vocabulary import stage_of
 
 
 def main_wait_reason(ctx) -> tuple[str, float] | None:

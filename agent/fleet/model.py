@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agent.vocabulary import STAGES, STATES
+from stagelens.vocabulary import STAGES, STATES
 
 STATE_OF_VALUE = {-1: "unknown", 0: "ok", 1: "warn", 2: "firing"}
 STATUSES = ("down", "firing", "warn", "ok", "unknown")   # a node's status (NodeRow.status), most severe first

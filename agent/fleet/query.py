@@ -24,13 +24,13 @@ import re
 import time
 import urllib.parse
 
-from agent.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
-from agent.errors import UserError
-from agent.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
-from agent.http_get import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
-from agent.json_answer import AnswerRefused, NotJson, parse_answer
-from agent.printable import printable
-from agent.vocabulary import STAGES, STATES
+from stagelens.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
+from stagelens.errors import UserError
+from stagelens.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
+from stagelens.http_get import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
+from stagelens.json_answer import AnswerRefused, NotJson, parse_answer
+from stagelens.printable import printable
+from stagelens.vocabulary import STAGES, STATES
 
 DEFAULT_SELECTOR = '{job="stagelens"}'
 MAX_ANSWER_BYTES = 64 * 2**20     # a thousand nodes answer a few MB; this is the cap, not the expectation

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from agent.fleet.model import FleetView, NodeRow, counts
-from agent.fmt import STATE_MARK, evidence_value
-from agent.vocabulary import STAGES
+from stagelens.fleet.model import FleetView, NodeRow, counts
+from stagelens.fmt import STATE_MARK, evidence_value
+from stagelens.vocabulary import STAGES
 
 DEFAULT_LIMIT = 500
 STATUS_MARK = {**STATE_MARK, "down": "DOWN"}     # a node's status (NodeRow.status) as the table shows it

@@ -5,10 +5,18 @@ parameters and allocators. The lab hosts the engine and is the agent's one door 
 
 from importlib import import_module
 
-from engine_hooks.engine.allocator import make_allocator
-from engine_hooks.engine.config import ALLOCATORS, DTYPES, MAX_TOKENS, POLICIES, ConfigError, EngineConfig, parse_bytes
-from engine_hooks.engine.presets import PRESETS
-from engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
+from stagelens.engine_hooks.engine.allocator import make_allocator
+from stagelens.engine_hooks.engine.config import (
+    ALLOCATORS,
+    DTYPES,
+    MAX_TOKENS,
+    POLICIES,
+    ConfigError,
+    EngineConfig,
+    parse_bytes,
+)
+from stagelens.engine_hooks.engine.presets import PRESETS
+from stagelens.engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
 
 __all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError", "EngineConfig",
            "FinishReason", "SamplingParams", "make_allocator", "parse_bytes"]
@@ -16,5 +24,5 @@ __all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RA
 
 def __getattr__(name: str):
     if name == "EngineStopped":
-        return import_module("engine_hooks.engine.engine").EngineStopped
+        return import_module("stagelens.engine_hooks.engine.engine").EngineStopped
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

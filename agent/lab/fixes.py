@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.diagnosis.model import Diagnosis
-from agent.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS
 
 
 def fix_flags(diagnosis: Diagnosis) -> dict:

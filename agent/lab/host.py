@@ -12,10 +12,10 @@ import dataclasses
 import logging
 import threading
 
-from agent.lab.workload import WorkloadConfig, WorkloadRun, run_workload
-from engine_hooks import instrument, uninstrument
-from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
-from engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.engine_hooks import instrument, uninstrument
+from stagelens.engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.lab.workload import WorkloadConfig, WorkloadRun, run_workload
 
 log = logging.getLogger(__name__)
 RESTART_GRACE_S = 5.0      # requests in flight get this long to finish before a restart aborts them
@@ -60,7 +60,7 @@ class EngineHost:
 
     def whatif_window(self) -> dict:
         """What what-if replays of the hosted engine: its finished requests' timelines, settings, steps and loads."""
-        from agent.record import engine_records, engine_settings
+        from stagelens.record import engine_records, engine_settings
 
         recorder, engine = self.recorder, self.engine
         out = {"timelines": [t.to_dict() for t in self.recent_timelines()], "engine_config": None, "steps": [],
@@ -92,7 +92,7 @@ class EngineHost:
             engine.start()
             self.engine = engine
             if self.face_settings is not None:
-                from engine_hooks.engine.vllm_face import VllmFace
+                from stagelens.engine_hooks.engine.vllm_face import VllmFace
 
                 self.face = VllmFace(engine, **self.face_settings).start()
             if workload is not None:

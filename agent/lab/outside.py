@@ -8,21 +8,21 @@ diagnoses of the same requests can be compared (tests/engine/test_scenarios.py, 
 
 from __future__ import annotations
 
-from agent.diagnosis import DiagnosisConfig
-from agent.diagnosis.whole_run import RunDiagnosis, judge_run
-from agent.frame import Frame
-from agent.node_sampling import NodeSampling
-from agent.sources.gauge_poll import POLL_S
-from agent.sources.otlp_receiver import OtlpReceiver
-from agent.sources.vllm import VllmSource
-from engine_hooks.engine import LLMEngine
+from stagelens.diagnosis import DiagnosisConfig
+from stagelens.diagnosis.whole_run import RunDiagnosis, judge_run
+from stagelens.engine_hooks.engine import LLMEngine
+from stagelens.frame import Frame
+from stagelens.node_sampling import NodeSampling
+from stagelens.sources.gauge_poll import POLL_S
+from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.vllm import VllmSource
 
 SPAN_DELAY_S = 1.0
 
 
 class OutsideView:
     def __init__(self, engine: LLMEngine, nvml_snapshot: str | None, interval: float) -> None:
-        from engine_hooks.engine.vllm_face import VllmFace
+        from stagelens.engine_hooks.engine.vllm_face import VllmFace
 
         self.receiver = OtlpReceiver(http_port=0).start()
         # spans sent each second, as vLLM does with OTEL_BSP_SCHEDULE_DELAY=1000 (the SDK's default is 5 s)

@@ -7,18 +7,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agent.diagnosis import DiagnosisConfig
-from agent.diagnosis.evaluate import stage_states
-from agent.diagnosis.model import Diagnosis
-from agent.diagnosis.whole_run import RunDiagnosis, judge_run
-from agent.errors import CollectError
-from agent.frame import Frame
-from agent.lab.host import EngineHost
-from agent.lab.summary import summarize
-from agent.lab.workload import WorkloadConfig
-from agent.node_sampling import NodeSampling
-from engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
-from engine_hooks.records.stats import percentile
+from stagelens.diagnosis import DiagnosisConfig
+from stagelens.diagnosis.evaluate import stage_states
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.diagnosis.whole_run import RunDiagnosis, judge_run
+from stagelens.engine_hooks.engine import EngineConfig, EngineStopped, LLMEngine
+from stagelens.engine_hooks.records.stats import percentile
+from stagelens.errors import CollectError
+from stagelens.frame import Frame
+from stagelens.lab.host import EngineHost
+from stagelens.lab.summary import summarize
+from stagelens.lab.workload import WorkloadConfig
+from stagelens.node_sampling import NodeSampling
 
 
 @dataclass
@@ -85,7 +85,7 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
         on_start(host, engine_cfg)
     view = None
     if outside:
-        from agent.lab.outside import OutsideView
+        from stagelens.lab.outside import OutsideView
 
         view = OutsideView(engine, nvml_snapshot, interval)
     line = ProgressLine(engine, workload_cfg.duration) if progress else None

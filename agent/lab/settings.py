@@ -6,10 +6,10 @@ bounds, and whatever the user typed wins over a scenario's defaults.
 
 from __future__ import annotations
 
-from agent.errors import UserError
-from agent.lab.scenarios import SCENARIOS
-from agent.lab.workload import WORKLOAD_BOUNDS, LengthDist, WorkloadConfig
-from engine_hooks.engine.config import ENGINE_BOUNDS, ConfigError, EngineConfig
+from stagelens.engine_hooks.engine.config import ENGINE_BOUNDS, ConfigError, EngineConfig
+from stagelens.errors import UserError
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.lab.workload import WORKLOAD_BOUNDS, LengthDist, WorkloadConfig
 
 ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
                  "long_prefill_token_threshold",

@@ -13,8 +13,8 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
-from agent.errors import UserError
-from agent.record import STEP_FIELDS
+from stagelens.errors import UserError
+from stagelens.record import STEP_FIELDS
 
 PROFILE_FORMAT = "stagelens-step-profile/1"
 # (requests at once, prompt tokens): decode batches at short, middle and long contexts, then prefills alone;
@@ -93,10 +93,10 @@ def measure(model: str, dtype: str, device: str) -> list[dict]:
 
 def _run_cells(model: str, dtype: str, device: str, budget: int, longest: int, cells) -> list[dict]:
     """Each cell: its groups of (requests, prompt tokens, output tokens) submitted in order, run until done."""
-    from engine_hooks.engine import EngineConfig, LLMEngine
-    from engine_hooks.engine.config import ConfigError
-    from engine_hooks.engine.request import SamplingParams
-    from engine_hooks.hooks.instrumentation import instrument, uninstrument
+    from stagelens.engine_hooks.engine import EngineConfig, LLMEngine
+    from stagelens.engine_hooks.engine.config import ConfigError
+    from stagelens.engine_hooks.engine.request import SamplingParams
+    from stagelens.engine_hooks.hooks.instrumentation import instrument, uninstrument
 
     held = max(sum(n * (prompt + output + 16) for n, prompt, output in cell) for cell in cells)
     try:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine_hooks.engine.request import Request
-from engine_hooks.records.stats import latency_summary
+from stagelens.engine_hooks.engine.request import Request
+from stagelens.engine_hooks.records.stats import latency_summary
 
 
 def summarize(requests: list[Request], elapsed: float, window_s: float, window_tokens: int) -> dict:

@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine_hooks.engine.config import MAX_TOKENS, MODELS, SEED, Bound, ConfigError, flag
-from engine_hooks.engine.request import Request, SamplingParams
+from stagelens.engine_hooks.engine.config import MAX_TOKENS, MODELS, SEED, Bound, ConfigError, flag
+from stagelens.engine_hooks.engine.request import Request, SamplingParams
 
 if TYPE_CHECKING:
-    from engine_hooks.engine.engine import LLMEngine
+    from stagelens.engine_hooks.engine.engine import LLMEngine
 
 
 WORKLOAD_BOUNDS = {

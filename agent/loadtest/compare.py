@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.errors import UserError
-from agent.loadtest.results import Results
-from agent.loadtest.variables import label
+from stagelens.errors import UserError
+from stagelens.loadtest.results import Results
+from stagelens.loadtest.variables import label
 
 
 @dataclass

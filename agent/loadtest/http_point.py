@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.loadtest.loadgen import LoadOptions, LoadRun, generate_load
-from agent.loadtest.point import Point, with_diagnosis
-from agent.loadtest.stats import Sample, in_window, window_figures
+from stagelens.loadtest.loadgen import LoadOptions, LoadRun, generate_load
+from stagelens.loadtest.point import Point, with_diagnosis
+from stagelens.loadtest.stats import Sample, in_window, window_figures
 
 BUSY_COUNTER = "stagelens_scheduler_busy_seconds_total"
 
@@ -54,8 +54,8 @@ async def _run(base_url, cfg, opts, on_progress) -> tuple[LoadRun, float | None]
 
 
 def fetch_diagnosis(base_url: str) -> dict | None:
-    from agent.errors import CollectError
-    from agent.http_get import get_json
+    from stagelens.errors import CollectError
+    from stagelens.http_get import get_json
 
     try:
         d = get_json(base_url, "/api/v1/diagnosis")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.loadtest.point import Point, with_diagnosis
-from agent.loadtest.stats import Sample, in_window, window_figures
+from stagelens.loadtest.point import Point, with_diagnosis
+from stagelens.loadtest.stats import Sample, in_window, window_figures
 
 
 class _Timelines:
@@ -19,8 +19,8 @@ class _Timelines:
 def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5, diagnosis_config=None,
                       nvml_snapshot: str | None = None) -> Point:
     """Run the workload (warm-up included) on a fresh instrumented engine and reduce it to a point."""
-    from agent.diagnosis import diagnose
-    from agent.lab.scenario_run import run_lab  # imports torch: only when a point really runs here
+    from stagelens.diagnosis import diagnose
+    from stagelens.lab.scenario_run import run_lab  # imports torch: only when a point really runs here
 
     timelines = _Timelines()
     result = run_lab(engine_cfg, workload_cfg, interval=interval, diagnosis_config=diagnosis_config,

@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent.loadtest.point import Point
+from stagelens.loadtest.point import Point
 
 
 @dataclass

@@ -15,7 +15,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from agent.lab.workload import PlannedRequest, WorkloadConfig, WorkloadPlan
+from stagelens.lab.workload import PlannedRequest, WorkloadConfig, WorkloadPlan
 
 
 @dataclass

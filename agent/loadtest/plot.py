@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from agent.loadtest.results import Results
-from agent.loadtest.variables import label
+from stagelens.loadtest.results import Results
+from stagelens.loadtest.variables import label
 
 COLOURS = {"kv_cache": "#d62728", "scheduler": "#ff7f0e", "cold_path": "#9467bd", "none": "#2ca02c",
            "unknown": "#7f7f7f"}

@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from agent.loadtest.point import Point
+from stagelens.loadtest.point import Point
 
 
 def _ms(seconds: float | None) -> str:

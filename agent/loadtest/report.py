@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.loadtest.results import Results
-from agent.loadtest.variables import label
+from stagelens.loadtest.results import Results
+from stagelens.loadtest.variables import label
 
 _TITLES = {"steady": "steady state", "stress": "stress to the first knee", "sweep": "sweep"}
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.errors import UserError
-from agent.loadtest.knee import Knee
-from agent.loadtest.point import Point
+from stagelens.errors import UserError
+from stagelens.loadtest.knee import Knee
+from stagelens.loadtest.point import Point
 
 FORMAT = "stagelens-bench/1"
 

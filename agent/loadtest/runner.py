@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from agent.loadtest.knee import Knee, find_knee
-from agent.loadtest.point import Point
-from agent.loadtest.progress import ProgressBar
-from agent.loadtest.variables import Variable, label, next_load
+from stagelens.loadtest.knee import Knee, find_knee
+from stagelens.loadtest.point import Point
+from stagelens.loadtest.progress import ProgressBar
+from stagelens.loadtest.variables import Variable, label, next_load
 
 Measure = Callable[[object], Point]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_hooks.records.stats import latency_summary
+from stagelens.engine_hooks.records.stats import latency_summary
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.errors import UserError
-from agent.lab.bundled_engine import ALLOCATORS, POLICIES
+from stagelens.errors import UserError
+from stagelens.lab.bundled_engine import ALLOCATORS, POLICIES
 
 _SWITCH = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.metrics.families import Scrape
+from stagelens.metrics.families import Scrape
 
 DRIVER_STATES = ("ok", "no_driver", "error")
 # The hooks engine_hooks.hooks.instrumentation guards: exported at 0 from the start, so the first error is an increase.

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.registry import Collector
 
-from agent.metrics import agent, cold_path, diagnosis, gpu, host, kv, links, scheduler, tail, topology
-from agent.metrics.families import Scrape
+from stagelens.metrics import agent, cold_path, diagnosis, gpu, host, kv, links, scheduler, tail, topology
+from stagelens.metrics.families import Scrape
 
 log = logging.getLogger(__name__)
 

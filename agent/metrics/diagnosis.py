@@ -7,7 +7,7 @@ unknown -1, ok 0, warn 1, firing 2 (the encoding the alert rules and the dashboa
 
 from __future__ import annotations
 
-from agent.metrics.families import Scrape
+from stagelens.metrics.families import Scrape
 
 STATE_VALUES = {"unknown": -1, "ok": 0, "warn": 1, "firing": 2}
 STATE_DOC = "unknown -1, ok 0, warn 1, firing 2"

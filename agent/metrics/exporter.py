@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
-from agent.metrics.collector import StagelensCollector
-from agent.metrics.exposition import render
-from agent.metrics.waits import WaitMetrics
+from stagelens.metrics.collector import StagelensCollector
+from stagelens.metrics.exposition import render
+from stagelens.metrics.waits import WaitMetrics
 
 
 class MetricsExporter:

@@ -5,8 +5,8 @@ Every per-GPU series carries the labels gpu, uuid, pci_bus_id, model_name, hostn
 
 from __future__ import annotations
 
-from agent.metrics.families import Scrape
-from probes.gpu import THROTTLE_REASONS, GpuSample
+from stagelens.metrics.families import Scrape
+from stagelens.probes.gpu import THROTTLE_REASONS, GpuSample
 
 _MHZ = 1e6
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.metrics.families import Scrape
+from stagelens.metrics.families import Scrape
 
 
 def collect(out: Scrape, frame, _diagnosis) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.metrics.families import Scrape
-from agent.metrics.gpu import gpu_labels, hostname_of
-from probes.links import NvlinkSample, PcieSample
+from stagelens.metrics.families import Scrape
+from stagelens.metrics.gpu import gpu_labels, hostname_of
+from stagelens.probes.links import NvlinkSample, PcieSample
 
 
 def collect(out: Scrape, frame, _diagnosis) -> None:

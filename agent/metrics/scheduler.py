@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.metrics.families import Scrape
+from stagelens.metrics.families import Scrape
 
 _COUNTERS = (   # (metric, the engine_hooks.records.snapshot.Counters field, its help)
     ("stagelens_scheduler_steps_total", "steps_total", "Engine steps run."),

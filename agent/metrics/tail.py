@@ -3,9 +3,9 @@ each stage took (agent.diagnosis.tail)."""
 
 from __future__ import annotations
 
-from agent.diagnosis.signals import window_tail
-from agent.diagnosis.tail import PARTS
-from agent.metrics.families import Scrape
+from stagelens.diagnosis.signals import window_tail
+from stagelens.diagnosis.tail import PARTS
+from stagelens.metrics.families import Scrape
 
 SECONDS = "The window's requests' TTFT or latency at the quantile (the tail starts at the 99th)."
 SHARE = ("Share of the P99 tail's time charged to each stage (compute: the requests' own work and step "

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from engine_hooks.records.vllm_names import REQUEST_QUEUE_TIME_SECONDS
+from stagelens.engine_hooks.records.vllm_names import REQUEST_QUEUE_TIME_SECONDS
 
 WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 

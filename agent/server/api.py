@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from agent.server.frames_stream import FramesResponse
+from stagelens.server.frames_stream import FramesResponse
 
 router = APIRouter()
 
@@ -47,8 +47,8 @@ def config(request: Request) -> dict:
 @router.get("/api/v1/topology", tags=["node"])
 def topology(request: Request) -> dict:
     """The `topo --json` document of this node."""
-    from probes.errors import NoDriverError
-    from probes.topology import topology_json
+    from stagelens.probes.errors import NoDriverError
+    from stagelens.probes.topology import topology_json
 
     try:
         return topology_json(request.app.state.runtime.backend)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from agent.server import api, chat, completions, control, errors, models
-from agent.server.frames_stream import HeavyReads
-from agent.server.limits import MAX_BODY_BYTES, BodyLimit
+from stagelens.server import api, chat, completions, control, errors, models
+from stagelens.server.frames_stream import HeavyReads
+from stagelens.server.limits import MAX_BODY_BYTES, BodyLimit
 
 
 def create_app(runtime, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:

@@ -9,8 +9,8 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from agent.server.chat_request import CHAT_NEUTRAL, ChatRequest, max_tokens_of, prompt_of
-from agent.server.generation import Generation, run_to_end, start, stream, usage_of
+from stagelens.server.chat_request import CHAT_NEUTRAL, ChatRequest, max_tokens_of, prompt_of
+from stagelens.server.generation import Generation, run_to_end, start, stream, usage_of
 
 router = APIRouter(tags=["completions"])
 

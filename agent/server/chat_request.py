@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.server.completion_request import encode
-from agent.server.errors import OpenAIError
-from agent.server.openai_request import MAX_TOKENS, SamplingRequest, neutral_table
+from stagelens.server.completion_request import encode
+from stagelens.server.errors import OpenAIError
+from stagelens.server.openai_request import MAX_TOKENS, SamplingRequest, neutral_table
 
 MAX_MESSAGES = 1024          # the body limit (1 MiB) and --max-model-len bound the rest
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")

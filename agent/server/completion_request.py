@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from agent.server.errors import OpenAIError
-from agent.server.openai_request import MAX_TOKENS, SamplingRequest, neutral_table
+from stagelens.server.errors import OpenAIError
+from stagelens.server.openai_request import MAX_TOKENS, SamplingRequest, neutral_table
 
 MAX_PROMPTS = 32
 

@@ -10,8 +10,8 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from agent.server.completion_request import COMPLETION_NEUTRAL, CompletionRequest, prompts_of
-from agent.server.generation import Generation, run_to_end, start, stream, usage_of
+from stagelens.server.completion_request import COMPLETION_NEUTRAL, CompletionRequest, prompts_of
+from stagelens.server.generation import Generation, run_to_end, start, stream, usage_of
 
 router = APIRouter(tags=["completions"])
 

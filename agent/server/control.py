@@ -7,9 +7,9 @@ import asyncio
 from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.errors import UserError
-from agent.lab.scenarios import SCENARIOS
-from agent.server.auth import TokenFirst, require_token
+from stagelens.errors import UserError
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.server.auth import TokenFirst, require_token
 
 # TokenFirst checks the token before the body is parsed; the dependency says so in the OpenAPI document
 router = APIRouter(dependencies=[Depends(require_token)], route_class=TokenFirst, tags=["control"])
@@ -31,7 +31,7 @@ def start_scenario(body: ScenarioStart, request: Request) -> dict:
         raise HTTPException(422, f"unknown scenario {body.name!r}; known: {', '.join(SCENARIOS)}")
     applied = {}
     if body.fixed:
-        from agent.lab.fixes import fix_flags
+        from stagelens.lab.fixes import fix_flags
 
         d = runtime.latest_diagnosis()
         applied = fix_flags(d) if d else {}
@@ -47,7 +47,7 @@ def start_scenario(body: ScenarioStart, request: Request) -> dict:
 async def bandwidth_probe(request: Request) -> dict:
     """Measure this node's plain copy bandwidth again (probes/bandwidth.py): what the device's memory does
     on a large copy. The diagnosis does not use it; attention is judged against its own ideal-layout curve."""
-    from probes.bandwidth import get_reference_bandwidth
+    from stagelens.probes.bandwidth import get_reference_bandwidth
 
     device = "cpu"
     lab = request.app.state.runtime.lab

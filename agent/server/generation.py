@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from agent.lab.bundled_engine import FinishReason, SamplingParams
-from agent.server.completion_request import decode
-from agent.server.errors import OpenAIError, error_body, model_not_found
-from agent.server.openai_request import SamplingRequest, check_supported, stops_of
-from agent.server.stops import StopMatcher
+from stagelens.lab.bundled_engine import FinishReason, SamplingParams
+from stagelens.server.completion_request import decode
+from stagelens.server.errors import OpenAIError, error_body, model_not_found
+from stagelens.server.openai_request import SamplingRequest, check_supported, stops_of
+from stagelens.server.stops import StopMatcher
 
 DISCONNECT_CHECK_S = 0.1
 
@@ -95,7 +95,7 @@ def submit(engine, runtime, params, model: str | None, prompts: list[list[int]],
            request_id: str, traceparent: str | None, param: str = "prompt") -> list[Choice]:
     """One engine request per prompt; all or none are queued. `param` names the request field a
     prompt the engine refuses came from."""
-    from agent.lab.bundled_engine import EngineStopped
+    from stagelens.lab.bundled_engine import EngineStopped
 
     choices: list[Choice] = []
     try:

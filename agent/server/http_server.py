@@ -15,8 +15,8 @@ import threading
 
 import uvicorn
 
-from agent.errors import UserError
-from agent.server.limits import BoundedH11Protocol
+from stagelens.errors import UserError
+from stagelens.server.limits import BoundedH11Protocol
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -8,8 +8,10 @@ import json
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agent.server.errors import error_body
-from engine_hooks.shared.bounded_http import REQUEST_READ_TIMEOUT_S  # the same deadline on every listener of ours
+from stagelens.engine_hooks.shared.bounded_http import (
+    REQUEST_READ_TIMEOUT_S,  # the same deadline on every listener of ours
+)
+from stagelens.server.errors import error_body
 
 MAX_BODY_BYTES = 1 << 20          # our bodies are prompts and small JSON; 1 MiB is generous
 DRAIN_BYTES = 16 << 20            # after a 413, read (and drop) this much of the rest: a client still sending

@@ -8,7 +8,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from agent.server.generation import check_model, engine_of
+from stagelens.server.generation import check_model, engine_of
 
 router = APIRouter(tags=["completions"])
 

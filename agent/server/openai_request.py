@@ -7,8 +7,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.lab.bundled_engine import SEED_RANGE
-from agent.server.errors import OpenAIError
+from stagelens.lab.bundled_engine import SEED_RANGE
+from stagelens.server.errors import OpenAIError
 
 MAX_STOPS = 4
 MAX_TOKENS = 65536

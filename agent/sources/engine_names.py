@@ -10,15 +10,15 @@ with none of the engine's families is a failed collection, never an idle engine.
 
 from __future__ import annotations
 
-from agent.errors import CollectError
-from agent.sources.prometheus_text import Exposition
-from engine_hooks.records.vllm_names import (
+from stagelens.engine_hooks.records.vllm_names import (
     CPU_CACHE_USAGE_PERC,
     GPU_CACHE_USAGE_PERC,
     GPU_PREFIX_CACHE_HIT_RATE,
     KV_CACHE_USAGE_PERC,
     NUM_REQUESTS_SWAPPED,
 )
+from stagelens.errors import CollectError
+from stagelens.sources.prometheus_text import Exposition
 
 PREFIX = {"vllm": "vllm:", "sglang": "sglang:"}
 ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}

@@ -18,9 +18,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from agent.sources.heavy_answers import ReadPaused
-from agent.sources.inference import Gauges
-from agent.sources.prometheus_text import Exposition, parse_exposition
+from stagelens.sources.heavy_answers import ReadPaused
+from stagelens.sources.inference import Gauges
+from stagelens.sources.prometheus_text import Exposition, parse_exposition
 
 POLL_S = 0.25          # four reads a second: a load of 0.3 s is seen at least once
 KEEP_S = 600.0         # samples kept: what a request's wait is charged by, as long as its span may come later

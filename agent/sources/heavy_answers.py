@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from agent.errors import CollectError
-from agent.printable import printable
+from stagelens.errors import CollectError
+from stagelens.printable import printable
 
 log = logging.getLogger(__name__)
 

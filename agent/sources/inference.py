@@ -15,12 +15,12 @@ import math
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from agent.sources.families import HistogramDelta, quantile_interpolated
-from agent.sources.wait_bounds import WaitBounds
-from engine_hooks.records.attribution import components
-from engine_hooks.records.stats import percentile
-from engine_hooks.records.timeline import QUEUED, RequestTimeline
-from engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
+from stagelens.engine_hooks.records.attribution import components
+from stagelens.engine_hooks.records.stats import percentile
+from stagelens.engine_hooks.records.timeline import QUEUED, RequestTimeline
+from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
+from stagelens.sources.families import HistogramDelta, quantile_interpolated
+from stagelens.sources.wait_bounds import WaitBounds
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.hooks.recorder)
 LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import msgpack
 import zmq
 
-from agent.sources.plausible import sequence_gap_is_new_numbering
+from stagelens.sources.plausible import sequence_gap_is_new_numbering
 
 log = logging.getLogger(__name__)
 

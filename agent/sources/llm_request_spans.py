@@ -43,9 +43,9 @@ from typing import Any
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from engine_hooks.records.attribution import components
-from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
-from engine_hooks.records.vllm_names import (
+from stagelens.engine_hooks.records.attribution import components
+from stagelens.engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from stagelens.engine_hooks.records.vllm_names import (
     FINISH_REASONS,
     LLM_REQUEST,
     REQUEST_ID,

@@ -16,11 +16,11 @@ import threading
 from concurrent import futures
 from typing import TYPE_CHECKING
 
-from agent.sources.otlp_decode import PROTOBUF, RequestRejected, one_line
-from engine_hooks.shared.fair_share import FairShare, grpc_peer_key
+from stagelens.engine_hooks.shared.fair_share import FairShare, grpc_peer_key
+from stagelens.sources.otlp_decode import PROTOBUF, RequestRejected, one_line
 
 if TYPE_CHECKING:
-    from agent.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp_receiver import OtlpReceiver
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from agent.sources.otlp_decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
-from engine_hooks.shared.bounded_http import BoundedHandler, BoundedHTTPServer
-from engine_hooks.shared.fair_share import peer_key
+from stagelens.engine_hooks.shared.bounded_http import BoundedHandler, BoundedHTTPServer
+from stagelens.engine_hooks.shared.fair_share import peer_key
+from stagelens.sources.otlp_decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
 
 if TYPE_CHECKING:
-    from agent.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp_receiver import OtlpReceiver
 
 log = logging.getLogger(__name__)
 

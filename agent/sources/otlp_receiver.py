@@ -59,16 +59,16 @@ from typing import TYPE_CHECKING
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from agent.sources.llm_request_spans import LLM_REQUEST, timeline_from_span
-from agent.sources.otlp_decode import JSON, RequestRejected, content_kind, inflate, one_line, parse
-from agent.sources.otlp_forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
-from engine_hooks.records.timeline import RequestTimeline
-from engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
-from engine_hooks.shared.fair_share import SHARE, FairShare
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
+from stagelens.engine_hooks.shared.fair_share import SHARE, FairShare
+from stagelens.sources.llm_request_spans import LLM_REQUEST, timeline_from_span
+from stagelens.sources.otlp_decode import JSON, RequestRejected, content_kind, inflate, one_line, parse
+from stagelens.sources.otlp_forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
 
 if TYPE_CHECKING:   # imported where started: they import this module
-    from agent.sources.otlp_grpc import GrpcIntake
-    from agent.sources.otlp_http import HttpIntake
+    from stagelens.sources.otlp_grpc import GrpcIntake
+    from stagelens.sources.otlp_http import HttpIntake
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +124,14 @@ class OtlpReceiver:
         self.clock_offset = time.monotonic() - time.time()
         try:
             if self._http_port is not None:
-                from agent.sources.otlp_http import HttpIntake
+                from stagelens.sources.otlp_http import HttpIntake
 
                 self._http = HttpIntake((self.host, self._http_port), self)
                 self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
                                                      name="otlp-http", daemon=True)
                 self._http_thread.start()
             if self._grpc_port is not None:
-                from agent.sources.otlp_grpc import GrpcIntake
+                from stagelens.sources.otlp_grpc import GrpcIntake
 
                 grpc = GrpcIntake(self, _url_host(self.host), self._grpc_port)
                 grpc.start()

@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from agent.sources.prometheus_text import Exposition, Family
+from stagelens.sources.prometheus_text import Exposition, Family
 
 MAX_REQUESTS = 1_000_000          # running or waiting on one server: far past any engine's max_num_seqs or queue
 MAX_RATIO = 1.0

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.errors import CollectError
-from agent.printable import printable
+from stagelens.errors import CollectError
+from stagelens.printable import printable
 
 
 class ExpositionError(CollectError, ValueError):

@@ -19,63 +19,8 @@ import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 
-from agent.errors import CollectError, UserError
-from agent.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
-from agent.printable import printable
-from agent.sources.engine_names import generation
-from agent.sources.families import (
-    HistogramDelta,
-    by_label,
-    counter_delta,
-    highest_bound,
-    histogram_delta,
-    histogram_part,
-    label,
-    length_biased_mean,
-    mean,
-    quantile,
-    quantile_said,
-    total,
-    values,
-    without_rank_copies,
-)
-from agent.sources.gauge_poll import POLL_S, GaugePoller
-from agent.sources.heavy_answers import NEAR_SHARE, HeavyAnswers
-from agent.sources.inference import (
-    Counted,
-    Gauges,
-    Inferred,
-    KvCapacity,
-    charge_queued,
-    decided_wait_p99,
-    fragmentation,
-    full_while_waiting,
-    head_of_line_share,
-    held_tokens,
-    kv_full,
-    mark_preemptions,
-    ordinary_step_bounds,
-    pinned_batch,
-    queued_mean_wait,
-    step_period,
-    wait_seconds_by_reason,
-    waiting_share,
-)
-from agent.sources.llm_request_spans import with_model
-from agent.sources.plausible import refuse_implausible, rule_for
-from agent.sources.prometheus_text import (
-    MAX_SERIES,
-    PARSE_DEADLINE_S,
-    Exposition,
-    ExpositionError,
-    ExpositionTooCostly,
-    parse_exposition,
-    sample_lines,
-)
-from agent.sources.step_stall import StepWatch, growing_wait, stalled_wait
-from agent.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
-from engine_hooks.records.attribution import tail as attribution_tail
-from engine_hooks.records.snapshot import (
+from stagelens.engine_hooks.records.attribution import tail as attribution_tail
+from stagelens.engine_hooks.records.snapshot import (
     WINDOW_S,
     Clock,
     ColdPathFigures,
@@ -89,7 +34,7 @@ from engine_hooks.records.snapshot import (
     Window,
     WindowTail,
 )
-from engine_hooks.records.vllm_names import (
+from stagelens.engine_hooks.records.vllm_names import (
     CACHE_CONFIG_INFO,
     E2E_REQUEST_LATENCY_SECONDS,
     GENERATION_TOKENS,
@@ -115,6 +60,61 @@ from engine_hooks.records.vllm_names import (
     TIME_TO_FIRST_TOKEN_SECONDS,
     total_name,
 )
+from stagelens.errors import CollectError, UserError
+from stagelens.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
+from stagelens.printable import printable
+from stagelens.sources.engine_names import generation
+from stagelens.sources.families import (
+    HistogramDelta,
+    by_label,
+    counter_delta,
+    highest_bound,
+    histogram_delta,
+    histogram_part,
+    label,
+    length_biased_mean,
+    mean,
+    quantile,
+    quantile_said,
+    total,
+    values,
+    without_rank_copies,
+)
+from stagelens.sources.gauge_poll import POLL_S, GaugePoller
+from stagelens.sources.heavy_answers import NEAR_SHARE, HeavyAnswers
+from stagelens.sources.inference import (
+    Counted,
+    Gauges,
+    Inferred,
+    KvCapacity,
+    charge_queued,
+    decided_wait_p99,
+    fragmentation,
+    full_while_waiting,
+    head_of_line_share,
+    held_tokens,
+    kv_full,
+    mark_preemptions,
+    ordinary_step_bounds,
+    pinned_batch,
+    queued_mean_wait,
+    step_period,
+    wait_seconds_by_reason,
+    waiting_share,
+)
+from stagelens.sources.llm_request_spans import with_model
+from stagelens.sources.plausible import refuse_implausible, rule_for
+from stagelens.sources.prometheus_text import (
+    MAX_SERIES,
+    PARSE_DEADLINE_S,
+    Exposition,
+    ExpositionError,
+    ExpositionTooCostly,
+    parse_exposition,
+    sample_lines,
+)
+from stagelens.sources.step_stall import StepWatch, growing_wait, stalled_wait
+from stagelens.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 
 log = logging.getLogger(__name__)
 

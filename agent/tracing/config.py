@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-from agent.errors import UserError
+from stagelens.errors import UserError
 
 EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 DEFAULT_SERVICE_NAME = "stagelens"

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import Sampler
 from prometheus_client import CollectorRegistry
 
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
 
 from .clock import ClockOffset
 from .config import TracingConfig, build_span_exporter, exporter_name, service_resource

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
 
 # GenAI semantic conventions and vLLM's request-span attributes (engine_hooks/records/vllm_names.py)
-from engine_hooks.records.vllm_names import (  # noqa: F401  (the names spans.py reads from here)
+from stagelens.engine_hooks.records.vllm_names import (  # noqa: F401  (the names spans.py reads from here)
     E2E,
     FINISH_REASONS,
     OPERATION_NAME,
@@ -17,9 +17,9 @@ from engine_hooks.records.vllm_names import (  # noqa: F401  (the names spans.py
     TIME_IN_QUEUE,
     TIME_TO_FIRST_TOKEN,
 )
-from engine_hooks.records.vllm_names import LLM_REQUEST as ROOT  # noqa: F401
-from engine_hooks.records.vllm_names import USAGE_INPUT_TOKENS as INPUT_TOKENS
-from engine_hooks.records.vllm_names import USAGE_OUTPUT_TOKENS as OUTPUT_TOKENS
+from stagelens.engine_hooks.records.vllm_names import LLM_REQUEST as ROOT  # noqa: F401
+from stagelens.engine_hooks.records.vllm_names import USAGE_INPUT_TOKENS as INPUT_TOKENS
+from stagelens.engine_hooks.records.vllm_names import USAGE_OUTPUT_TOKENS as OUTPUT_TOKENS
 
 QUEUE_WAIT = "queue_wait"
 PREFILL_CHUNK = "prefill_chunk"

@@ -19,25 +19,25 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 
-from agent.diagnosis import DiagnosisConfig
-from agent.tui.commands import PANELS, stagelens_commands
-from agent.tui.feed import Feed
-from agent.tui.messages import Polled
-from agent.tui.notices import PlainNotices
-from agent.tui.poller import Poller
-from agent.tui.screens.help import HelpScreen
-from agent.tui.screens.runbook import RunbookScreen
-from agent.tui.screens.topology import TopologyScreen
-from agent.tui.state import TuiState
-from agent.tui.style import CSS
-from agent.tui.widgets.cold_panel import ColdPanel
-from agent.tui.widgets.events_panel import EventsPanel
-from agent.tui.widgets.gpu_panel import GpuPanel
-from agent.tui.widgets.keybar import KeyBar
-from agent.tui.widgets.kv_panel import KvPanel
-from agent.tui.widgets.scheduler_panel import SchedulerPanel
-from agent.tui.widgets.topbar import TopBar
-from agent.tui.widgets.verdict import VerdictStrip
+from stagelens.diagnosis import DiagnosisConfig
+from stagelens.tui.commands import PANELS, stagelens_commands
+from stagelens.tui.feed import Feed
+from stagelens.tui.messages import Polled
+from stagelens.tui.notices import PlainNotices
+from stagelens.tui.poller import Poller
+from stagelens.tui.screens.help import HelpScreen
+from stagelens.tui.screens.runbook import RunbookScreen
+from stagelens.tui.screens.topology import TopologyScreen
+from stagelens.tui.state import TuiState
+from stagelens.tui.style import CSS
+from stagelens.tui.widgets.cold_panel import ColdPanel
+from stagelens.tui.widgets.events_panel import EventsPanel
+from stagelens.tui.widgets.gpu_panel import GpuPanel
+from stagelens.tui.widgets.keybar import KeyBar
+from stagelens.tui.widgets.kv_panel import KvPanel
+from stagelens.tui.widgets.scheduler_panel import SchedulerPanel
+from stagelens.tui.widgets.topbar import TopBar
+from stagelens.tui.widgets.verdict import VerdictStrip
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -256,7 +256,7 @@ class StagelensApp(PlainNotices, App[int]):
         self.notify(f"screenshot saved: {path}", timeout=6)
 
     def action_apply_fix(self) -> None:
-        from agent.lab.fixes import as_flags, fix_flags
+        from stagelens.lab.fixes import as_flags, fix_flags
 
         d = self.state.diagnosis
         flags = fix_flags(d) if d is not None else {}
@@ -281,8 +281,8 @@ class StagelensApp(PlainNotices, App[int]):
 
     def _predict_fix(self, window: dict, frames: list, diagnosis, fix) -> None:
         """On a worker thread: the fix's predicted effect on the run before it (stagelens whatif)."""
-        from agent.whatif.fix_effect import predicted_effect
-        from agent.whatif.workload import observed_from_window
+        from stagelens.whatif.fix_effect import predicted_effect
+        from stagelens.whatif.workload import observed_from_window
 
         effect = predicted_effect(lambda: observed_from_window("the local engine", window, frames), diagnosis)
         if effect is not None:
@@ -290,7 +290,7 @@ class StagelensApp(PlainNotices, App[int]):
 
     def _show_prediction(self, effect: dict, fix) -> None:
         """A notice, and the prediction beside the before/after of the same fix (panel 3)."""
-        from agent.whatif.fix_effect import after_figures, short_effect
+        from stagelens.whatif.fix_effect import after_figures, short_effect
 
         self.notify(short_effect(effect), timeout=12)
         if fix is not None and fix is self.state.fix:

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 
 from textual.app import SystemCommand
 
-from agent.runbooks import stage_runbook
-from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER, STAGE_NAMES, STAGES
+from stagelens.runbook_files import stage_runbook
+from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER, STAGE_NAMES, STAGES
 
 PANELS = {"1": "GPU & topology", "2": STAGE_NAMES[KV_CACHE], "3": STAGE_NAMES[SCHEDULER], "4": STAGE_NAMES[COLD_PATH],
           "5": "events"}

@@ -3,9 +3,9 @@ and the requests that finished in it."""
 
 from __future__ import annotations
 
-from agent.frame import Frame
-from engine_hooks.records.stats import latency_summary
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.stats import latency_summary
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.frame import Frame
 
 # (label, key, format, lower is better)
 COMPARED = (

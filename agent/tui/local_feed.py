@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 
-from agent.node_sampling import NodeSampling
-from agent.tui.feed import Feed, Poll, sampled
+from stagelens.node_sampling import NodeSampling
+from stagelens.tui.feed import Feed, Poll, sampled
 
 ENDLESS_S = 24 * 3600.0     # without --duration the workload runs until the TUI exits
 
@@ -22,7 +22,7 @@ class LocalFeed(Feed):
 
     def __init__(self, flags: dict, scenario: str | None = None, nvml_snapshot: str | None = None,
                  interval: float = 1.0) -> None:
-        from agent.lab.settings import scenario_configs
+        from stagelens.lab.settings import scenario_configs
 
         super().__init__()
         self.flags = {k: v for k, v in flags.items() if v is not None}
@@ -43,7 +43,7 @@ class LocalFeed(Feed):
 
     # --- the worker thread ----------------------------------------------------------------------------
     def open(self) -> Poll:
-        from agent.lab.host import EngineHost
+        from stagelens.lab.host import EngineHost
 
         self._host = EngineHost()
         self._sampling = NodeSampling(self._host, self.nvml_snapshot, self.interval)
@@ -51,7 +51,7 @@ class LocalFeed(Feed):
         return Poll(note="engine started")
 
     def _start(self) -> None:
-        from agent.lab.settings import scenario_configs
+        from stagelens.lab.settings import scenario_configs
 
         engine_cfg, workload_cfg = scenario_configs(self.flags, self.scenario, self.applied)
         self._host.start(engine_cfg, workload_cfg, repeat=True, grace_s=0.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from agent.tui.feed import Poll
+from stagelens.tui.feed import Poll
 
 
 class Polled(Message):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.notifications import SeverityLevel
 
-from agent.printable import printable, printable_lines
+from stagelens.printable import printable, printable_lines
 
 
 class PlainNotices:

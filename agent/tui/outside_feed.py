@@ -5,8 +5,8 @@ STALE with the reason."""
 
 from __future__ import annotations
 
-from agent.node_sampling import NodeSampling
-from agent.tui.feed import Feed, Poll, sampled
+from stagelens.node_sampling import NodeSampling
+from stagelens.tui.feed import Feed, Poll, sampled
 
 
 class OutsideFeed(Feed):

@@ -9,8 +9,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from agent.tui.feed import Feed, Poll
-from agent.tui.messages import Polled
+from stagelens.tui.feed import Feed, Poll
+from stagelens.tui.messages import Polled
 
 log = logging.getLogger(__name__)
 

@@ -3,11 +3,11 @@ in the poll (the TUI shows it STALE) and asked again at the next tick."""
 
 from __future__ import annotations
 
-from agent.errors import CollectError
-from agent.frame import Frame, FrameError
-from agent.http_get import get_json, redact_url
-from agent.tui.feed import Feed, Poll
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.errors import CollectError
+from stagelens.frame import Frame, FrameError
+from stagelens.http_get import get_json, redact_url
+from stagelens.tui.feed import Feed, Poll
 
 # The first poll may bring the server's whole history: 900 frames of a busy 8-GPU node are ~46 MB and ~2.5
 # million JSON items (~2,800 a frame), past http_get.py's default caps. These hold it, and bound the parse

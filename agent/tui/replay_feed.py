@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 
-from agent.record import Bundle
-from agent.tui.feed import Feed, Poll
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.record import Bundle
+from stagelens.tui.feed import Feed, Poll
 
 
 class ReplayFeed(Feed):

@@ -3,10 +3,10 @@ alerts (`tui --connect`, a node opened from the fleet)."""
 
 from __future__ import annotations
 
-from agent.diagnosis import DiagnosisConfig
-from agent.diagnosis.config import apply_document
-from agent.errors import CollectError, UserError
-from agent.http_get import get_json
+from stagelens.diagnosis import DiagnosisConfig
+from stagelens.diagnosis.config import apply_document
+from stagelens.errors import CollectError, UserError
+from stagelens.http_get import get_json
 
 
 def server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:

@@ -10,15 +10,15 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent.diagnosis import DiagnosisConfig
-from agent.diagnosis.evaluate import LiveDiagnosis
-from agent.diagnosis.model import Diagnosis
-from agent.fmt import evidence_value
-from agent.frame import Frame
-from agent.tui.figures import frame_figures, period_figures
-from agent.vocabulary import STAGE_NAMES
-from engine_hooks.records.snapshot import Window
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.diagnosis import DiagnosisConfig
+from stagelens.diagnosis.evaluate import LiveDiagnosis
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.engine_hooks.records.snapshot import Window
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.fmt import evidence_value
+from stagelens.frame import Frame
+from stagelens.tui.figures import frame_figures, period_figures
+from stagelens.vocabulary import STAGE_NAMES
 
 
 @dataclass
@@ -127,7 +127,7 @@ class TuiState:
 
 def _why(stage: str, values: dict) -> str:
     """The signals past a threshold in the frame of a transition, as `label value`."""
-    from agent.diagnosis.signals import SIGNALS
+    from stagelens.diagnosis.signals import SIGNALS
 
     parts = []
     for s in SIGNALS:

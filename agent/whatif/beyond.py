@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.whatif.fit import FEATURES, duration, nonnegative_least_squares, step_rows
+from stagelens.whatif.fit import FEATURES, duration, nonnegative_least_squares, step_rows
 
 # the profile's batches and prefill sizes: one slope between each two knots, the last running on. A CPU's or
 # GPU's matmul gets cheaper per row as rows grow, so a decode step of 128 sequences, or a prefill of 4,096

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent.diagnosis.config import DiagnosisConfig
-from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
-from engine_hooks.records.stats import percentile
+from stagelens.diagnosis.config import DiagnosisConfig
+from stagelens.engine_hooks.records.stats import percentile
+from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
 # the figures the error tables compare, in order
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "latency_p50_s", "latency_p99_s",

@@ -4,10 +4,10 @@ simulator cannot replay gives the reason instead of figures."""
 
 from __future__ import annotations
 
-from agent.errors import CollectError, UserError
-from agent.lab.fixes import as_flags
-from agent.whatif.figures import alike
-from agent.whatif.settings import TUNABLE, as_set_flags
+from stagelens.errors import CollectError, UserError
+from stagelens.lab.fixes import as_flags
+from stagelens.whatif.figures import alike
+from stagelens.whatif.settings import TUNABLE, as_set_flags
 
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions",
          "scheduler_wait_p99_s")
@@ -19,8 +19,8 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     """{"set": flags, "predicted": {figure: [before, after]}, "extrapolated": bool} for the diagnosis's fix on what
     `observe()` gives (agent.whatif.workload.Observed: a bundle, an agent's window), or {"unavailable": why};
     None when the diagnosis recommends nothing the simulator can change."""
-    from agent.lab.fixes import fix_flags
-    from agent.whatif.report import today_settings, what_if
+    from stagelens.lab.fixes import fix_flags
+    from stagelens.whatif.report import today_settings, what_if
 
     if diagnosis is None or diagnosis.verdict not in ("warn", "firing"):
         return None

@@ -5,7 +5,7 @@ whenever enough are free), so counts decide the same; a list of free block numbe
 
 from __future__ import annotations
 
-from agent.lab.bundled_engine import make_allocator
+from stagelens.lab.bundled_engine import make_allocator
 
 
 class CountedPagedAllocator:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from agent.errors import UserError
-from agent.lab.fixes import as_flags
-from agent.whatif.search import SearchResult
+from stagelens.errors import UserError
+from stagelens.lab.fixes import as_flags
+from stagelens.whatif.search import SearchResult
 
 
 def plot_format(path: str) -> str:

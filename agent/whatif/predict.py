@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.whatif.figures import COMPARED, serving_figures, stage_states
-from agent.whatif.fit import StepCost
-from agent.whatif.settings import Settings
-from agent.whatif.simulator import SimRequest, Simulation, Simulator
-from agent.whatif.workload import ServedRequest
-from engine_hooks.records.stats import percentile
+from stagelens.engine_hooks.records.stats import percentile
+from stagelens.whatif.figures import COMPARED, serving_figures, stage_states
+from stagelens.whatif.fit import StepCost
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.simulator import SimRequest, Simulation, Simulator
+from stagelens.whatif.workload import ServedRequest
 
 LAG_STRIDE = 7919       # a prime: consecutive requests take lags far apart in the sorted list
 OUTSIDE_SHARE = 0.05     # more than this share of steps outside the fitted range: the prediction says so

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.bounded_read import read_bounded
-from agent.errors import UserError
+from stagelens.bounded_read import read_bounded
+from stagelens.errors import UserError
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024
 COPY_BYTES = 256 * 1024 * 1024     # far past any CPU cache: the copy runs at memory speed

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from agent.errors import UserError
-from agent.whatif.settings import TUNABLE
-from agent.whatif.workload import Observed
+from stagelens.errors import UserError
+from stagelens.whatif.settings import TUNABLE
+from stagelens.whatif.workload import Observed
 
 
 def recommended_changes(observed: Observed, config=None) -> dict:
-    from agent.diagnosis.whole_run import judge_run
-    from agent.lab.fixes import fix_flags
+    from stagelens.diagnosis.whole_run import judge_run
+    from stagelens.lab.fixes import fix_flags
 
     if not observed.frames:
         raise UserError(f"{observed.source}: no frames to diagnose: --recommended needs them")

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.errors import UserError
-from agent.lab.fixes import as_flags
-from agent.whatif.figures import COMPARED, alike, relative_error, serving_figures
-from agent.whatif.fit import FitError, StepCost, duration, fit_steps
-from agent.whatif.predict import Prediction, predict, predicted_range
-from agent.whatif.settings import Settings, as_set_flags
-from agent.whatif.spans import fit_spans
-from agent.whatif.wider import Wider
-from agent.whatif.workload import Observed, scaled
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.errors import UserError
+from stagelens.lab.fixes import as_flags
+from stagelens.whatif.figures import COMPARED, alike, relative_error, serving_figures
+from stagelens.whatif.fit import FitError, StepCost, duration, fit_steps
+from stagelens.whatif.predict import Prediction, predict, predicted_range
+from stagelens.whatif.settings import Settings, as_set_flags
+from stagelens.whatif.spans import fit_spans
+from stagelens.whatif.wider import Wider
+from stagelens.whatif.workload import Observed, scaled
 
 # the figures a candidate must share with today's to be predicted alike it
 ALIKE_FIGURES = ("ttft_p50_s", "ttft_p99_s", "latency_p99_s", "throughput_tokens_per_s")

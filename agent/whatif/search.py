@@ -9,12 +9,12 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agent.errors import UserError
-from agent.numbers import number_of_text
-from agent.whatif.fit import StepCost
-from agent.whatif.predict import Prediction, predict
-from agent.whatif.settings import Settings
-from agent.whatif.workload import ServedRequest
+from stagelens.errors import UserError
+from stagelens.numbers import number_of_text
+from stagelens.whatif.fit import StepCost
+from stagelens.whatif.predict import Prediction, predict
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.workload import ServedRequest
 
 SLO_FIGURES = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "latency_p50", "latency_p99")
 SEARCH_LIMIT = 50

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.lab.fixes import as_flags
-from agent.whatif.search import BatchSweep, SearchResult
-from agent.whatif.settings import as_set_flags
+from stagelens.lab.fixes import as_flags
+from stagelens.whatif.search import BatchSweep, SearchResult
+from stagelens.whatif.settings import as_set_flags
 
 SHOWN = 5
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from agent.errors import UserError
-from agent.lab.bundled_engine import MAX_TOKENS, ConfigError, EngineConfig
-from agent.numbers import number_of_text, shown
+from stagelens.errors import UserError
+from stagelens.lab.bundled_engine import MAX_TOKENS, ConfigError, EngineConfig
+from stagelens.numbers import number_of_text, shown
 
 # The settings a candidate may change: they decide what the scheduler, the KV cache and residency do
 TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
@@ -137,7 +137,7 @@ def recorded_problem(cfg) -> str | None:
 
 
 def _per_token(model: str, element: int) -> int:
-    from agent.lab.bundled_engine import PRESETS
+    from stagelens.lab.bundled_engine import PRESETS
 
     p = PRESETS.get(model) or PRESETS["small"]
     return 2 * p.num_layers * p.num_kv_heads * p.head_dim * element
@@ -175,7 +175,7 @@ def _value(key: str, raw: str, name: str, option: str):
     if key in ("policy", "allocator"):
         return raw
     if key == "kv_cache_memory":
-        from agent.lab.bundled_engine import parse_bytes
+        from stagelens.lab.bundled_engine import parse_bytes
 
         try:
             return parse_bytes(raw)

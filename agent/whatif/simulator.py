@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from agent.whatif.kv_blocks import simulated_allocator
-from agent.whatif.settings import Settings
-from agent.whatif.waiting_queue import WaitingQueue
+from stagelens.whatif.kv_blocks import simulated_allocator
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.waiting_queue import WaitingQueue
 
 WAITING, RUNNING, FINISHED = 0, 1, 2
 

@@ -17,9 +17,9 @@ import dataclasses
 from bisect import bisect_left
 from itertools import accumulate
 
-from agent.whatif.fit import StepCost, fit_steps
-from agent.whatif.span_overlaps import Coverage, Holding, LongestOverlap, exact_scale
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.whatif.fit import StepCost, fit_steps
+from stagelens.whatif.span_overlaps import Coverage, Holding, LongestOverlap, exact_scale
 
 MAX_LAGS = 256
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from agent.whatif.beyond import calibrated, fit_profile
-from agent.whatif.fit import BUSY_GAP_S, StepCost
+from stagelens.whatif.beyond import calibrated, fit_profile
+from stagelens.whatif.fit import BUSY_GAP_S, StepCost
 
 ROOFLINE_EFFICIENCY = 0.6   # the share of a datasheet's bandwidth and FLOPs that serving kernels reach
 
@@ -37,8 +37,8 @@ class Wider:
         return cost.with_beyond(scaled, 1.0)
 
     def _profile(self, observed):
-        from agent.lab.bundled_engine import ConfigError, EngineConfig
-        from agent.lab.step_profile import cached_profile, profiled_steps
+        from stagelens.lab.bundled_engine import ConfigError, EngineConfig
+        from stagelens.lab.step_profile import cached_profile, profiled_steps
 
         cfg = observed.engine_config
         # what "auto" became where it was recorded (a bundle from before that was kept: the CPU, the lab's own)
@@ -62,7 +62,7 @@ class Wider:
         return fit_profile(steps)
 
     def _prior(self, observed):
-        from agent.whatif.prior import node_prior, read_model_config
+        from stagelens.whatif.prior import node_prior, read_model_config
 
         if not self.model_config:
             self.note = "an engine read from outside: give --model-config for a prior past the recorded batches"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from agent.errors import CollectError, UserError
-from agent.replay_limits import MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_PROMPT_TOKENS
-from engine_hooks.records.timeline import RequestTimeline
-from engine_hooks.records.timeline_reading import read_timelines
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline_reading import read_timelines
+from stagelens.errors import CollectError, UserError
+from stagelens.replay_limits import MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_PROMPT_TOKENS
 
 WINDOW_PATH = "/api/v1/whatif/window"
 
@@ -76,15 +76,15 @@ def from_timelines(source: str, timelines: list[RequestTimeline]) -> list[Served
 
 
 def from_bundle(path: str) -> Observed:
-    from agent.record import read_bundle_warned
+    from stagelens.record import read_bundle_warned
 
     return observed_in(read_bundle_warned(path))
 
 
 def from_agent(url: str) -> Observed:
     """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
-    from agent.frame import Frame, FrameError
-    from agent.http_get import get_json, redact_url
+    from stagelens.frame import Frame, FrameError
+    from stagelens.http_get import get_json, redact_url
 
     window = get_json(url, WINDOW_PATH, timeout=15.0)
     frames_data = get_json(url, "/api/v1/frames", timeout=15.0)
@@ -101,7 +101,7 @@ def from_agent(url: str) -> Observed:
 def observed_from_window(source: str, window: dict, frames: list) -> Observed:
     """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`),
     checked as a bundle's records are (agent/recording_checks.py): CollectError naming `source` and the field."""
-    from agent.recording_checks import window_problem
+    from stagelens.recording_checks import window_problem
 
     problem = window_problem(window)
     if problem:

@@ -23,8 +23,8 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from agent.runbooks import runbook_ref, stage_runbook
-from agent.vocabulary import STAGE_ALERTS, STAGE_NAMES, STAGES
+from stagelens.runbook_files import runbook_ref, stage_runbook
+from stagelens.vocabulary import STAGE_ALERTS, STAGE_NAMES, STAGES
 
 GRAFANA_VERSION = "11.6.0"   # the SDK flavour: __requires says which Grafana the JSON is for
 DS = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")

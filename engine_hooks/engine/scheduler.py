@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS, PREEMPTED, TOKEN_BUDGET
+from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS, PREEMPTED, TOKEN_BUDGET
 
 from .allocator import BlockAllocator
 from .config import EngineConfig

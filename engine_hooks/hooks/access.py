@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_hooks.engine.attention import AttentionBatch
+from stagelens.engine_hooks.engine.attention import AttentionBatch
 
 
 @dataclass

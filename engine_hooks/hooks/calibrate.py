@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from engine_hooks.engine.attention import describe_batch, describe_sequence, paged_attention
+from stagelens.engine_hooks.engine.attention import describe_batch, describe_sequence, paged_attention
 
 SEQUENCES = (1, 4, 16, 64)
 CONTEXT_BLOCKS = (1, 4, 16, 64)

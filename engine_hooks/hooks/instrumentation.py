@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 import time
 
-from engine_hooks.engine import model as model_module
-from engine_hooks.hooks.calibrate import ideal_layout_curve
-from engine_hooks.hooks.guard import HookGuard
-from engine_hooks.hooks.patching import Patcher
-from engine_hooks.hooks.recorder import Recorder, RecorderConfig
+from stagelens.engine_hooks.engine import model as model_module
+from stagelens.engine_hooks.hooks.calibrate import ideal_layout_curve
+from stagelens.engine_hooks.hooks.guard import HookGuard
+from stagelens.engine_hooks.hooks.patching import Patcher
+from stagelens.engine_hooks.hooks.recorder import Recorder, RecorderConfig
 
 _ATTR = "_stagelens_instrumentation"
 _current = threading.local()          # the recorder whose forward pass runs on this thread

@@ -13,13 +13,13 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from itertools import takewhile
 
-from engine_hooks.engine.request import FinishReason, Request, Status
-from engine_hooks.engine.scheduler import ScheduledBatch
-from engine_hooks.hooks.access import AccessStats, access_stats
-from engine_hooks.hooks.ring import Ring
-from engine_hooks.hooks.window import WindowRecords, WindowSettings, window_stats
-from engine_hooks.records.attribution import SlowStep, components
-from engine_hooks.records.snapshot import (
+from stagelens.engine_hooks.engine.request import FinishReason, Request, Status
+from stagelens.engine_hooks.engine.scheduler import ScheduledBatch
+from stagelens.engine_hooks.hooks.access import AccessStats, access_stats
+from stagelens.engine_hooks.hooks.ring import Ring
+from stagelens.engine_hooks.hooks.window import WindowRecords, WindowSettings, window_stats
+from stagelens.engine_hooks.records.attribution import SlowStep, components
+from stagelens.engine_hooks.records.snapshot import (
     WINDOW_S,
     Clock,
     Counters,
@@ -30,8 +30,8 @@ from engine_hooks.records.snapshot import (
     KvUsage,
     Window,
 )
-from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
-from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS, TOKEN_BUDGET
+from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, WaitTracker
+from stagelens.engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS, TOKEN_BUDGET
 
 
 @dataclass

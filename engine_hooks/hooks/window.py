@@ -9,9 +9,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from engine_hooks.hooks.reference import reference_at
-from engine_hooks.records.attribution import tail
-from engine_hooks.records.snapshot import (
+from stagelens.engine_hooks.hooks.reference import reference_at
+from stagelens.engine_hooks.records.attribution import tail
+from stagelens.engine_hooks.records.snapshot import (
     ColdPathFigures,
     KvFigures,
     KvUsage,
@@ -20,8 +20,8 @@ from engine_hooks.records.snapshot import (
     Window,
     WindowTail,
 )
-from engine_hooks.records.stats import percentile
-from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, RequestTimeline
+from stagelens.engine_hooks.records.stats import percentile
+from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL, RequestTimeline
 
 
 @dataclass

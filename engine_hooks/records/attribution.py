@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine_hooks.records.snapshot import TailFigures
-from engine_hooks.records.stats import percentile
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.snapshot import TailFigures
+from stagelens.engine_hooks.records.stats import percentile
+from stagelens.engine_hooks.records.timeline import RequestTimeline
 
 RECOMPUTE = "recompute"
 LOAD_SLOWDOWN = "load_slowdown"

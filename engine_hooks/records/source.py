@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from engine_hooks.records.snapshot import EngineSnapshot
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.engine_hooks.records.timeline import RequestTimeline
 
 
 @runtime_checkable

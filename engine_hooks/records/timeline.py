@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from engine_hooks.records.waits import PREEMPTED
+from stagelens.engine_hooks.records.waits import PREEMPTED
 
 # Reasons beyond the scheduler's own (engine_hooks.records.waits)
 BEHIND_LONG_PREFILL = "behind_long_prefill"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
 
 # Seconds either side of zero any recorded time lies within: the year 5000 on the Unix clock, and far past a
 # monotonic one; a time past it (1e300, 10**400) is no time, and would print a 309-digit figure

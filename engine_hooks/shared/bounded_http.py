@@ -24,7 +24,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from engine_hooks.shared.fair_share import BUSY_PEER, FairShare, peer_key
+from stagelens.engine_hooks.shared.fair_share import BUSY_PEER, FairShare, peer_key
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.loadtest.http_point import metric_value
-from agent.loadtest.point import Point, with_diagnosis
+from stagelens.cli import main
+from stagelens.loadtest.http_point import metric_value
+from stagelens.loadtest.point import Point, with_diagnosis
 from tests.helpers.serve_api import DGX, _free_port, _wait
 
 COUNTER = "stagelens_scheduler_finished_requests_total"

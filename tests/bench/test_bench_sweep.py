@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agent.cli import main
+from stagelens.cli import main
 from tests.helpers.serve_api import DGX
 
 TINY = ["--model", "tiny", "--max-model-len", "256", "--kv-cache-memory", "2MiB", "--device", "cpu"]

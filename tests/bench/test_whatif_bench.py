@@ -84,7 +84,7 @@ def test_keep_reuses_a_recording_of_the_same_run_and_only_of_it(bench, tmp_path,
 
 def test_a_run_read_through_the_vllm_face_is_reused_with_the_timelines_its_spans_gave(bench, tmp_path,
                                                                                      monkeypatch):
-    from engine_hooks.records.timeline import RequestTimeline
+    from stagelens.engine_hooks.records.timeline import RequestTimeline
 
     runs = []
 

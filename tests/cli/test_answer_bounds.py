@@ -9,11 +9,11 @@ import tracemalloc
 
 import pytest
 
-from agent.errors import CollectError
-from agent.fleet.query import FleetQuery
-from agent.http_get import get_json
-from agent.json_answer import MAX_ITEMS, count_items, parse_answer
-from agent.tui.remote_feed import FRAMES_MAX_ITEMS, RemoteFeed
+from stagelens.errors import CollectError
+from stagelens.fleet.query import FleetQuery
+from stagelens.http_get import get_json
+from stagelens.json_answer import MAX_ITEMS, count_items, parse_answer
+from stagelens.tui.remote_feed import FRAMES_MAX_ITEMS, RemoteFeed
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 from tests.helpers.frame_builders import engine_snapshot, frame
 from tests.helpers.hostile_servers import ScriptedServer, answer
@@ -80,7 +80,7 @@ def test_whatif_connect_refuses_a_flood_of_items_in_one_line():
 
 
 def test_tui_connect_reads_the_server_s_settings_through_the_same_bound():
-    from agent.tui.server_settings import server_settings
+    from stagelens.tui.server_settings import server_settings
 
     with serving(empty_objects(MAX_ITEMS)) as server:
         settings, notice = server_settings(server.url)

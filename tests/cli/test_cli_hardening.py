@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.diagnosis import DiagnosisConfig, diagnose, load_config
-from agent.diagnosis.config import Threshold, apply_document
-from agent.diagnosis.model import Diagnosis
-from agent.errors import EXIT_CRITICAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, UserError
-from agent.lab.scenarios import SCENARIOS
-from agent.lab.settings import build_configs
-from agent.lab.workload import LengthDist
-from agent.tui.local_feed import ENDLESS_S
-from agent.vocabulary import EXIT_CODES
-from engine_hooks.engine.config import MAX_TOKENS
+from stagelens.diagnosis import DiagnosisConfig, diagnose, load_config
+from stagelens.diagnosis.config import Threshold, apply_document
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.engine_hooks.engine.config import MAX_TOKENS
+from stagelens.errors import EXIT_CRITICAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, UserError
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.lab.settings import build_configs
+from stagelens.lab.workload import LengthDist
+from stagelens.tui.local_feed import ENDLESS_S
+from stagelens.vocabulary import EXIT_CODES
 from tests.helpers.cli_run import ROOT, STAGELENS, assert_one_line_error, stagelens
 from tests.helpers.frame_builders import engine_snapshot, frame, series
 
@@ -55,7 +55,7 @@ def test_diagnose_help_states_the_contract():
     assert "0 ok, 1 warn, 2 firing" in out and "3 unknown" in out
 
 
-_BOOM = ("import agent.cli as c\n"
+_BOOM = ("import stagelens.cli as c\n"
          "@c.cli.command()\n"
          "def boom():\n"
          "    raise RuntimeError('state\\nlost')\n"

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from agent.diagnosis import diagnose
-from agent.diagnosis.model import Diagnosis
-from agent.errors import EXIT_CRITICAL, CollectError
-from agent.http_get import MAX_ANSWER_BYTES, get_json
-from agent.render import render_diagnosis
-from agent.tui.remote_feed import RemoteFeed
+from stagelens.diagnosis import diagnose
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.errors import EXIT_CRITICAL, CollectError
+from stagelens.http_get import MAX_ANSWER_BYTES, get_json
+from stagelens.render import render_diagnosis
+from stagelens.tui.remote_feed import RemoteFeed
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 from tests.helpers.frame_builders import engine_snapshot, frame
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agent.diagnosis.signals import SIGNALS
-from agent.vocabulary import COMPONENT_STAGE, STAGES
+from stagelens.diagnosis.signals import SIGNALS
+from stagelens.vocabulary import COMPONENT_STAGE, STAGES
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -66,7 +66,7 @@ def test_every_signal_is_documented_with_its_thresholds_unit_and_direction():
 
 
 def test_the_stages_doc_states_the_tail_rule_and_charges_every_component():
-    from agent.diagnosis.tail import SLOW_TAIL_FACTOR, SLOW_TAIL_FLOOR_S
+    from stagelens.diagnosis.tail import SLOW_TAIL_FACTOR, SLOW_TAIL_FLOOR_S
 
     text = " ".join((DOCS / "stages.md").read_text(encoding="utf-8").split())
     assert f"at least {SLOW_TAIL_FACTOR:g}× the median" in text
@@ -113,8 +113,8 @@ def _snapshot_sections() -> dict[str, str]:
 def _snapshots(model_dir) -> list[dict]:
     """Snapshots (as JSON) of a tiny engine that prefills, decodes, preempts (17 KV blocks for 6 requests) and
     loads a model while serving, taken while it runs and once it is done."""
-    from engine_hooks import RecorderConfig, instrument, uninstrument
-    from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+    from stagelens.engine_hooks import RecorderConfig, instrument, uninstrument
+    from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
 
     engine = LLMEngine(EngineConfig(model="tiny", model_dir=model_dir, max_model_len=256, kv_cache_memory=8192 * 17,
                                     max_num_batched_tokens=256, max_num_seqs=8, device="cpu", models=2,
@@ -160,9 +160,9 @@ def test_every_key_of_a_real_engine_snapshot_is_documented(model_dir):
 
 # --- docs/design.md -------------------------------------------------------------------------------------
 def test_the_design_doc_names_every_command_and_exit_status():
-    from agent import errors
-    from agent.cli import _register, cli
-    from probes.nvml_snapshot import FORMAT
+    from stagelens import errors
+    from stagelens.cli import _register, cli
+    from stagelens.probes.nvml_snapshot import FORMAT
 
     _register()
     text = (DOCS / "design.md").read_text(encoding="utf-8")

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from agent.errors import UserError
-from agent.record import read_bundle
-from agent.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_REQUESTS
-from agent.whatif.workload import observed_from_window
+from stagelens.errors import UserError
+from stagelens.record import read_bundle
+from stagelens.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_REQUESTS
+from stagelens.whatif.workload import observed_from_window
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 
 HEADER = '{"format": "stagelens-bundle/1", "source": "test"}\n'
@@ -92,6 +92,6 @@ def test_a_window_claiming_more_output_than_a_replay_simulates_is_refused_before
 
 
 def test_a_replay_takes_as_many_models_as_the_bundled_engine_registers():
-    from engine_hooks.engine.config import MAX_MODELS
+    from stagelens.engine_hooks.engine.config import MAX_MODELS
 
     assert MAX_REPLAY_MODELS == MAX_MODELS

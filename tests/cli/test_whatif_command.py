@@ -157,7 +157,7 @@ def test_whatif_runs_without_torch(bundle, model_dir):
     path, _ = bundle
     args = ["whatif", "--replay", str(path), "--set", "max-num-seqs=2", "--search", "--json"]
     assert _run(args, model_dir).returncode == 0      # the profile measured and cached, if it was not
-    script = ("import sys; from agent.cli import _register, cli; _register(); "
+    script = ("import sys; from stagelens.cli import _register, cli; _register(); "
               f"cli.main({args!r}, standalone_mode=False); assert 'torch' not in sys.modules, 'torch was imported'")
     env = dict(os.environ, XDG_CACHE_HOME=str(Path(model_dir).parent))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
@@ -214,7 +214,7 @@ def test_a_model_config_that_cannot_be_read_is_one_line(model_dir, tmp_path):
 
 
 def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp_path):
-    from agent.cli import run
+    from stagelens.cli import run
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # what an install without the bench extra sees
     code = run(["whatif", "--replay", str(tmp_path / "none.jsonl"), "--search", "--plot", str(tmp_path / "f.png")])
@@ -293,7 +293,7 @@ def _agent(window, frames):
 
 
 def _window_of(path) -> tuple[dict, list]:
-    from agent.record import read_bundle
+    from stagelens.record import read_bundle
 
     b = read_bundle(str(path))
     return ({"timelines": b.timelines, "engine_config": b.engine_config, "steps": b.steps, "loads": b.loads},

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.numbers import number_of_text
+from stagelens.numbers import number_of_text
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 
 BUNDLE = str(Path(__file__).parents[1] / "fixtures" / "bundles" / "healthy.jsonl")

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from agent.diagnosis.signals import SIGNALS_BY_ID
-from agent.runbooks import runbook_ref
+from stagelens.diagnosis.signals import SIGNALS_BY_ID
+from stagelens.runbook_files import runbook_ref
 from tests.helpers.alert_rules import ALERTS_FILE, RECORDING_FILE, RULES, read_alerts, recorded_names, rule_metric_names
 from tests.helpers.exposition import exported_metric_names, promtool
 
@@ -52,7 +52,7 @@ def test_every_alert_is_complete():
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", name), name
         assert rule["labels"].get("severity") in SEVERITIES, name
         assert {"summary", "description", "runbook_url"} <= set(rule["annotations"]), name
-        assert rule["annotations"]["runbook_url"] == runbook_ref(name)   # the name agent.runbooks gives
+        assert rule["annotations"]["runbook_url"] == runbook_ref(name)   # the name agent.runbook_files gives
         assert "{{ $value" in rule["annotations"]["description"] + rule["annotations"]["summary"] \
             or name in ("Watchdog", "StagelensAgentDown", "GPULost", "NVLinkDown", "PCIeLinkBelowMax",
                         "GPUClocksThrottled", "StagelensCollectorFailing"), name
@@ -75,7 +75,7 @@ def test_signal_alert_thresholds_equal_the_agents_defaults():
 
 
 def test_stage_alerts_are_the_vocabularys():
-    from agent.vocabulary import STAGE_ALERTS, STAGES
+    from stagelens.vocabulary import STAGE_ALERTS, STAGES
 
     alerts = read_alerts()
     assert set(STAGE_ALERTS) == set(STAGES)

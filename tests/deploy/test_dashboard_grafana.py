@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from agent.diagnosis.signals import SIGNALS_BY_ID
+from stagelens.diagnosis.signals import SIGNALS_BY_ID
 from tests.helpers.alert_rules import read_alerts, recorded_names, rule_metric_names
 from tests.helpers.exposition import exported_metric_names, promtool
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from agent.commands.serve import serve
+from stagelens.commands.serve import serve
 from tests.helpers.deploy_manifests import ALERTS_FILE, CONTAINER, K8S, KUBE, POD, RECORDING_FILE, serve_args
 
 UNIT = pathlib.Path("deploy/systemd/stagelens.service")
@@ -58,7 +58,7 @@ def test_the_probes_hit_the_health_routes_on_the_served_port():
 def test_the_routes_the_probes_hit_exist():
     from fastapi.testclient import TestClient
 
-    from agent.server.app import create_app
+    from stagelens.server.app import create_app
 
     class Runtime:   # just enough of AgentRuntime for the health routes
         def ready(self):

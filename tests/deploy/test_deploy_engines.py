@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from agent.commands.flags import OutsideFlags, open_engine_source, parse_listen
-from agent.commands.serve import serve
+from stagelens.commands.flags import OutsideFlags, open_engine_source, parse_listen
+from stagelens.commands.serve import serve
 from tests.helpers.deploy_manifests import ALERTS_FILE, K8S, RECORDING_FILE, serve_args
 from tests.helpers.deploy_manifests import CONTAINER as BASE_CONTAINER
 

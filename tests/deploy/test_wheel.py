@@ -1,5 +1,6 @@
 """A wheel install (no `-e`, no checkout beside it) carries what a user needs: `stagelens runbook NAME` prints
-the runbook from the installed `runbooks` package, not from the repository."""
+the runbook from the installed `stagelens.runbooks` package, not from the repository; the wheel installs one
+import root, `stagelens`."""
 
 import os
 import pathlib
@@ -39,15 +40,20 @@ def test_the_installed_wheel_prints_a_runbook_from_its_own_files(tmp_path):
     elsewhere = tmp_path / "elsewhere"     # outside the repository: nothing of it on the path
     elsewhere.mkdir()
     env = {"PYTHONPATH": str(site)}
-    shown = _run([sys.executable, "-c", "from agent.cli import main; main()", "runbook", "KVCacheStageFiring"],
+    shown = _run([sys.executable, "-c", "from stagelens.cli import main; main()", "runbook", "KVCacheStageFiring"],
                  cwd=elsewhere, env=env)
     expected = (ROOT / "runbooks" / "KVCacheStageFiring.md").read_text(encoding="utf-8")
     assert shown.stdout == expected + "\n"
 
-    where = _run([sys.executable, "-c", "import agent, runbooks; from agent.runbooks import runbooks as books; "
-                  "print(agent.__file__); print(runbooks.__file__); print(' '.join(sorted(books())))"],
+    where = _run([sys.executable, "-c", "import stagelens, stagelens.runbooks; "
+                  "from stagelens.runbook_files import runbooks as books; print(stagelens.__file__); "
+                  "print(stagelens.runbooks.__file__); print(' '.join(sorted(books())))"],
                  cwd=elsewhere, env=env)
     agent_file, runbooks_file, names = where.stdout.splitlines()
     assert pathlib.Path(agent_file).is_relative_to(site), agent_file
     assert pathlib.Path(runbooks_file).is_relative_to(site), runbooks_file
     assert names.split() == sorted(p.stem for p in (ROOT / "runbooks").glob("*.md")), "the wheel lacks runbooks"
+    # one import root: nothing else lands in site-packages to collide with another distribution's names
+    (top_level,) = site.glob("stagelens-*.dist-info/top_level.txt")
+    assert top_level.read_text().split() == ["stagelens"]
+    assert sorted(p.name for p in site.iterdir() if not p.name.endswith(".dist-info")) == ["stagelens"]

@@ -5,8 +5,8 @@ The paged attention against its float64 reference on CUDA is in test_engine_atte
 import pytest
 import torch
 
-from engine_hooks import RecorderConfig, instrument, uninstrument
-from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+from stagelens.engine_hooks import RecorderConfig, instrument, uninstrument
+from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from engine_hooks import instrument, uninstrument
-from engine_hooks.engine import EngineConfig, EngineStopped, FinishReason, LLMEngine, SamplingParams
-from engine_hooks.engine.sampler import NON_FINITE_LOGITS
+from stagelens.engine_hooks import instrument, uninstrument
+from stagelens.engine_hooks.engine import EngineConfig, EngineStopped, FinishReason, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine.sampler import NON_FINITE_LOGITS
 
 POISON = "poisoned"
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
-from engine_hooks.engine.engine import FINISH_REASONS
+from stagelens.engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine.engine import FINISH_REASONS
 
 FUZZ_EXAMPLES = int(os.environ.get("STAGELENS_FUZZ_EXAMPLES", "0"))
 MAX_MODEL_LEN = 128

@@ -1,7 +1,7 @@
 """The engine's observer seam: every step and every request's end reach observers on the engine thread, and
 an observer that raises is counted, never a failed step or request."""
 
-from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
 
 
 def _engine(model_dir) -> LLMEngine:

@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-from engine_hooks.engine import ConfigError, EngineConfig, LLMEngine, SamplingParams
-from engine_hooks.engine.weights import ensure_weights_file, load_model
+from stagelens.engine_hooks.engine import ConfigError, EngineConfig, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine.weights import ensure_weights_file, load_model
 
 
 def _engine(model_dir, **overrides) -> LLMEngine:

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.diagnosis import diagnose
-from agent.diagnosis.signals import SIGNALS
-from agent.frame import Frame, FrameError
-from agent.metrics import MetricsExporter
-from agent.record import read_bundle
-from agent.tui.app import StagelensApp
-from agent.tui.feed import Poll
-from engine_hooks.records.snapshot import (
+from stagelens.diagnosis import diagnose
+from stagelens.diagnosis.signals import SIGNALS
+from stagelens.engine_hooks.records.snapshot import (
     Clock,
     ColdPathFigures,
     Counters,
@@ -27,6 +22,11 @@ from engine_hooks.records.snapshot import (
     Window,
     WindowTail,
 )
+from stagelens.frame import Frame, FrameError
+from stagelens.metrics import MetricsExporter
+from stagelens.record import read_bundle
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.feed import Poll
 from tests.helpers.exposition import parse
 from tests.helpers.frame_builders import engine_snapshot, frame
 from tests.helpers.tui_pilot import FakeFeed, inject
@@ -42,8 +42,8 @@ def real(model_dir) -> list[EngineSnapshot]:
     for 6 requests) and loads a second model, and once it is done."""
     import time
 
-    from engine_hooks import RecorderConfig, instrument, uninstrument
-    from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+    from stagelens.engine_hooks import RecorderConfig, instrument, uninstrument
+    from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
 
     engine = LLMEngine(EngineConfig(model="tiny", model_dir=model_dir, max_model_len=256, kv_cache_memory=8192 * 17,
                                     max_num_batched_tokens=256, max_num_seqs=8, device="cpu", models=2,

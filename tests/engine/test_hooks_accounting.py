@@ -4,10 +4,10 @@ import logging
 
 import pytest
 
-from engine_hooks import RecorderConfig, instrument, is_instrumented, uninstrument
-from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
-from engine_hooks.engine import model as model_module
-from engine_hooks.records.timeline import BEHIND_LONG_PREFILL
+from stagelens.engine_hooks import RecorderConfig, instrument, is_instrumented, uninstrument
+from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine import model as model_module
+from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL
 
 TOKEN_BYTES = 512   # tiny preset, float32: 2 (K, V) * 2 layers * 2 kv heads * 16 dims * 4 bytes
 

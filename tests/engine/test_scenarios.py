@@ -8,10 +8,10 @@ import functools
 
 import pytest
 
-from agent.lab.fixes import fix_flags
-from agent.lab.scenario_run import run_lab
-from agent.lab.scenarios import SCENARIOS
-from agent.lab.settings import build_configs
+from stagelens.lab.fixes import fix_flags
+from stagelens.lab.scenario_run import run_lab
+from stagelens.lab.scenarios import SCENARIOS
+from stagelens.lab.settings import build_configs
 
 DURATION = 12.0
 

@@ -6,16 +6,12 @@ import dataclasses
 
 import pytest
 
-from agent.diagnosis.tail import Tail, by_stage
-from agent.diagnosis.whole_run import judge_run
-from agent.tui.app import StagelensApp
-from agent.tui.feed import Poll
-from agent.tui.messages import Polled
-from agent.vocabulary import COMPONENT_STAGE, WAIT_STAGE
-from engine_hooks.records import waits
-from engine_hooks.records.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
-from engine_hooks.records.snapshot import WindowTail
-from engine_hooks.records.timeline import (
+from stagelens.diagnosis.tail import Tail, by_stage
+from stagelens.diagnosis.whole_run import judge_run
+from stagelens.engine_hooks.records import waits
+from stagelens.engine_hooks.records.attribution import COMPUTE, LOAD_SLOWDOWN, RECOMPUTE, SlowStep, components, tail
+from stagelens.engine_hooks.records.snapshot import WindowTail
+from stagelens.engine_hooks.records.timeline import (
     BEHIND_LONG_PREFILL,
     QUEUED,
     STEP_BOUNDARY,
@@ -23,6 +19,10 @@ from engine_hooks.records.timeline import (
     RequestTimeline,
     Wait,
 )
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.feed import Poll
+from stagelens.tui.messages import Polled
+from stagelens.vocabulary import COMPONENT_STAGE, WAIT_STAGE
 from tests.helpers.frame_builders import engine_snapshot, frame
 from tests.helpers.tui_pilot import FakeFeed
 from tests.helpers.tui_support import text_of
@@ -183,8 +183,8 @@ def test_the_issues_cold_start_run_is_diagnosed_cold_path_with_its_tail_on_model
 def test_live_the_root_is_the_stage_the_tail_blames_and_a_disagreement_is_said():
     """Two stages firing; the window's tail is mostly model loads: the cold path is the root. Before the
     cold path's state has caught up, the signals' root stands and the disagreement is said."""
-    from agent.diagnosis import diagnose
-    from agent.diagnosis.config import load_config
+    from stagelens.diagnosis import diagnose
+    from stagelens.diagnosis.config import load_config
 
     timelines = _population()
     hol = dict(scheduler={"decided_wait_p99_s": 0.9, "head_of_line_share": 0.8, "waiting_share": 0.6,

@@ -9,9 +9,9 @@ make that interleaving certain."""
 
 import time
 
-from agent.lab.scenario_run import run_lab
-from agent.lab.settings import build_configs
-from engine_hooks.hooks.recorder import Recorder
+from stagelens.engine_hooks.hooks.recorder import Recorder
+from stagelens.lab.scenario_run import run_lab
+from stagelens.lab.settings import build_configs
 
 STEP_END_DELAY_S = 0.5
 

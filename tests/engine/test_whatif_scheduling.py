@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from agent.whatif.settings import Settings
-from agent.whatif.simulator import SimRequest, Simulator
-from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.simulator import SimRequest, Simulator
 
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4     # layers x K,V x kv heads x head dim x float32
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from agent.fleet.query import FleetQuery
+from stagelens.fleet.query import FleetQuery
 from tests.helpers.fleet_cli import fleet
 from tests.helpers.polling import wait_for
 from tests.helpers.prometheus_support import Prometheus, free_port, prometheus_binary

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.errors import EXIT_UNKNOWN
+from stagelens.errors import EXIT_UNKNOWN
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
 

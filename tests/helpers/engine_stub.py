@@ -31,9 +31,9 @@ def read_with_spans(engine: Engine, spans: list, bodies: list[str] | None = None
     by default the vllm_v1_new_names fixture) a window apart; the second scrape's snapshot)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from agent.sources.otlp_receiver import OtlpReceiver
-    from agent.sources.vllm import VllmSource
-    from engine_hooks.records.snapshot import WINDOW_S
+    from stagelens.engine_hooks.records.snapshot import WINDOW_S
+    from stagelens.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.vllm import VllmSource
 
     receiver = OtlpReceiver()
     receiver.ingest(encode_spans(spans).SerializeToString(), "application/x-protobuf")

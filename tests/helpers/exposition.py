@@ -7,15 +7,15 @@ import shutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.diagnosis.evaluate import diagnose
-from agent.metrics import MetricsExporter
-from agent.sampler import Sampler
-from engine_hooks import RecorderConfig, instrument, uninstrument
-from engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
-from engine_hooks.records.snapshot import EngineSnapshot
-from probes.gpu import GpuSample
-from probes.sample import NodeProbe, open_backend
-from probes.sample_json import plain_fields, read
+from stagelens.diagnosis.evaluate import diagnose
+from stagelens.engine_hooks import RecorderConfig, instrument, uninstrument
+from stagelens.engine_hooks.engine import EngineConfig, LLMEngine, SamplingParams
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.metrics import MetricsExporter
+from stagelens.probes.gpu import GpuSample
+from stagelens.probes.sample import NodeProbe, open_backend
+from stagelens.probes.sample_json import plain_fields, read
+from stagelens.sampler import Sampler
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"
 

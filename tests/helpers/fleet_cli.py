@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cli import main
+from stagelens.cli import main
 
 
 def fleet(capsys, *argv: str) -> tuple[int, str, str]:

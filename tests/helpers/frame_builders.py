@@ -1,11 +1,11 @@
 """Frames built by hand for diagnosis tests: the shape the sampler produces, with chosen figures."""
 
-from agent.frame import Frame
-from engine_hooks.records.snapshot import EngineSnapshot
-from probes.gpu import GpuSample
-from probes.host import HostSample, ProcessSample
-from probes.sample import SAMPLE_VERSION, DriverStatus, NodeSample
-from probes.sample_json import read
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.frame import Frame
+from stagelens.probes.gpu import GpuSample
+from stagelens.probes.host import HostSample, ProcessSample
+from stagelens.probes.sample import SAMPLE_VERSION, DriverStatus, NodeSample
+from stagelens.probes.sample_json import read
 
 
 def engine_snapshot(kv=None, scheduler=None, cold_path=None, counters=None, device="cpu", **engine_cfg) -> dict:

@@ -3,10 +3,10 @@
 import time
 from pathlib import Path
 
-from agent.diagnosis.evaluate import LiveDiagnosis
-from agent.sampler import Sampler
-from agent.sources.vllm import VllmSource
-from probes.sample import NodeProbe, open_backend
+from stagelens.diagnosis.evaluate import LiveDiagnosis
+from stagelens.probes.sample import NodeProbe, open_backend
+from stagelens.sampler import Sampler
+from stagelens.sources.vllm import VllmSource
 from tests.helpers.metrics_server import MetricsServer
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"

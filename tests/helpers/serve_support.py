@@ -24,7 +24,7 @@ TINY_LAB = ("--engine", "lab", "--model", "tiny", "--device", "cpu", "--max-mode
 
 def stagelens_command() -> list[str]:
     script = pathlib.Path(sys.executable).with_name("stagelens")
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from agent.cli import main; main()"]
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from stagelens.cli import main; main()"]
 
 
 class ServeProcess:

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from agent.tracing import ClockOffset
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
+from stagelens.tracing import ClockOffset
 
 OFFSET = ClockOffset(1_700_000_000 * 10**9)   # fixed: epoch = monotonic + 1.7e9 s
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.tui.app import StagelensApp
-from agent.tui.feed import Feed, Poll
-from agent.tui.messages import Polled
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.feed import Feed, Poll
+from stagelens.tui.messages import Polled
 from tests.helpers.frame_builders import engine_snapshot, frame
 
 HOL = dict(scheduler={"decided_wait_p99_s": 0.9, "head_of_line_share": 0.8, "waiting_share": 0.6,

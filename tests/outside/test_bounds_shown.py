@@ -5,15 +5,15 @@ the evidence says of that bound is the number it shows, never a larger one."""
 import pytest
 from rich.console import Console
 
-from agent.diagnosis.evaluate import diagnose
-from agent.diagnosis.model import Diagnosis
-from agent.metrics import diagnosis as diagnosis_metrics
-from agent.metrics.families import Scrape
-from agent.render import render_diagnosis
-from agent.sources.vllm import VllmSource
-from agent.tui.state import TuiState
-from agent.tui.widgets.scheduler_panel import figures_grid
-from engine_hooks.records.snapshot import WINDOW_S
+from stagelens.diagnosis.evaluate import diagnose
+from stagelens.diagnosis.model import Diagnosis
+from stagelens.engine_hooks.records.snapshot import WINDOW_S
+from stagelens.metrics import diagnosis as diagnosis_metrics
+from stagelens.metrics.families import Scrape
+from stagelens.render import render_diagnosis
+from stagelens.sources.vllm import VllmSource
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.scheduler_panel import figures_grid
 from tests.helpers.engine_stub import Engine, fixture
 from tests.helpers.frame_builders import frame
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.sources.engine_names import EngineMismatchError, generation
-from agent.sources.prometheus_text import parse_exposition
-from agent.sources.vllm import VllmSource
+from stagelens.sources.engine_names import EngineMismatchError, generation
+from stagelens.sources.prometheus_text import parse_exposition
+from stagelens.sources.vllm import VllmSource
 from tests.helpers.metrics_server import MetricsServer
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
@@ -88,8 +88,8 @@ def test_the_source_refuses_the_wrong_engine_rather_than_reading_nothing():
 def test_diagnose_on_the_wrong_engine_exits_unknown_in_one_line(body, kind, said):
     served = MetricsServer(body)
     try:
-        done = subprocess.run([sys.executable, "-m", "agent.cli", "--nvml-snapshot", DGX, "diagnose", "--duration", "1",
-                               "--engine", kind, "--engine-url", served.url],
+        done = subprocess.run([sys.executable, "-m", "stagelens.cli", "--nvml-snapshot", DGX, "diagnose",
+                               "--duration", "1", "--engine", kind, "--engine-url", served.url],
                               capture_output=True, text=True, timeout=60)
     finally:
         served.close()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cli import main
-from agent.commands.flags import OutsideFlags, open_engine_source
-from agent.errors import UserError
-from agent.record import read_bundle
-from agent.tui.outside_feed import OutsideFeed
+from stagelens.cli import main
+from stagelens.commands.flags import OutsideFlags, open_engine_source
+from stagelens.errors import UserError
+from stagelens.record import read_bundle
+from stagelens.tui.outside_feed import OutsideFeed
 from tests.helpers.engine_stub import DGX, Engine, closed_port_url, fixture
 
 

@@ -5,13 +5,13 @@ import time
 
 import pytest
 
-from agent.diagnosis.evaluate import LiveDiagnosis, diagnose
-from agent.frame import Frame
-from agent.sampler import Sampler
-from agent.sources.prometheus_text import ExpositionError, parse_exposition
-from agent.sources.vllm import METRICS, EngineScrapeError, VllmSource
-from agent.vocabulary import STAGES
-from engine_hooks.records.snapshot import WINDOW_S, EngineSnapshot
+from stagelens.diagnosis.evaluate import LiveDiagnosis, diagnose
+from stagelens.engine_hooks.records.snapshot import WINDOW_S, EngineSnapshot
+from stagelens.frame import Frame
+from stagelens.sampler import Sampler
+from stagelens.sources.prometheus_text import ExpositionError, parse_exposition
+from stagelens.sources.vllm import METRICS, EngineScrapeError, VllmSource
+from stagelens.vocabulary import STAGES
 from tests.helpers.engine_stub import DGX, Engine, closed_port_url, fixture
 
 
@@ -286,7 +286,7 @@ def _stagelens(*args: str):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "agent.cli", "--nvml-snapshot", DGX, *args],
+    return subprocess.run([sys.executable, "-m", "stagelens.cli", "--nvml-snapshot", DGX, *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -316,8 +316,8 @@ def test_the_agent_reads_a_vllm_engine_attached_by_url(engine):
     /metrics and diagnosis serve them like any other frame."""
     from fastapi.testclient import TestClient
 
-    from agent.runtime import AgentRuntime
-    from agent.server.app import create_app
+    from stagelens.runtime import AgentRuntime
+    from stagelens.server.app import create_app
 
     engine.body = fixture("vllm_v1_new_names.txt")
     runtime = AgentRuntime(nvml_snapshot=DGX, engine_source=VllmSource(engine.url))

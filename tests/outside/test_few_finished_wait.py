@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from agent.diagnosis.evaluate import diagnose
-from agent.sources.inference import Inferred, decided_wait_p99
-from agent.sources.wait_bounds import WaitBounds
-from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from stagelens.diagnosis.evaluate import diagnose
+from stagelens.engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from stagelens.sources.inference import Inferred, decided_wait_p99
+from stagelens.sources.wait_bounds import WaitBounds
 from tests.helpers.engine_stub import Engine, read_with_spans
 from tests.helpers.frame_builders import frame
 from tests.helpers.otlp_posts import vllm_spans

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from agent.sources.vllm import VllmSource
-from engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
+from stagelens.engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
+from stagelens.sources.vllm import VllmSource
 from tests.helpers.engine_stub import Engine
 
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.commands.diagnose import engine_frames
-from agent.commands.flags import OutsideFlags, open_engine_source
-from agent.errors import CollectError
-from agent.frame import Frame
-from agent.sources import prometheus_text
-from agent.sources.heavy_answers import FIRST_PAUSE_S, MAX_PAUSE_S, HeavyAnswers, ReadPaused
-from agent.sources.prometheus_text import ExpositionError, parse_exposition
-from agent.sources.vllm import MAX_BODY_BYTES, SCRAPE_TIMEOUT_S, EngineScrapeError, VllmSource
-from probes.sample import CollectorStatus
+from stagelens.commands.diagnose import engine_frames
+from stagelens.commands.flags import OutsideFlags, open_engine_source
+from stagelens.errors import CollectError
+from stagelens.frame import Frame
+from stagelens.probes.sample import CollectorStatus
+from stagelens.sources import prometheus_text
+from stagelens.sources.heavy_answers import FIRST_PAUSE_S, MAX_PAUSE_S, HeavyAnswers, ReadPaused
+from stagelens.sources.prometheus_text import ExpositionError, parse_exposition
+from stagelens.sources.vllm import MAX_BODY_BYTES, SCRAPE_TIMEOUT_S, EngineScrapeError, VllmSource
 from tests.helpers.hostile_servers import ScriptedServer, answer, drip_body, drip_headers
 from tests.helpers.metrics_server import MetricsServer
 
@@ -45,7 +45,7 @@ def serving(*bodies: str) -> ScriptedServer:
 
 def _stagelens(*args: str, nvml: str = DGX) -> subprocess.CompletedProcess:
     """The command's run; it fails the test by TimeoutExpired if it outlasts the dripping servers' 40 s."""
-    return subprocess.run([sys.executable, "-m", "agent.cli", "--nvml-snapshot", nvml, *args],
+    return subprocess.run([sys.executable, "-m", "stagelens.cli", "--nvml-snapshot", nvml, *args],
                           capture_output=True, text=True, timeout=35)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from agent.sources.kv_events_subscriber import MAX_ARRAY_LEN, KvEventsSubscriber
-from agent.sources.plausible import MAX_SEQUENCE_GAP
-from engine_hooks.engine.vllm_face.kv_events_publisher import BlockRemoved, BlockStored, encode_batch
+from stagelens.engine_hooks.engine.vllm_face.kv_events_publisher import BlockRemoved, BlockStored, encode_batch
+from stagelens.sources.kv_events_subscriber import MAX_ARRAY_LEN, KvEventsSubscriber
+from stagelens.sources.plausible import MAX_SEQUENCE_GAP
 
 BS = 16
 

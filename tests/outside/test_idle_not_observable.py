@@ -4,7 +4,7 @@ judged, from what the engine does give."""
 
 import pytest
 
-from agent.diagnosis.evaluate import diagnose
+from stagelens.diagnosis.evaluate import diagnose
 from tests.helpers.frame_builders import engine_snapshot, frame
 from tests.helpers.real_captures import Serving, capture, judged
 

@@ -10,9 +10,8 @@ import msgpack
 import pytest
 import zmq
 
-from agent.sources.kv_events_subscriber import KvEventsSubscriber
-from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
-from engine_hooks.engine.vllm_face.kv_events_publisher import (
+from stagelens.engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine.vllm_face.kv_events_publisher import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -20,6 +19,7 @@ from engine_hooks.engine.vllm_face.kv_events_publisher import (
     block_hash,
     encode_batch,
 )
+from stagelens.sources.kv_events_subscriber import KvEventsSubscriber
 from tests.helpers.polling import wait_for
 
 BS = 16
@@ -271,7 +271,7 @@ def test_malformed_unknown_and_lost_batches_are_counted_and_reading_goes_on():
 
 
 def test_a_full_queue_drops_batches_and_never_blocks_the_caller(monkeypatch):
-    import engine_hooks.engine.vllm_face.kv_events_publisher as kv_events
+    import stagelens.engine_hooks.engine.vllm_face.kv_events_publisher as kv_events
 
     release = threading.Event()
     encode = kv_events.encode_batch

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from agent.sources.vllm import VllmSource
+from stagelens.sources.vllm import VllmSource
 from tests.helpers.real_captures import Serving, capture, judged
 
 

@@ -5,11 +5,11 @@ are given their times, so nothing depends on the clock."""
 
 import pytest
 
-from agent.diagnosis.evaluate import diagnose
-from agent.sources.inference import Inferred
-from agent.sources.step_stall import NO_STEP, StepWatch, growing_wait, stalled_wait
-from agent.sources.vllm import VllmSource
-from engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.diagnosis.evaluate import diagnose
+from stagelens.engine_hooks.records.snapshot import EngineSnapshot
+from stagelens.sources.inference import Inferred
+from stagelens.sources.step_stall import NO_STEP, StepWatch, growing_wait, stalled_wait
+from stagelens.sources.vllm import VllmSource
 from tests.helpers.frame_builders import frame
 from tests.helpers.metrics_server import MetricsServer
 

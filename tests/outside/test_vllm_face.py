@@ -19,17 +19,17 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from agent.sources.prometheus_text import parse_exposition
-from agent.sources.vllm import VllmSource
-from engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
-from engine_hooks.engine.vllm_face import VllmFace
-from engine_hooks.engine.vllm_face.metrics import (
+from stagelens.engine_hooks.engine import EngineConfig, FinishReason, LLMEngine, SamplingParams
+from stagelens.engine_hooks.engine.vllm_face import VllmFace
+from stagelens.engine_hooks.engine.vllm_face.metrics import (
     INTER_TOKEN_BUCKETS,
     ITERATION_TOKENS_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
     TTFT_BUCKETS,
     build_1_2_5_buckets,
 )
+from stagelens.sources.prometheus_text import parse_exposition
+from stagelens.sources.vllm import VllmSource
 
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4    # K and V, 2 layers, 2 KV heads, head_dim 16, float32
 BLOCK = 16

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.cli import main
-from agent.commands.flags import OutsideFlags, open_engine_source
-from agent.runtime import AgentRuntime, LabSettings
-from agent.server.app import create_app
+from stagelens.cli import main
+from stagelens.commands.flags import OutsideFlags, open_engine_source
+from stagelens.runtime import AgentRuntime, LabSettings
+from stagelens.server.app import create_app
 from tests.helpers.polling import wait_for
 
 DGX = str(Path(__file__).parents[1] / "fixtures" / "nvml" / "dgx_a100.json")

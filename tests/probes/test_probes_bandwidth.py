@@ -6,7 +6,7 @@ import datetime as dt
 import json
 import socket
 
-from probes.bandwidth import cache_dir, get_reference_bandwidth, measure_copy_bandwidth
+from stagelens.probes.bandwidth import cache_dir, get_reference_bandwidth, measure_copy_bandwidth
 
 SMALL = 1 << 20  # 1 MiB: enough to time a copy, quick on any CPU
 

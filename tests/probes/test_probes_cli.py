@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agent.cli import cli
-from agent.commands.probe import probe
-from agent.commands.topo import topo
-from agent.errors import CollectError, UserError
+from stagelens.cli import cli
+from stagelens.commands.probe import probe
+from stagelens.commands.topo import topo
+from stagelens.errors import CollectError, UserError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 STAGELENS = Path(sys.executable).parent / "stagelens"
@@ -67,7 +67,7 @@ def test_topo_text():
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    fallback = [sys.executable, "-c", "from agent.cli import main; main()"]
+    fallback = [sys.executable, "-c", "from stagelens.cli import main; main()"]
     command = [str(STAGELENS)] if STAGELENS.exists() else fallback
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=120)
 

@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from probes.nvml_snapshot import SnapshotBackend
-from probes.sample import COLLECTORS, NodeProbe, open_backend
+from stagelens.probes.nvml_snapshot import SnapshotBackend
+from stagelens.probes.sample import COLLECTORS, NodeProbe, open_backend
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 
@@ -72,7 +72,7 @@ def test_probes_import_neither_torch_nor_the_agent():
     import subprocess
     import sys
 
-    code = ("import sys, probes; from probes.sample import NodeProbe; "
+    code = ("import sys, probes; from stagelens.probes.sample import NodeProbe; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'agent', 'engine_hooks')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parents[2])

@@ -10,11 +10,11 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from agent.runtime import AgentRuntime, LabSettings
-from agent.server.app import create_app
-from agent.tui.app import StagelensApp
-from agent.tui.feed import Poll
-from agent.tui.messages import Polled
+from stagelens.runtime import AgentRuntime, LabSettings
+from stagelens.server.app import create_app
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.feed import Poll
+from stagelens.tui.messages import Polled
 from tests.helpers.prometheus_support import free_port
 from tests.helpers.serve_support import DGX, stagelens_command
 from tests.helpers.tui_pilot import FakeFeed

@@ -13,9 +13,9 @@ import tracemalloc
 import pytest
 import uvicorn
 
-from agent.runtime import AgentRuntime
-from agent.server.app import create_app
-from agent.server.frames_stream import CHUNK_BYTES, MAX_HEAVY_READS, HeavyReads, frames_chunks
+from stagelens.runtime import AgentRuntime
+from stagelens.server.app import create_app
+from stagelens.server.frames_stream import CHUNK_BYTES, MAX_HEAVY_READS, HeavyReads, frames_chunks
 from tests.helpers.raw_get import get_dropping
 from tests.helpers.serve_api import DGX, _free_port, _wait
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.cli import main
+from stagelens.cli import main
 from tests.helpers.serve_support import ServeProcess
 
 

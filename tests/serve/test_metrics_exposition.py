@@ -9,11 +9,11 @@ import subprocess
 
 import pytest
 
-from agent.diagnosis.evaluate import diagnose
-from agent.metrics import WAIT_BUCKETS, MetricsExporter
-from agent.metrics.collector import SECTIONS, StagelensCollector
-from agent.sampler import Sampler
-from probes.sample import NodeProbe, open_backend
+from stagelens.diagnosis.evaluate import diagnose
+from stagelens.metrics import WAIT_BUCKETS, MetricsExporter
+from stagelens.metrics.collector import SECTIONS, StagelensCollector
+from stagelens.probes.sample import NodeProbe, open_backend
+from stagelens.sampler import Sampler
 from tests.helpers.exposition import lab_frames, names, parse, promtool
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.cli import run
-from agent.metrics import MetricsExporter
-from agent.server.app import create_app
+from stagelens.cli import run
+from stagelens.metrics import MetricsExporter
+from stagelens.server.app import create_app
 
 DEADLINE_S = 10.0
 
@@ -39,7 +39,7 @@ class _Pages:
 @pytest.fixture
 def pages(monkeypatch) -> _Pages:
     pages = _Pages()
-    monkeypatch.setattr("agent.metrics.exporter.render", pages)
+    monkeypatch.setattr("stagelens.metrics.exporter.render", pages)
     return pages
 
 

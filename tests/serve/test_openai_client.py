@@ -11,8 +11,8 @@ import openai
 import pytest
 import uvicorn
 
-from agent.runtime import AgentRuntime, LabSettings
-from agent.server.app import create_app
+from stagelens.runtime import AgentRuntime, LabSettings
+from stagelens.server.app import create_app
 from tests.helpers.polling import wait_for
 from tests.helpers.prometheus_support import free_port
 from tests.helpers.serve_support import DGX, TINY_LAB, ServeProcess

@@ -60,7 +60,7 @@ def shortened_rules(workdir: pathlib.Path) -> list[pathlib.Path]:
 
 def stagelens_command() -> list[str]:
     script = pathlib.Path(sys.executable).with_name("stagelens")
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from agent.cli import main; main()"]
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from stagelens.cli import main; main()"]
 
 
 class Agent:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from agent.diagnosis import DiagnosisConfig, load_config
-from agent.diagnosis.config import apply_document
-from agent.runtime import AgentRuntime, LabSettings
-from agent.server.app import create_app
-from agent.tracing import TraceExporter
+from stagelens.diagnosis import DiagnosisConfig, load_config
+from stagelens.diagnosis.config import apply_document
+from stagelens.runtime import AgentRuntime, LabSettings
+from stagelens.server.app import create_app
+from stagelens.tracing import TraceExporter
 from tests.helpers.serve_api import DGX, _free_port, _wait
 
 LAB = {"model": "tiny", "max_model_len": 256, "kv_cache_memory": "2MiB", "device": "cpu"}

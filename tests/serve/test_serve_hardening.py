@@ -147,9 +147,9 @@ def test_10_used_kv_blocks_read_zero_once_idle(server):
 def test_14_a_fix_that_conflicts_with_the_new_scenario_is_a_409_and_nothing_stops(model_dir):
     from fastapi.testclient import TestClient
 
-    from agent.record import read_bundle
-    from agent.runtime import AgentRuntime, LabSettings
-    from agent.server.app import create_app
+    from stagelens.record import read_bundle
+    from stagelens.runtime import AgentRuntime, LabSettings
+    from stagelens.server.app import create_app
 
     runtime = AgentRuntime(interval=0.2, nvml_snapshot=str(DGX), lab=LabSettings(
         {"model": "tiny", "max_model_len": 256, "kv_cache_memory": "2MiB", "device": "cpu", "model_dir": model_dir},
@@ -265,7 +265,7 @@ def test_4_sigterm_drains_traces_and_exits_0_even_with_a_stream_in_flight(tmp_pa
 
 
 def test_15_concurrent_bandwidth_probes_share_one_measurement(tmp_path):
-    from probes.bandwidth import get_reference_bandwidth
+    from stagelens.probes.bandwidth import get_reference_bandwidth
 
     results = []
     barrier = threading.Barrier(6)

@@ -11,8 +11,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from agent.runtime import AgentRuntime, LabSettings
-from agent.server.app import create_app
+from stagelens.runtime import AgentRuntime, LabSettings
+from stagelens.server.app import create_app
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"
 TOKEN = "fuzz-token"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from agent.diagnosis.whole_run import judge_run
-from agent.record import read_bundle
-from agent.runtime import AgentRuntime, LabSettings
-from agent.server.app import create_app
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.diagnosis.whole_run import judge_run
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.record import read_bundle
+from stagelens.runtime import AgentRuntime, LabSettings
+from stagelens.server.app import create_app
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 LAB = {"model": "tiny", "max_model_len": 256, "kv_cache_memory": "2MiB", "device": "cpu"}

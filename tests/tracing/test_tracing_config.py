@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from agent.errors import UserError
-from agent.tracing import TraceExporter, TracingConfig
+from stagelens.errors import UserError
+from stagelens.tracing import TraceExporter, TracingConfig
 from tests.helpers.tracing_support import OFFSET, clear_otel_env, preempted_timeline, small_timeline
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -176,7 +176,7 @@ def test_jsonl_path_that_is_a_directory(tmp_path):
 
 
 def test_http_endpoint_gets_the_traces_path():
-    from agent.tracing.config import _http_traces_url
+    from stagelens.tracing.config import _http_traces_url
 
     assert _http_traces_url("http://c:4318") == "http://c:4318/v1/traces"
     assert _http_traces_url("http://c:4318/") == "http://c:4318/v1/traces"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent.tracing import TraceExporter
+from stagelens.tracing import TraceExporter
 from tests.helpers.tracing_support import (
     OFFSET,
     OtlpHttpReceiver,

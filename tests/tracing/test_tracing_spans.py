@@ -10,8 +10,8 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from agent.tracing import ClockOffset, TraceExporter
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.tracing import ClockOffset, TraceExporter
 from tests.helpers.tracing_support import OFFSET, clear_otel_env, preempted_timeline, small_timeline
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -44,11 +44,11 @@ def by_name(spans, name):
 
 
 def test_timeline_import_pulls_no_torch():
-    code = "import engine_hooks.records.timeline, agent.tracing"
+    code = "import stagelens.engine_hooks.records.timeline, stagelens.tracing"
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code],
                          capture_output=True, text=True, check=True)
     modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if "|" in line}
-    assert "engine_hooks.records.timeline" in modules and "agent.tracing" in modules
+    assert "stagelens.engine_hooks.records.timeline" in modules and "stagelens.tracing" in modules
     assert not {m for m in modules if m == "torch" or m.startswith("torch.")}
 
 

@@ -9,23 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.diagnosis import load_config
-from agent.diagnosis.evaluate import diagnose
-from agent.fleet.model import FleetView
-from agent.fleet.query import build_rows
-from agent.frame import Frame
-from agent.printable import MAX_DEPTH, TooDeep, printable, printable_data
-from agent.record import read_bundle
-from agent.tui.app import StagelensApp
-from agent.tui.feed import Feed, Poll
-from agent.tui.fleet import FleetApp
-from agent.tui.fleet.app import Fetched
-from agent.tui.messages import Polled
-from agent.tui.remote_feed import RemoteFeed
-from agent.tui.replay_feed import ReplayFeed
-from agent.tui.server_settings import server_settings
-from probes.topology import Topology
+from stagelens.cli import main
+from stagelens.diagnosis import load_config
+from stagelens.diagnosis.evaluate import diagnose
+from stagelens.fleet.model import FleetView
+from stagelens.fleet.query import build_rows
+from stagelens.frame import Frame
+from stagelens.printable import MAX_DEPTH, TooDeep, printable, printable_data
+from stagelens.probes.topology import Topology
+from stagelens.record import read_bundle
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.feed import Feed, Poll
+from stagelens.tui.fleet import FleetApp
+from stagelens.tui.fleet.app import Fetched
+from stagelens.tui.messages import Polled
+from stagelens.tui.remote_feed import RemoteFeed
+from stagelens.tui.replay_feed import ReplayFeed
+from stagelens.tui.server_settings import server_settings
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 from tests.helpers.frame_builders import engine_snapshot, frame, series
 from tests.helpers.hostile_servers import ScriptedServer, answer

@@ -9,15 +9,15 @@ import threading
 
 import pytest
 
-import agent.tui.fleet as fleet_pkg
-from agent.errors import UserError
-from agent.fleet.model import Evidence, FleetView, NodeRow, stage_cells
-from agent.tui.feed import Feed, Poll
-from agent.tui.fleet import FleetApp, open_node_tui, run_fleet_app
-from agent.tui.fleet.app import Fetched
-from agent.tui.fleet.help import FleetHelpScreen
-from agent.tui.fleet.node import NodeApp
-from agent.tui.fleet.refresher import Refresher
+import stagelens.tui.fleet as fleet_pkg
+from stagelens.errors import UserError
+from stagelens.fleet.model import Evidence, FleetView, NodeRow, stage_cells
+from stagelens.tui.feed import Feed, Poll
+from stagelens.tui.fleet import FleetApp, open_node_tui, run_fleet_app
+from stagelens.tui.fleet.app import Fetched
+from stagelens.tui.fleet.help import FleetHelpScreen
+from stagelens.tui.fleet.node import NodeApp
+from stagelens.tui.fleet.refresher import Refresher
 from tests.helpers.tui_support import text_of
 
 NOW = 1_700_000_000.0   # 2023-11-14T22:13:20Z: every age on screen counts from the answer's time

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.record import read_bundle
-from agent.tui.app import StagelensApp
-from agent.tui.feed import Poll
-from agent.tui.remote_feed import RemoteFeed
-from agent.tui.replay_feed import ReplayFeed
-from agent.tui.screens.help import HelpScreen
-from agent.tui.screens.runbook import RunbookScreen
-from agent.tui.screens.topology import TopologyScreen
-from probes.sample import DriverStatus
-from probes.topology import Topology
+from stagelens.probes.sample import DriverStatus
+from stagelens.probes.topology import Topology
+from stagelens.record import read_bundle
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.feed import Poll
+from stagelens.tui.remote_feed import RemoteFeed
+from stagelens.tui.replay_feed import ReplayFeed
+from stagelens.tui.screens.help import HelpScreen
+from stagelens.tui.screens.runbook import RunbookScreen
+from stagelens.tui.screens.topology import TopologyScreen
 from tests.helpers.frame_builders import engine_snapshot, frame
 from tests.helpers.tui_pilot import HOL, FakeFeed, frames, inject, make_app, notes
 from tests.helpers.tui_support import text_of
@@ -248,8 +248,8 @@ async def test_small_terminals_scroll_the_root_stages_panel_into_view(size):
 async def test_an_engine_read_from_outside_shows_what_is_inferred_and_offers_no_fix():
     """Frames from a vLLM-shaped /metrics (the exposition fixtures, served for real), as `tui --engine vllm`
     gets them: what is inferred says so, what is not observable says so, and there is no fix to apply."""
-    from agent.commands.flags import OutsideFlags, open_engine_source
-    from agent.tui.outside_feed import OutsideFeed
+    from stagelens.commands.flags import OutsideFlags, open_engine_source
+    from stagelens.tui.outside_feed import OutsideFeed
     from tests.helpers.engine_stub import DGX, Engine, fixture
 
     engine = Engine(fixture("vllm_v1_new_names.txt"))

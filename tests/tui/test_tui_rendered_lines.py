@@ -7,7 +7,7 @@ import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 
-from agent.tui.widgets.lines import RenderedLines
+from stagelens.tui.widgets.lines import RenderedLines
 from tests.helpers.tui_support import text_of
 
 pytestmark = pytest.mark.asyncio

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.record import read_bundle
-from agent.tui.app import StagelensApp
-from agent.tui.replay_feed import ReplayFeed
+from stagelens.record import read_bundle
+from stagelens.tui.app import StagelensApp
+from stagelens.tui.replay_feed import ReplayFeed
 
 # relative to the repository root (make test runs there), so the path in the top bar is the same in any clone
 BUNDLES = Path(os.path.relpath(Path(__file__).parents[1] / "fixtures" / "bundles"))

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.diagnosis import load_config
-from agent.diagnosis.config import Threshold
-from agent.record import read_bundle
-from agent.tui.remote_feed import RemoteFeed
-from agent.tui.render.waterfall import bar_cells, phase_at
-from agent.tui.replay_feed import ReplayFeed
-from agent.tui.server_settings import server_settings
-from agent.tui.state import TuiState
-from agent.tui.widgets.gpu_panel import gpu_table
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
-from probes.gpu import GpuSample
-from probes.links import PcieSample
+from stagelens.cli import main
+from stagelens.diagnosis import load_config
+from stagelens.diagnosis.config import Threshold
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
+from stagelens.probes.gpu import GpuSample
+from stagelens.probes.links import PcieSample
+from stagelens.record import read_bundle
+from stagelens.tui.remote_feed import RemoteFeed
+from stagelens.tui.render.waterfall import bar_cells, phase_at
+from stagelens.tui.replay_feed import ReplayFeed
+from stagelens.tui.server_settings import server_settings
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.gpu_panel import gpu_table
 from tests.helpers.frame_builders import engine_snapshot, frame
 
 BUNDLE = Path(__file__).parents[1] / "fixtures" / "bundles" / "hol-blocking.jsonl"

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(TMUX is None and not os.environ.get("CI"),
 
 def _stagelens() -> str:
     script = Path(sys.executable).parent / "stagelens"
-    return str(script) if script.exists() else f"{sys.executable} -c 'from agent.cli import main; main()'"
+    return str(script) if script.exists() else f"{sys.executable} -c 'from stagelens.cli import main; main()'"
 
 
 def _wait_for(check, deadline_s: float = 30.0):

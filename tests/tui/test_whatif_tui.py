@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.record import read_bundle
-from agent.tui.feed import Poll
+from stagelens.record import read_bundle
+from stagelens.tui.feed import Poll
 from tests.helpers.tui_pilot import HOL, FakeFeed, frames, inject, make_app, notes
 from tests.helpers.tui_support import text_of
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from agent.cli import main
-from agent.loadtest.point import Point
-from agent.loadtest.results import Results
+from stagelens.cli import main
+from stagelens.loadtest.point import Point
+from stagelens.loadtest.results import Results
 
 
 def _write(path, p99s, variable="max_num_seqs", values=(1, 2, 4)):

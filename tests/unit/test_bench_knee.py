@@ -2,8 +2,8 @@
 
 import pytest
 
-from agent.loadtest.knee import find_knee, required_gain
-from agent.loadtest.point import Point
+from stagelens.loadtest.knee import find_knee, required_gain
+from stagelens.loadtest.point import Point
 
 
 def curve(values, throughput, p99):

@@ -2,10 +2,10 @@
 
 import io
 
-from agent.loadtest.point import Point
-from agent.loadtest.progress import ProgressBar
-from agent.loadtest.runner import KneeRule, run_stress, run_sweep
-from agent.loadtest.variables import VARIABLES, next_load
+from stagelens.loadtest.point import Point
+from stagelens.loadtest.progress import ProgressBar
+from stagelens.loadtest.runner import KneeRule, run_stress, run_sweep
+from stagelens.loadtest.variables import VARIABLES, next_load
 
 
 def saturating(capacity: float):

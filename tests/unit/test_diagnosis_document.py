@@ -8,12 +8,12 @@ import pathlib
 
 import pytest
 
-from agent.diagnosis.model import Diagnosis, DiagnosisError, Evidence, Recommendation, StageDiagnosis
-from agent.diagnosis.whole_run import judge_run
-from agent.record import read_bundle
-from agent.runbooks import stage_runbook
-from agent.vocabulary import STAGES, STATES
-from engine_hooks.records.timeline import RequestTimeline
+from stagelens.diagnosis.model import Diagnosis, DiagnosisError, Evidence, Recommendation, StageDiagnosis
+from stagelens.diagnosis.whole_run import judge_run
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.record import read_bundle
+from stagelens.runbook_files import stage_runbook
+from stagelens.vocabulary import STAGES, STATES
 
 BUNDLES = sorted((pathlib.Path(__file__).parents[1] / "fixtures" / "bundles").glob("*.jsonl"))
 

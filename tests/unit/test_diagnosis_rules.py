@@ -2,9 +2,9 @@
 
 import pytest
 
-from agent.diagnosis import DiagnosisConfig, diagnose, load_config
-from agent.diagnosis.evaluate import StageTracker, stage_states
-from agent.errors import UserError
+from stagelens.diagnosis import DiagnosisConfig, diagnose, load_config
+from stagelens.diagnosis.evaluate import StageTracker, stage_states
+from stagelens.errors import UserError
 from tests.helpers.frame_builders import engine_snapshot, frame, series
 
 HEALTHY = {}
@@ -180,7 +180,7 @@ def test_block_size_is_chosen_by_a_sweep_over_observed_lengths():
     recs = diagnose(series([paged] * 3)).stage("kv_cache").recommendations
     chosen = recs[0].flags["block_size"]
     assert chosen < 128
-    from agent.diagnosis.explain import block_waste
+    from stagelens.diagnosis.explain import block_waste
     assert block_waste(lengths, chosen) <= 0.10 < block_waste(lengths, chosen * 2)
 
 

@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_hooks.engine.allocator import ContiguousAllocator, PagedAllocator
+from stagelens.engine_hooks.engine.allocator import ContiguousAllocator, PagedAllocator
 
 BLOCK = 16
 ops = st.lists(st.tuples(st.sampled_from(["grow", "free"]), st.integers(0, 9), st.integers(1, 200)),

@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from engine_hooks.engine.attention import (
+from stagelens.engine_hooks.engine.attention import (
     block_runs,
     dense_attention,
     describe_batch,

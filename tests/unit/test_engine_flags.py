@@ -1,11 +1,10 @@
 """Recommendations name the flags of the engine they are for: the bundled engine's as explain.py writes them,
 vLLM's and SGLang's spelling on engines read from outside."""
 
-from agent.diagnosis.explain import explain
-from agent.diagnosis.model import Evidence, Recommendation
-from agent.diagnosis.recommendation_flags import FLAGS, for_engine
-from agent.frame import Frame
-from engine_hooks.records.snapshot import (
+from stagelens.diagnosis.explain import explain
+from stagelens.diagnosis.model import Evidence, Recommendation
+from stagelens.diagnosis.recommendation_flags import FLAGS, for_engine
+from stagelens.engine_hooks.records.snapshot import (
     Clock,
     ColdPathFigures,
     Counters,
@@ -15,6 +14,7 @@ from engine_hooks.records.snapshot import (
     SchedulerFigures,
     Window,
 )
+from stagelens.frame import Frame
 
 
 def _frame(source: str) -> Frame:

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from agent.errors import UserError
-from agent.fleet.model import Evidence, FleetView, NodeRow, stage_cells
-from agent.fleet.query import build_rows, fleet_expression, matches, parse_filters, parse_selector
-from agent.fleet.render import age, fleet_document, render_fleet
+from stagelens.errors import UserError
+from stagelens.fleet.model import Evidence, FleetView, NodeRow, stage_cells
+from stagelens.fleet.query import build_rows, fleet_expression, matches, parse_filters, parse_selector
+from stagelens.fleet.render import age, fleet_document, render_fleet
 
 NOW = 1_700_000_000.0   # 2023-11-14T22:13:20Z
 

@@ -5,8 +5,10 @@ import dataclasses
 
 import pytest
 
-from agent.sources.families import HistogramDelta, length_biased_mean
-from agent.sources.inference import (
+from stagelens.engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
+from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
+from stagelens.sources.families import HistogramDelta, length_biased_mean
+from stagelens.sources.inference import (
     Counted,
     Gauges,
     KvCapacity,
@@ -24,9 +26,7 @@ from agent.sources.inference import (
     sustained_p99,
     wait_seconds_by_reason,
 )
-from agent.sources.prometheus_text import Family, Sample
-from engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
-from engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
+from stagelens.sources.prometheus_text import Family, Sample
 
 
 def span(rid: str, arrival: float, queue: float, prefill: float, prompt: int, end: float) -> RequestTimeline:

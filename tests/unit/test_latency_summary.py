@@ -1,8 +1,8 @@
 """One latency summary (engine_hooks/records/stats.py) behind the lab's, the load test's and the TUI's figures."""
 
-from agent.lab.summary import summarize
-from agent.loadtest.stats import Sample, window_figures
-from engine_hooks.records.stats import latency_summary
+from stagelens.engine_hooks.records.stats import latency_summary
+from stagelens.lab.summary import summarize
+from stagelens.loadtest.stats import Sample, window_figures
 
 
 def test_the_summary_names_each_series_percentiles_in_the_order_given():

@@ -13,8 +13,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# the one import root: agent/ is the package `stagelens`, the other folders its subpackages (pyproject.toml)
+PACKAGE_OF_FOLDER = {"agent": "stagelens", "probes": "stagelens.probes", "engine_hooks": "stagelens.engine_hooks",
+                     "runbooks": "stagelens.runbooks"}
+
+
 def module_name(path: Path, root: Path = ROOT) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
+    if root == ROOT and parts[0] in PACKAGE_OF_FOLDER:
+        parts[:1] = PACKAGE_OF_FOLDER[parts[0]].split(".")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -50,46 +57,66 @@ def breaches(importers: dict[str, set[str]], forbidden: tuple[str, ...]) -> list
 
 
 AGENT = modules_under("agent")
+# the agent's own modules and packages, stagelens.X (the other folders' subpackages are not under agent/)
+AGENT_ROOTS = tuple(sorted({".".join(m.split(".")[:2]) for m in AGENT if m != "stagelens"}))
 ENGINE_HOOKS = modules_under("engine_hooks")
 
 
 def test_the_rule_sees_a_function_level_and_a_relative_import(tmp_path):
     (tmp_path / "pkg" / "sub").mkdir(parents=True)
     mod = tmp_path / "pkg" / "sub" / "mod.py"
-    mod.write_text("def f():\n    from ..other import thing\n    import agent.tui\n")
-    assert {"pkg.other", "pkg.other.thing", "agent.tui"} <= imported_modules(mod, tmp_path)
+    mod.write_text("def f():\n    from ..other import thing\n    import stagelens.tui\n")
+    assert {"pkg.other", "pkg.other.thing", "stagelens.tui"} <= imported_modules(mod, tmp_path)
 
 
 def test_the_engine_imports_neither_the_hooks_nor_the_agent():
-    engine = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "engine_hooks.engine")}
+    engine = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "stagelens.engine_hooks.engine")}
     assert engine, "no engine modules found"
-    assert breaches(engine, ("engine_hooks.hooks", "agent", "probes")) == []
+    assert breaches(engine, ("stagelens.engine_hooks.hooks", *AGENT_ROOTS, "stagelens.probes")) == []
 
 
 def test_the_records_import_nothing_above_them():
-    records = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "engine_hooks.records")}
+    records = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "stagelens.engine_hooks.records")}
     assert records, "no record modules found"
-    assert breaches(records, ("engine_hooks.engine", "engine_hooks.hooks", "agent", "probes")) == []
+    assert breaches(records, ("stagelens.engine_hooks.engine", "stagelens.engine_hooks.hooks", *AGENT_ROOTS,
+                              "stagelens.probes")) == []
 
 
 def test_the_shared_helpers_import_nothing_of_stagelens_above_them():
-    shared = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "engine_hooks.shared")}
-    assert breaches(shared, ("engine_hooks.engine", "engine_hooks.hooks", "engine_hooks.records", "agent")) == []
+    shared = {m: t for m, t in ENGINE_HOOKS.items() if within(m, "stagelens.engine_hooks.shared")}
+    assert breaches(shared, ("stagelens.engine_hooks.engine", "stagelens.engine_hooks.hooks",
+                             "stagelens.engine_hooks.records", *AGENT_ROOTS)) == []
 
 
 def test_no_agent_module_imports_the_engine_outside_the_lab_that_hosts_it():
-    outside_the_lab = {m: t for m, t in AGENT.items() if not within(m, "agent.lab")}
-    assert breaches(outside_the_lab, ("engine_hooks.engine", "engine_hooks.hooks")) == []
+    outside_the_lab = {m: t for m, t in AGENT.items() if not within(m, "stagelens.lab")}
+    assert breaches(outside_the_lab, ("stagelens.engine_hooks.engine", "stagelens.engine_hooks.hooks")) == []
 
 
 def test_the_fleet_does_not_import_the_tui():
-    fleet = {m: t for m, t in AGENT.items() if within(m, "agent.fleet")}
+    fleet = {m: t for m, t in AGENT.items() if within(m, "stagelens.fleet")}
     assert fleet, "no fleet modules found"
-    assert breaches(fleet, ("agent.tui",)) == []
+    assert breaches(fleet, ("stagelens.tui",)) == []
 
 
 @pytest.mark.parametrize("folder", ["agent", "probes", "engine_hooks"])
 def test_nothing_below_the_cli_imports_the_commands(folder):
     below = {m: t for m, t in modules_under(folder).items()
-             if not (within(m, "agent.commands") or m == "agent.cli")}
-    assert breaches(below, ("agent.commands",)) == []
+             if not (within(m, "stagelens.commands") or m == "stagelens.cli")}
+    assert breaches(below, ("stagelens.commands",)) == []
+
+
+@pytest.mark.parametrize("folder", ["agent", "probes", "engine_hooks", "tests", "bench", "dashboards"])
+def test_everything_imports_through_the_one_root(folder):
+    """The wheel installs `stagelens` alone: a module importing a folder's old top-level name runs from the
+    repository but not from an install."""
+    importers = {str(p.relative_to(ROOT)): imported_modules(p) for p in sorted((ROOT / folder).rglob("*.py"))}
+    assert breaches(importers, tuple(PACKAGE_OF_FOLDER)) == []
+
+
+def test_the_wheel_lists_every_package_the_folders_hold():
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    found = [module_name(init) for folder in PACKAGE_OF_FOLDER for init in sorted((ROOT / folder).rglob("__init__.py"))]
+    assert sorted(listed) == sorted(found)

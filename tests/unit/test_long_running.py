@@ -12,7 +12,7 @@ import pytest
 # arena of its own while fewer than the limit exist), then glibc's own count of its arenas, on stderr.
 ARENAS_AFTER_EIGHT_THREADS = textwrap.dedent("""
     import ctypes, sys, threading
-    from agent.long_running import limit_malloc_arenas
+    from stagelens.long_running import limit_malloc_arenas
 
     if sys.argv[1] == "limited":
         assert limit_malloc_arenas()
@@ -48,7 +48,7 @@ def test_threads_share_two_malloc_arenas_once_limited():
 def test_objects_alive_when_serving_starts_are_left_out_of_every_collection():
     script = textwrap.dedent("""
         import gc
-        from agent.long_running import GEN0_THRESHOLD, settle_collector
+        from stagelens.long_running import GEN0_THRESHOLD, settle_collector
 
         startup = [[i] for i in range(50_000)]     # what imports and started services leave alive
         before = len(gc.get_objects())

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.frame import Frame, FrameError
-from probes.gpu import GpuSample
-from probes.links import PcieSample
-from probes.sample import NodeProbe, NodeSample, NodeSampleError, open_backend
+from stagelens.frame import Frame, FrameError
+from stagelens.probes.gpu import GpuSample
+from stagelens.probes.links import PcieSample
+from stagelens.probes.sample import NodeProbe, NodeSample, NodeSampleError, open_backend
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BUNDLES = sorted((FIXTURES / "bundles").glob("*.jsonl"))

@@ -3,9 +3,9 @@ services run exactly while the sampling does, unless the caller runs them; a bad
 
 import pytest
 
-from agent.errors import UserError
-from agent.node_sampling import NodeSampling, sample_for
-from engine_hooks.records.source import EngineSource
+from stagelens.engine_hooks.records.source import EngineSource
+from stagelens.errors import UserError
+from stagelens.node_sampling import NodeSampling, sample_for
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"
 
@@ -64,8 +64,8 @@ def test_an_unreadable_nvml_snapshot_is_a_user_error(tmp_path):
 
 
 def test_collector_statuses_are_typed_and_read_back_as_written():
-    from agent.frame import Frame, FrameError
-    from probes.sample import CollectorStatus
+    from stagelens.frame import Frame, FrameError
+    from stagelens.probes.sample import CollectorStatus
 
     frame = NodeSampling(ServicedSource(), DGX).tick()[0]
     assert all(isinstance(c, CollectorStatus) for c in frame.collectors)
@@ -86,7 +86,7 @@ class FinishingSource:
         self.finished: list = []
 
     def snapshot(self, now_monotonic):
-        from engine_hooks.records.timeline import RequestTimeline
+        from stagelens.engine_hooks.records.timeline import RequestTimeline
 
         self.finished.append(RequestTimeline(request_id=f"r{len(self.finished)}", model="m", prompt_tokens=1,
                                              arrival=now_monotonic - 1, finished=now_monotonic))

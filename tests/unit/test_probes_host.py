@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from probes.host import HostProbe, sample_process
+from stagelens.probes.host import HostProbe, sample_process
 
 
 def test_our_own_process_threads_and_context_switches():

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from probes.gpu import decode_throttle_reasons
-from probes.links import pcie_bandwidth_bytes
-from probes.nvml_snapshot import SnapshotBackend
-from probes.sample import NodeProbe
+from stagelens.probes.gpu import decode_throttle_reasons
+from stagelens.probes.links import pcie_bandwidth_bytes
+from stagelens.probes.nvml_snapshot import SnapshotBackend
+from stagelens.probes.sample import NodeProbe
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 

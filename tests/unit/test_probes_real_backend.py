@@ -8,12 +8,12 @@ import logging
 import pynvml
 import pytest
 
-from probes import nvml_reader
-from probes.errors import NoDriverError
-from probes.nvml_backend import FI_NVLINK_RX_KIB, FI_NVLINK_TX_KIB, error_class, error_name
-from probes.nvml_reader import DeviceLost, NvmlReader
-from probes.nvml_real import RealBackend, cpulist
-from probes.nvml_snapshot import SnapshotBackend
+from stagelens.probes import nvml_reader
+from stagelens.probes.errors import NoDriverError
+from stagelens.probes.nvml_backend import FI_NVLINK_RX_KIB, FI_NVLINK_TX_KIB, error_class, error_name
+from stagelens.probes.nvml_reader import DeviceLost, NvmlReader
+from stagelens.probes.nvml_real import RealBackend, cpulist
+from stagelens.probes.nvml_snapshot import SnapshotBackend
 
 
 def _driver_present() -> bool:
@@ -67,7 +67,7 @@ def test_gpu_is_lost_raises_device_lost_for_that_device_only():
 def test_function_not_found_is_absent_and_logged_once(caplog, monkeypatch):
     monkeypatch.setattr(nvml_reader, "_missing_logged", set())  # start from a process that logged nothing
     r = NvmlReader(snap({"nvmlDeviceGetPowerUsage": "FunctionNotFound"}))
-    with caplog.at_level(logging.WARNING, logger="probes.nvml_reader"):
+    with caplog.at_level(logging.WARNING, logger="stagelens.probes.nvml_reader"):
         assert r.get("power_mw", 0) is None
         assert r.get("power_mw", 0) is None
         assert NvmlReader(snap({"nvmlDeviceGetPowerUsage": "FunctionNotFound"})).get("power_mw", 0) is None

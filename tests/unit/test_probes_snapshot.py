@@ -8,10 +8,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from probes.errors import NoDriverError, SnapshotError
-from probes.nvml_backend import FI_NVLINK_RX_KIB, FI_NVLINK_TX_KIB
-from probes.nvml_reader import DeviceLost, NvmlReader
-from probes.nvml_snapshot import SnapshotBackend, load_snapshot
+from stagelens.probes.errors import NoDriverError, SnapshotError
+from stagelens.probes.nvml_backend import FI_NVLINK_RX_KIB, FI_NVLINK_TX_KIB
+from stagelens.probes.nvml_reader import DeviceLost, NvmlReader
+from stagelens.probes.nvml_snapshot import SnapshotBackend, load_snapshot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from probes.device import DeviceInfo, NvlinkInfo
-from probes.nvml_snapshot import SnapshotBackend
-from probes.topology import build_matrix, render_topology_text, topology_json
+from stagelens.probes.device import DeviceInfo, NvlinkInfo
+from stagelens.probes.nvml_snapshot import SnapshotBackend
+from stagelens.probes.topology import build_matrix, render_topology_text, topology_json
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvml"
 

@@ -3,8 +3,8 @@
 import pathlib
 import re
 
-from agent.runbooks import runbook_ref, runbook_stem, stage_runbook
-from agent.vocabulary import STAGE_ALERTS, STAGES
+from stagelens.runbook_files import runbook_ref, runbook_stem, stage_runbook
+from stagelens.vocabulary import STAGE_ALERTS, STAGES
 from tests.helpers.alert_rules import read_alerts
 
 RUNBOOK_DIR = pathlib.Path("runbooks")

@@ -5,14 +5,14 @@ import pytest
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from agent.diagnosis.tail import Tail, by_stage, with_stages
-from agent.metrics import tail as tail_metrics
-from agent.metrics.families import Scrape
-from agent.sources.llm_request_spans import timeline_from_span
-from agent.tui.render.waterfall import blame
-from engine_hooks.records.attribution import tail as attribution_tail
-from engine_hooks.records.snapshot import WindowTail
-from engine_hooks.records.timeline import QUEUED, STEP_BOUNDARY
+from stagelens.diagnosis.tail import Tail, by_stage, with_stages
+from stagelens.engine_hooks.records.attribution import tail as attribution_tail
+from stagelens.engine_hooks.records.snapshot import WindowTail
+from stagelens.engine_hooks.records.timeline import QUEUED, STEP_BOUNDARY
+from stagelens.metrics import tail as tail_metrics
+from stagelens.metrics.families import Scrape
+from stagelens.sources.llm_request_spans import timeline_from_span
+from stagelens.tui.render.waterfall import blame
 from tests.helpers.frame_builders import engine_snapshot, frame
 
 START_NS = 1_700_000_000 * 10**9

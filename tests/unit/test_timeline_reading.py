@@ -4,11 +4,11 @@ to the RequestTimeline it was written from; a malformed one is a TimelineError n
 
 import pytest
 
-from agent.errors import CollectError
-from agent.record import Bundle
-from agent.whatif.workload import observed_from_window, observed_in
-from engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, Wait
-from engine_hooks.records.timeline_reading import TimelineError, read_timeline, read_timelines
+from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, Wait
+from stagelens.engine_hooks.records.timeline_reading import TimelineError, read_timeline, read_timelines
+from stagelens.errors import CollectError
+from stagelens.record import Bundle
+from stagelens.whatif.workload import observed_from_window, observed_in
 
 
 def timeline(rid="r1", arrival=1.0) -> RequestTimeline:

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from agent.tracing import TraceExporter
+from stagelens.tracing import TraceExporter
 from tests.helpers.tracing_support import OFFSET, clear_otel_env, closed_port, small_timeline
 
 SPANS_PER_TIMELINE = 4

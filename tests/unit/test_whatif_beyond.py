@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from agent.lab.step_profile import cache_path, profiled_steps
-from agent.whatif.beyond import calibrated, fit_profile
-from agent.whatif.fit import BUSY_GAP_S, duration, fit_steps
+from stagelens.lab.step_profile import cache_path, profiled_steps
+from stagelens.whatif.beyond import calibrated, fit_profile
+from stagelens.whatif.fit import BUSY_GAP_S, duration, fit_steps
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from agent.whatif.fit import FitError, fit_steps
+from stagelens.whatif.fit import FitError, fit_steps
 
 
 def synthetic_steps(n: int, noise: float, seed: int = 7) -> list[dict]:

@@ -1,7 +1,7 @@
 """The fix's predicted effect as the diagnosis and the TUI say it: a fix that leaves P99 TTFT where it is says so,
 rather than show two equal figures for the reader to compare."""
 
-from agent.whatif.fix_effect import render_effect, short_effect
+from stagelens.whatif.fix_effect import render_effect, short_effect
 
 
 def effect(before: float, after: float) -> dict:

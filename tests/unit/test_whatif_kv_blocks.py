@@ -4,10 +4,10 @@ took 5.4 GB when each block was a Python int)."""
 
 import random
 
-from agent.lab.bundled_engine import make_allocator, parse_bytes
-from agent.whatif.kv_blocks import CountedPagedAllocator
-from agent.whatif.settings import Settings
-from agent.whatif.simulator import SimRequest, Simulator
+from stagelens.lab.bundled_engine import make_allocator, parse_bytes
+from stagelens.whatif.kv_blocks import CountedPagedAllocator
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.simulator import SimRequest, Simulator
 
 SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=512, enable_chunked_prefill=True,
                     long_prefill_token_threshold=0, policy="fcfs", allocator="paged", max_model_len=1024,

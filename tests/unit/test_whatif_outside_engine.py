@@ -7,13 +7,13 @@ import dataclasses
 
 import pytest
 
-from agent.errors import UserError
-from agent.whatif.fit import fit_steps
-from agent.whatif.predict import predict
-from agent.whatif.report import render, today_settings, what_if
-from agent.whatif.settings import Settings, parse_set
-from agent.whatif.workload import Observed, ServedRequest
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.errors import UserError
+from stagelens.whatif.fit import fit_steps
+from stagelens.whatif.predict import predict
+from stagelens.whatif.report import render, today_settings, what_if
+from stagelens.whatif.settings import Settings, parse_set
+from stagelens.whatif.workload import Observed, ServedRequest
 from tests.unit.test_whatif_fit import synthetic_steps
 
 

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from agent.errors import UserError
-from agent.whatif import prior as prior_module
-from agent.whatif.prior import Prior, gpu_hardware, host_hardware, model_shape, node_prior, read_model_config
+from stagelens.errors import UserError
+from stagelens.whatif import prior as prior_module
+from stagelens.whatif.prior import Prior, gpu_hardware, host_hardware, model_shape, node_prior, read_model_config
 
 LLAMA2_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
              "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32,

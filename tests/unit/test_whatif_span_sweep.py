@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from agent.whatif.spans import _step, pseudo_steps
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.whatif.spans import _step, pseudo_steps
 
 COUNTED = ("prefill_tokens", "prefill_pairs", "prefill_seqs", "forwards", "start", "end")     # the same, exactly
 SUMMED = ("decode_tokens", "decode_seqs", "running", "kv_tokens_cached", "kv_slots_reserved")  # to the last bits

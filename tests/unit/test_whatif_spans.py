@@ -7,12 +7,12 @@ import random
 
 import pytest
 
-from agent.whatif.fit import StepCost
-from agent.whatif.predict import predict
-from agent.whatif.settings import Settings
-from agent.whatif.spans import fit_spans, pseudo_steps
-from agent.whatif.workload import ServedRequest
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.whatif.fit import StepCost
+from stagelens.whatif.predict import predict
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.spans import fit_spans, pseudo_steps
+from stagelens.whatif.workload import ServedRequest
 
 SETTINGS = Settings(block_size=16, max_num_seqs=8, max_num_batched_tokens=2048, enable_chunked_prefill=False,
                     long_prefill_token_threshold=0, policy="fcfs", allocator="paged", max_model_len=2048,

@@ -8,9 +8,9 @@ from collections import deque
 
 import pytest
 
-from agent.whatif.settings import Settings
-from agent.whatif.simulator import SimRequest, Simulator
-from engine_hooks.engine.config import POLICIES
+from stagelens.engine_hooks.engine.config import POLICIES
+from stagelens.whatif.settings import Settings
+from stagelens.whatif.simulator import SimRequest, Simulator
 
 
 class SortedEveryStep:

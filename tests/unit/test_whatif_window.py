@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from agent.errors import CollectError
-from agent.lab.bundled_engine import EngineConfig
-from agent.record import engine_settings
-from agent.whatif.report import today_settings, what_if
-from agent.whatif.workload import observed_from_window
-from engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline
+from stagelens.errors import CollectError
+from stagelens.lab.bundled_engine import EngineConfig
+from stagelens.record import engine_settings
+from stagelens.whatif.report import today_settings, what_if
+from stagelens.whatif.workload import observed_from_window
 from tests.unit.test_whatif_fit import synthetic_steps
 
 SOURCE = "http://127.0.0.1:9/api/v1/whatif/window"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.tui.fleet.app import FleetApp, FleetMemory
-from agent.tui.fleet.refresher import Refresher
+from stagelens.tui.fleet.app import FleetApp, FleetMemory
+from stagelens.tui.fleet.refresher import Refresher
 
 __all__ = ["FleetApp", "FleetMemory", "open_node_tui", "run_fleet_app"]
 NODE_INTERVAL = 1.0      # the node TUI's pace (`stagelens tui`'s default), whatever the fleet's
@@ -22,7 +22,7 @@ def run_fleet_app(query, interval: float = 5.0, open_node: Callable[[str], objec
     """The fleet screen until `q`. `open_node(url)` runs what `Enter` opens (default: the node's own TUI,
     `open_node_tui`); it returns True to end the fleet too (a signal), and a UserError it raises is said on the
     fleet screen when it comes back."""
-    from agent.errors import UserError
+    from stagelens.errors import UserError
 
     opener = open_node or open_node_tui
     memory = FleetMemory()
@@ -47,11 +47,11 @@ def open_node_tui(url: str) -> bool:
     True when it was ended by a signal, so the fleet ends too. UserError for a URL that can never answer."""
     import click
 
-    from agent.diagnosis import load_config
-    from agent.http_get import check_url
-    from agent.tui.fleet.node import NodeApp
-    from agent.tui.remote_feed import RemoteFeed
-    from agent.tui.server_settings import server_settings
+    from stagelens.diagnosis import load_config
+    from stagelens.http_get import check_url
+    from stagelens.tui.fleet.node import NodeApp
+    from stagelens.tui.remote_feed import RemoteFeed
+    from stagelens.tui.server_settings import server_settings
 
     check_url(url)
     click.echo(f"connecting to {url} …", err=True)

@@ -19,9 +19,9 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
-from agent.fleet.model import FleetView, NodeRow, by_severity
-from agent.tui.app import catch_stop_signals, release_stop_signals
-from agent.tui.fleet.cells import (
+from stagelens.fleet.model import FleetView, NodeRow, by_severity
+from stagelens.tui.app import catch_stop_signals, release_stop_signals
+from stagelens.tui.fleet.cells import (
     FilterError,
     columns,
     detail_lines,
@@ -32,12 +32,12 @@ from agent.tui.fleet.cells import (
     summary_lines,
     top_line,
 )
-from agent.tui.fleet.help import FleetHelpScreen
-from agent.tui.fleet.refresher import Refresher
-from agent.tui.notices import PlainNotices
-from agent.tui.style import CSS
-from agent.tui.widgets.keybar import key_line
-from agent.tui.widgets.lines import RenderedLines
+from stagelens.tui.fleet.help import FleetHelpScreen
+from stagelens.tui.fleet.refresher import Refresher
+from stagelens.tui.notices import PlainNotices
+from stagelens.tui.style import CSS
+from stagelens.tui.widgets.keybar import key_line
+from stagelens.tui.widgets.lines import RenderedLines
 
 WIDE = 120           # columns from which the table shows the targets' labels too
 KEYS = [("q", "quit"), ("?", "help"), ("⏎", "open node"), ("/", "filter"), ("esc", "clear filter"),

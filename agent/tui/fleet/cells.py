@@ -8,11 +8,11 @@ import re
 
 from rich.text import Text
 
-from agent.fleet.model import FleetView, NodeRow, counts
-from agent.fleet.query import matches
-from agent.fleet.render import STATUS_MARK, age, health, tail_text
-from agent.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock, evidence_value
-from agent.vocabulary import STAGE_NAMES, STAGES
+from stagelens.fleet.model import FleetView, NodeRow, counts
+from stagelens.fleet.query import matches
+from stagelens.fleet.render import STATUS_MARK, age, health, tail_text
+from stagelens.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock, evidence_value
+from stagelens.vocabulary import STAGE_NAMES, STAGES
 
 STATUS_STYLE = {**STATE_STYLE, "down": "bold white on red"}
 STATUS_COLOR = {**STATE_COLOR, "down": "red"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Group
 
-from agent.fleet.model import FRAME_STALE_S
-from agent.tui.screens.help import HelpScreen, help_renderable
+from stagelens.fleet.model import FRAME_STALE_S
+from stagelens.tui.screens.help import HelpScreen, help_renderable
 
 KEYS = (
     ("q", "quit"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
-from agent.tui.app import StagelensApp
+from stagelens.tui.app import StagelensApp
 
 
 class NodeApp(StagelensApp):

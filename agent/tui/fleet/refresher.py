@@ -13,7 +13,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-from agent.fleet.model import FleetView
+from stagelens.fleet.model import FleetView
 
 
 class Refresher:

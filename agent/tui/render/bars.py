@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from agent.diagnosis.evaluate import threshold_level
-from agent.fmt import STATE_COLOR
+from stagelens.diagnosis.evaluate import threshold_level
+from stagelens.fmt import STATE_COLOR
 
 EIGHTHS = " ▏▎▍▌▋▊▉█"
 VBLOCKS = " ▁▂▃▄▅▆▇█"

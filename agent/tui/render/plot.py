@@ -6,9 +6,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.style import Style
 
-from agent.diagnosis.evaluate import threshold_level
-from agent.fmt import STATE_COLOR
-from agent.tui.render.bars import EIGHTHS, VBLOCKS
+from stagelens.diagnosis.evaluate import threshold_level
+from stagelens.fmt import STATE_COLOR
+from stagelens.tui.render.bars import EIGHTHS, VBLOCKS
 
 _STYLES = {color: Style(color=color) for color in ("green", "yellow", "red")}
 _LINE_STYLES = {color: Style(color=color, dim=True) for color in ("yellow", "red")}

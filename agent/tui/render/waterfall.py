@@ -7,11 +7,11 @@ from itertools import groupby
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from agent.diagnosis.tail import OWN, UNEXPLAINED, by_stage
-from agent.fmt import seconds
-from agent.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
-from engine_hooks.records.timeline import RequestTimeline
-from engine_hooks.records.waits import PREEMPTED
+from stagelens.diagnosis.tail import OWN, UNEXPLAINED, by_stage
+from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.records.waits import PREEMPTED
+from stagelens.fmt import seconds
+from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
 KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
 _PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column

@@ -10,12 +10,12 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Markdown, Static
 
-from agent.runbooks import find_runbook, runbook_file, runbook_ref, runbook_stem
+from stagelens.runbook_files import find_runbook, runbook_file, runbook_ref, runbook_stem
 
 
 def load_runbook(name: str, directory: Path | None = None) -> tuple[str, str | None]:
     """(path or name shown, Markdown text or None when there is no such runbook); `directory` instead of
-    the installed runbooks (agent.runbooks)."""
+    the installed runbooks (agent.runbook_files)."""
     stem = runbook_stem(name)
     if directory is None:
         path = find_runbook(stem)

@@ -9,9 +9,9 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from agent.tui.widgets.lines import RenderedLines
-from probes.sample import NodeSample
-from probes.topology import render_topology_text
+from stagelens.probes.sample import NodeSample
+from stagelens.probes.topology import render_topology_text
+from stagelens.tui.widgets.lines import RenderedLines
 
 
 def topology_text(node_sample: NodeSample | None) -> str:

@@ -6,14 +6,14 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.fmt import pct, rate_bytes, seconds, size
-from agent.frame import busier_direction
-from agent.tui.render.bars import Bar
-from agent.tui.render.cell_table import CellTable, Column
-from agent.tui.state import TuiState
-from agent.tui.widgets.panel import Panel
-from agent.tui.widgets.signal_rows import headline, signal_plot
-from probes.links import PcieSample
+from stagelens.fmt import pct, rate_bytes, seconds, size
+from stagelens.frame import busier_direction
+from stagelens.probes.links import PcieSample
+from stagelens.tui.render.bars import Bar
+from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.panel import Panel
+from stagelens.tui.widgets.signal_rows import headline, signal_plot
 
 
 def pcie_rows(state: TuiState) -> CellTable | Text:

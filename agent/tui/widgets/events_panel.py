@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from agent.fmt import STATE_COLOR, STATE_MARK, clock
-from agent.tui.render.cell_table import CellTable, Column
-from agent.tui.state import TuiState
-from agent.tui.widgets.panel import Panel
-from agent.vocabulary import STAGE_NAMES
+from stagelens.fmt import STATE_COLOR, STATE_MARK, clock
+from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.panel import Panel
+from stagelens.vocabulary import STAGE_NAMES
 
 
 class EventsPanel(Panel):

@@ -6,17 +6,17 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.diagnosis.config import Threshold
-from agent.fmt import pct, rate_bytes
-from agent.frame import busier_direction
-from agent.tui.render.bars import Bar, LinkStrip
-from agent.tui.render.cell_table import CellTable, Column
-from agent.tui.state import TuiState
-from agent.tui.widgets.panel import Panel
-from probes.gpu import GpuSample
-from probes.links import PcieSample
-from probes.sample import NodeSample
-from probes.topology import Topology
+from stagelens.diagnosis.config import Threshold
+from stagelens.fmt import pct, rate_bytes
+from stagelens.frame import busier_direction
+from stagelens.probes.gpu import GpuSample
+from stagelens.probes.links import PcieSample
+from stagelens.probes.sample import NodeSample
+from stagelens.probes.topology import Topology
+from stagelens.tui.render.bars import Bar, LinkStrip
+from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.panel import Panel
 
 NVLINK_WARN, NVLINK_FIRING = 0.85, 0.95   # a link this busy has no headroom left for KV or weight transfers
 _CELL_STYLE = {"X": "grey50", "SYS": "red", "NODE": "yellow", "PHB": "yellow"}

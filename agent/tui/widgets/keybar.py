@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from agent.tui.widgets.lines import RenderedLines
+from stagelens.tui.widgets.lines import RenderedLines
 
 COMMON = [("q", "quit"), ("?", "help"), ("1-5", "panels"), ("⏎", "runbook"), ("t", "topology"),
           ("r", "refresh"), ("+/-", "interval"), ("^s", "screenshot"), ("^p", "commands")]

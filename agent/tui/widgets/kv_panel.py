@@ -6,10 +6,10 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.fmt import pct, size
-from agent.tui.state import TuiState
-from agent.tui.widgets.panel import Panel
-from agent.tui.widgets.signal_rows import headline, signal_plot
+from stagelens.fmt import pct, size
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.panel import Panel
+from stagelens.tui.widgets.signal_rows import headline, signal_plot
 
 
 def _known(value) -> str:

@@ -19,7 +19,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from agent.printable import printable
+from stagelens.printable import printable
 
 
 class RenderedLines(Widget):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent.tui.state import TuiState
-from agent.tui.widgets.lines import RenderedLines
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.lines import RenderedLines
 
 
 class Panel(RenderedLines):

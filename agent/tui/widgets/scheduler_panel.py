@@ -6,16 +6,16 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.diagnosis.signals import window_tail
-from agent.fmt import STATE_COLOR, pct, ratio, seconds
-from agent.tui.figures import COMPARED
-from agent.tui.render.cell_table import CellTable, Column
-from agent.tui.render.waterfall import Waterfall
-from agent.tui.state import TuiState
-from agent.tui.widgets.panel import Panel
-from agent.tui.widgets.signal_rows import evidence_state, evidence_text
-from agent.vocabulary import stage_of
-from engine_hooks.records.snapshot import EngineInfo
+from stagelens.diagnosis.signals import window_tail
+from stagelens.engine_hooks.records.snapshot import EngineInfo
+from stagelens.fmt import STATE_COLOR, pct, ratio, seconds
+from stagelens.tui.figures import COMPARED
+from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.render.waterfall import Waterfall
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.panel import Panel
+from stagelens.tui.widgets.signal_rows import evidence_state, evidence_text
+from stagelens.vocabulary import stage_of
 
 
 def _fmt(kind: str, value) -> str:

@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 from rich.text import Text
 
-from agent.diagnosis.signals import SIGNALS_BY_ID
-from agent.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
-from agent.tui.render.plot import HistoryPlot
-from agent.tui.state import TuiState
-from engine_hooks.records.snapshot import Window
+from stagelens.diagnosis.signals import SIGNALS_BY_ID
+from stagelens.engine_hooks.records.snapshot import Window
+from stagelens.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
+from stagelens.tui.render.plot import HistoryPlot
+from stagelens.tui.state import TuiState
 
 
 def _evidence(state: TuiState, signal_id: str):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from agent.diagnosis.evaluate import engine_failure
-from agent.fmt import clock
-from agent.tui.state import TuiState
-from agent.tui.widgets.lines import RenderedLines
+from stagelens.diagnosis.evaluate import engine_failure
+from stagelens.fmt import clock
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.lines import RenderedLines
 
 
 def source_badge(info: dict, engine_down: bool = False) -> tuple[str, str]:

@@ -6,16 +6,16 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from agent.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock
-from agent.runbooks import runbook_stem
-from agent.tui.state import TuiState
-from agent.tui.widgets.lines import RenderedLines
-from agent.vocabulary import STAGE_NAMES
+from stagelens.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock
+from stagelens.runbook_files import runbook_stem
+from stagelens.tui.state import TuiState
+from stagelens.tui.widgets.lines import RenderedLines
+from stagelens.vocabulary import STAGE_NAMES
 
 
 def fix_text(state: TuiState) -> str | None:
     """The engine flags the diagnosis recommends, as typed on a command line; None when there are none."""
-    from agent.lab.fixes import as_flags, fix_flags
+    from stagelens.lab.fixes import as_flags, fix_flags
 
     if state.diagnosis is None or state.diagnosis.verdict not in ("warn", "firing"):
         return None

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from engine_hooks.records import vllm_names as vllm
-from engine_hooks.records.waits import MODEL_LOADING
+from stagelens.engine_hooks.records import vllm_names as vllm
+from stagelens.engine_hooks.records.waits import MODEL_LOADING
 
 ENGINE_INDEX = "0"
 LABELS = ("model_name", "engine")

@@ -13,7 +13,12 @@ import threading
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S, BoundedHandler, BoundedHTTPServer
+from stagelens.engine_hooks.shared.bounded_http import (
+    MAX_CONNECTIONS,
+    REQUEST_READ_TIMEOUT_S,
+    BoundedHandler,
+    BoundedHTTPServer,
+)
 
 METRICS_PATH = "/metrics"
 

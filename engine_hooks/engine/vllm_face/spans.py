@@ -43,7 +43,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from engine_hooks.records.vllm_names import (
+from stagelens.engine_hooks.records.vllm_names import (
     E2E,
     FINISH_REASONS,
     MAX_TOKENS,
@@ -57,9 +57,9 @@ from engine_hooks.records.vllm_names import (
     TIME_IN_QUEUE,
     TIME_TO_FIRST_TOKEN,
 )
-from engine_hooks.records.vllm_names import LLM_REQUEST as SPAN_NAME
-from engine_hooks.records.vllm_names import USAGE_COMPLETION_TOKENS as COMPLETION_TOKENS
-from engine_hooks.records.vllm_names import USAGE_PROMPT_TOKENS as PROMPT_TOKENS
+from stagelens.engine_hooks.records.vllm_names import LLM_REQUEST as SPAN_NAME
+from stagelens.engine_hooks.records.vllm_names import USAGE_COMPLETION_TOKENS as COMPLETION_TOKENS
+from stagelens.engine_hooks.records.vllm_names import USAGE_PROMPT_TOKENS as PROMPT_TOKENS
 
 from .metrics import request_phases
 

@@ -12,10 +12,11 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePath
 
-from agent.errors import UserError
-from agent.vocabulary import STAGE_ALERTS
+from stagelens.errors import UserError
+from stagelens.vocabulary import STAGE_ALERTS
 
-PACKAGE = "runbooks"
+PACKAGE = "stagelens.runbooks"     # installed from the runbooks/ folder
+FOLDER = "runbooks"
 SUFFIX = ".md"
 
 
@@ -26,8 +27,8 @@ def runbook_file(alert: str) -> str:
 
 def runbook_ref(alert: str) -> str:
     """An alert's runbook as the diagnosis, the dashboard and the alert rules name it: runbooks/<alert>.md,
-    relative to the repository (and the installed `runbooks` package's folder)."""
-    return f"{PACKAGE}/{runbook_file(alert)}"
+    relative to the repository (and the installed `stagelens.runbooks` package's folder)."""
+    return f"{FOLDER}/{runbook_file(alert)}"
 
 
 def stage_runbook(stage: str) -> str:
@@ -40,9 +41,9 @@ def runbook_dir() -> Traversable:
     try:
         return resources.files(PACKAGE)
     except ModuleNotFoundError:
-        # An editable install made before runbooks/ became a package maps only agent, probes and
-        # engine_hooks: the runbooks are the checkout's folder beside agent/ (`make venv` refreshes it).
-        return Path(__file__).resolve().parents[1] / PACKAGE
+        # An editable install made before runbooks/ became a package does not map it: the runbooks are the
+        # checkout's folder beside agent/ (`make venv` refreshes the install).
+        return Path(__file__).resolve().parents[1] / FOLDER
 
 
 def runbooks() -> dict[str, Traversable]:
