@@ -158,7 +158,7 @@ def copied_sources() -> set[str]:
 
 
 def test_the_image_holds_every_package_and_the_build_context_lets_it():
-    packages = {p.rstrip("*") for p in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]}
+    packages = set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())     # the folders the wheel maps
     sources = copied_sources()
     assert packages <= sources and {"pyproject.toml", "README.md", "requirements.lock"} <= sources
     lines = [line.strip() for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and line[0] != "#"]

