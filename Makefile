@@ -78,7 +78,7 @@ demo: $(STAMP)
 test: $(STAMP) $(LOADGEN_STAMP) $(VLLM_STAMP)
 	$(BIN)/ruff check .
 	$(MAKE) --no-print-directory typecheck
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile   # two files at once (a file's servers stay in one worker)
 
 # The pure-CPU tier alone: no engine runs, no servers (tests/unit); the rest by folder, e.g. pytest tests/tui.
 test-unit: $(STAMP)

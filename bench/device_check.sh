@@ -81,7 +81,7 @@ for i in range(torch.cuda.device_count())]" 2>&1
     if command -v nvidia-smi > /dev/null; then nvidia-smi 2>&1; else echo "nvidia-smi: not installed"; fi
 } > "$OUT/env.txt"
 
-if ! "$PY" -c "import torch, agent, engine_hooks" 2> "$OUT/logs/python.log"; then
+if ! "$PY" -c "import torch, stagelens, stagelens.engine_hooks" 2> "$OUT/logs/python.log"; then
     record environment failed 0 "$PY cannot import torch and stagelens: $(tail -n 1 "$OUT/logs/python.log")"
     FAILED=1
     NO_GPU="the Python environment is broken"
