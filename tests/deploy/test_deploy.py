@@ -5,7 +5,6 @@ alerts expect, the rules are the committed ones), and the systemd unit is harden
 import importlib.util
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import yaml
 
 from stagelens.commands.serve import serve
 from tests.helpers.deploy_manifests import ALERTS_FILE, CONTAINER, K8S, KUBE, POD, RECORDING_FILE, serve_args
+from tests.helpers.tools import tool_path
 
 UNIT = pathlib.Path("deploy/systemd/stagelens.service")
 RSS_BUDGET_MIB = 80
@@ -177,10 +177,7 @@ def test_the_unit_is_hardened():
 
 
 def systemd_analyze() -> str:
-    path = shutil.which("systemd-analyze")
-    if path is None:
-        pytest.skip("systemd-analyze is not installed")
-    return path
+    return tool_path("systemd-analyze")
 
 
 def runnable_copy(tmp_path) -> pathlib.Path:

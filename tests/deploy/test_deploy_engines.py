@@ -25,6 +25,7 @@ from stagelens.commands.flags import OutsideFlags, open_engine_source, parse_lis
 from stagelens.commands.serve import serve
 from tests.helpers.deploy_manifests import ALERTS_FILE, K8S, RECORDING_FILE, serve_args
 from tests.helpers.deploy_manifests import CONTAINER as BASE_CONTAINER
+from tests.helpers.tools import tool_path
 
 DOCKERFILE = pathlib.Path("Dockerfile")
 DOCKERIGNORE = pathlib.Path(".dockerignore")
@@ -354,9 +355,7 @@ def test_prometheus_loads_the_committed_rule_files():
 
 
 def test_promtool_accepts_the_configuration_and_its_rules(tmp_path):
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
+    promtool = tool_path("promtool")
     _, config_path = prometheus_config()
     root = pathlib.PurePosixPath(config_path).parent
     for target, source in prometheus_mounts().items():   # the container's /etc/prometheus, laid out here
@@ -430,10 +429,7 @@ def test_the_overlay_agent_and_vllm_are_wired_to_each_other_through_the_nodes_ip
 
 
 def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.skip("kubectl is not installed (its kustomize renders the overlay)")
-    return path
+    return tool_path("kubectl")
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,7 @@
 
 import copy
 import os
-import shutil
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from stagelens.diagnosis.evaluate import diagnose
@@ -16,18 +14,14 @@ from stagelens.probes.gpu import GpuSample
 from stagelens.probes.sample import NodeProbe, open_backend
 from stagelens.probes.sample_json import plain_fields, read
 from stagelens.sampler import Sampler
+from tests.helpers.tools import tool_path
 
 DGX = "tests/fixtures/nvml/dgx_a100.json"
 
 
 def promtool() -> str:
     """promtool's path; skipped where it is missing, except under CI, where that is a failure."""
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is missing under CI (.ci/run installs Debian's prometheus package)")
-        pytest.skip("promtool is not installed (apt-get install prometheus)")
-    return path
+    return tool_path("promtool")
 
 
 def lab_frames(model_dir, snapshot=DGX, ticks=2, allocator="contiguous", prompts=(17, 47, 77, 107),

@@ -7,9 +7,7 @@ every wait has a deadline and `stop()` kills the server. Skipped only where the 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import shutil
 import socket
 import subprocess
 import time
@@ -18,18 +16,15 @@ import urllib.request
 
 import pytest
 
+from tests.helpers.tools import tool_path
+
 RULES = pathlib.Path("dashboards/prometheus").resolve()
 RULE_FILES = (RULES / "stagelens-alerts.yml", RULES / "stagelens-recording.yml")
 DEADLINE_S = 45
 
 
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("the prometheus server is missing under CI (.ci/run installs Debian's prometheus package)")
-        pytest.skip("the prometheus server is not installed (apt-get install prometheus)")
-    return path
+    return tool_path("prometheus")
 
 
 def free_port() -> int:

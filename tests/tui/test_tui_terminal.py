@@ -19,8 +19,7 @@ import pytest
 TMUX = shutil.which("tmux")
 BUNDLE = Path(__file__).parents[1] / "fixtures" / "bundles" / "hol-blocking.jsonl"
 
-pytestmark = pytest.mark.skipif(TMUX is None and not os.environ.get("CI"),
-                                reason="tmux is not installed (under CI it must be)")
+pytestmark = pytest.mark.tool("tmux")
 
 
 def _stagelens() -> str:
@@ -64,7 +63,6 @@ def _pane_pid(tmux) -> int:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_quits_the_tui_as_q_does(tmp_path, sig):
-    assert TMUX, "CI is set: tmux must be installed (.ci/run installs it)"
     tmux, status, screen = _start(tmp_path, f"--replay {BUNDLE}")
     try:
         assert _wait_for(lambda: "root stage: scheduler" in screen()), screen()
@@ -76,7 +74,6 @@ def test_a_signal_quits_the_tui_as_q_does(tmp_path, sig):
 
 
 def test_replay_under_tmux_shows_the_verdict_and_q_exits_cleanly(tmp_path):
-    assert TMUX, "CI is set: tmux must be installed (.ci/run installs it)"
     tmux, status, screen = _start(tmp_path, f"--replay {BUNDLE}")
     try:
         shown = _wait_for(lambda: (lambda s: s if "root stage: scheduler" in s else "")(screen()))
