@@ -14,6 +14,7 @@ from stagelens.commands.flags import (
     engine_url_option,
     open_engine_source,
 )
+from stagelens.commands.target import Connect, live_only, read_target, target_options
 from stagelens.diagnosis.model import Diagnosis, DiagnosisError
 from stagelens.errors import EXIT_UNKNOWN, CollectError, UserError
 from stagelens.numbers import Number
@@ -26,8 +27,7 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
 
 
 @click.command(epilog=EXIT_STATUS)
-@click.option("--replay", "replay_path", type=click.Path(dir_okay=False), help="Diagnose a recorded bundle.")
-@click.option("--connect", "url", help="Ask a running `stagelens serve` (its base URL).")
+@target_options("Diagnose a recorded bundle.", "Ask a running `stagelens serve` (its base URL).")
 @click.option("--duration", type=Number(min=0, max=3600, min_open=True, unit="s"), default=3.0, show_default=True,
               help="Without --replay or --connect: seconds to sample this node.")
 @click.option("--engine", "engine_kind", type=click.Choice(["none", *OUTSIDE_ENGINES]), default="none",
@@ -42,13 +42,11 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     from stagelens.diagnosis.evaluate import NOTHING_OBSERVED
     from stagelens.diagnosis.whole_run import judge_run
 
-    if replay_path and url:
-        raise UserError("--replay and --connect are alternatives: give one")
-    if url and (config_path or thresholds):
+    target = read_target(replay_path, url)
+    if isinstance(target, Connect) and (config_path or thresholds):
         raise UserError("--config/--threshold: with --connect the server judges with its own settings "
                         "(give them to `stagelens serve`; `tui --connect` accepts them on top)")
-    if (replay_path or url) and engine_kind != "none":
-        raise UserError("--engine reads an engine while sampling this node: not with --replay or --connect")
+    live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
     engine_source = open_engine_source(engine_kind, outside)
     config = diagnosis_config(config_path, thresholds)
     if url:

@@ -18,6 +18,7 @@ from stagelens.commands.flags import (
     interval_option,
     open_engine_source,
 )
+from stagelens.commands.target import Connect, live_only, read_target, target_options
 from stagelens.diagnosis import load_config
 from stagelens.errors import UserError
 from stagelens.http_get import check_url
@@ -26,8 +27,7 @@ from stagelens.tui.server_settings import server_settings
 
 
 @click.command()
-@click.option("--connect", "url", help="Watch a running `stagelens serve` (its base URL).")
-@click.option("--replay", "replay_path", type=click.Path(dir_okay=False), help="Play back a recorded bundle.")
+@target_options("Play back a recorded bundle.", "Watch a running `stagelens serve` (its base URL).")
 @interval_option(help="Refresh interval in seconds.")
 @click.option("--engine", "engine_kind", type=click.Choice(["lab", *OUTSIDE_ENGINES]), default="lab",
               show_default=True, help="lab: the bundled engine in-process; vllm, sglang: read the engine at "
@@ -43,18 +43,16 @@ from stagelens.tui.server_settings import server_settings
 def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float, engine_kind: str,
         outside: OutsideFlags, scenario: str | None, screenshot_dir: str, config_path, thresholds, **flags) -> int:
     """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local mode."""
-    if url and replay_path:
-        raise UserError("--connect and --replay are alternatives: give one")
-    if url:
+    target = read_target(replay_path, url)
+    if isinstance(target, Connect):
         check_url(url)   # a URL that can never answer fails here, not as a screen that stays STALE
-    given = sorted(k for k, v in flags.items() if v is not None)
-    not_lab = ("not with --connect or --replay" if url or replay_path
-               else f"not to --engine {engine_kind}" if engine_kind != "lab" else None)
-    if not_lab and (given or scenario):
-        names = ", ".join("--" + k.replace("_", "-") for k in given) or "--scenario"
-        raise UserError(f"{names}: engine and scenario flags apply to the local lab engine, {not_lab}")
-    if (url or replay_path) and engine_kind != "lab":
-        raise UserError("--engine reads an engine from this process: not with --connect or --replay")
+    given = ["--" + k.replace("_", "-") for k in sorted(flags) if flags[k] is not None] + (
+        ["--scenario"] if scenario else [])
+    live_only(target, given, "engine and scenario flags apply to the local lab engine")
+    if given and engine_kind != "lab":
+        raise UserError(f"{', '.join(given)}: engine and scenario flags apply to the local lab engine, "
+                        f"not to --engine {engine_kind}")
+    live_only(target, ["--engine"] if engine_kind != "lab" else [], "an engine is read live")
     outside = open_engine_source(engine_kind, outside)
     base, notice = server_settings(url) if url else (None, None)
     config = load_config(config_path, thresholds, base)

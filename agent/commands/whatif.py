@@ -9,15 +9,15 @@ import sys
 
 import click
 
+from stagelens.commands.target import Replay, read_target, target_options
 from stagelens.errors import UserError
 from stagelens.numbers import Number
 from stagelens.printable import printable_lines
 
 
 @click.command()
-@click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
-              help="A bundle recorded by `stagelens lab --record` or `stagelens record`.")
-@click.option("--connect", "url", help="A running `stagelens serve` (its base URL): replay its recent window.")
+@target_options("A bundle recorded by `stagelens lab --record` or `stagelens record`.",
+                "A running `stagelens serve` (its base URL): replay its recent window.")
 @click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE[,...]",
               help="A candidate: its changes in the lab's flag names (max-num-seqs=16, or "
                    "enable-chunked-prefill=true,max-num-batched-tokens=512); repeat for several candidates.")
@@ -57,9 +57,8 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     slo_figures = parse_slo(slos)
     changes = [parse_set([text]) for text in sets]
     today = parse_set(todays, "--today")
-    if bool(replay_path) == bool(url):
-        raise UserError("give --replay FILE or --connect URL (one of them)")
-    observed = from_bundle(replay_path) if replay_path else from_agent(url)
+    target = read_target(replay_path, url, live=False)
+    observed = from_bundle(target.path) if isinstance(target, Replay) else from_agent(url)
     settings = today_settings(observed, today)
     candidates = list(changes)
     if recommended:
