@@ -22,7 +22,7 @@ def engine():
 
 @pytest.mark.parametrize("argv, message", [
     (["tui", "--engine", "vllm", "--engine-url", "http://x:1", "--scenario", "hol-blocking"], "--scenario"),
-    (["tui", "--connect", "http://x", "--engine", "vllm"], "not with --connect"),
+    (["tui", "--connect", "http://x", "--engine", "vllm"], "an engine is read live, not with --replay or --connect"),
     (["tui", "--engine-url", "http://x:1"], "--engine-url needs --engine vllm or sglang"),
     (["record", "--out", "x.jsonl", "--engine", "vllm", "--engine-url", "http://x:1", "--max-num-seqs", "8"],
      "--max-num-seqs: lab engine flags"),
