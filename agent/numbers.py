@@ -14,6 +14,7 @@ import sys
 
 import click
 
+from stagelens.engine_hooks.shared.quoting import shown
 from stagelens.errors import UserError
 
 
@@ -92,14 +93,6 @@ def _text(x) -> str:
     if isinstance(x, int):
         return str(x) if x.bit_length() <= 80 else f"a {x.bit_length()}-bit number"
     return f"{x:g}"
-
-
-def shown(value) -> str:
-    """A value as an error message quotes it: JSON's null, and short."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 80:
-        return f"a {value.bit_length()}-bit number"      # 10**400 is not printed whole
-    text = "null" if value is None else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def is_finite_number(value) -> bool:

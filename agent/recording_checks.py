@@ -7,6 +7,7 @@ naming the field (`steps[3].end: ...`), or None."""
 
 from __future__ import annotations
 
+from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.engine_hooks.records.timeline_reading import TIME_WORDS, TimelineError, is_time, read_timeline
 from stagelens.numbers import shown
 
@@ -24,15 +25,30 @@ _TEXTS = ("model",)
 _DERIVED_TIMES = ("ttft_s", "latency_s")
 
 
+class RecordingProblem(ValueError):
+    """What is wrong with a recording, naming the field."""
+
+
 def timeline_problem(t) -> str | None:
-    if not isinstance(t, dict):
-        return f"must be an object, got {shown(t)}"
     try:
-        read_timeline(t)
-    except TimelineError as exc:
+        checked_timeline(t)
+    except RecordingProblem as exc:
         return str(exc)
+    return None
+
+
+def checked_timeline(t) -> RequestTimeline:
+    """The timeline `t` holds, read once; RecordingProblem when it holds none."""
+    if not isinstance(t, dict):
+        raise RecordingProblem(f"must be an object, got {shown(t)}")
+    try:
+        timeline = read_timeline(t)
+    except TimelineError as exc:
+        raise RecordingProblem(str(exc)) from None
     bad = next((k for k in _DERIVED_TIMES if t.get(k) is not None and not is_time(t[k])), None)
-    return None if bad is None else f"{bad}: must be a finite number or null, got {shown(t[bad])}"
+    if bad is not None:
+        raise RecordingProblem(f"{bad}: must be a finite number or null, got {shown(t[bad])}")
+    return timeline
 
 
 def steps_problem(steps, loads) -> str | None:
@@ -79,23 +95,29 @@ def engine_config_problem(cfg) -> str | None:
     return recorded_problem(cfg)
 
 
-def window_problem(window) -> str | None:
-    """An agent's what-if window (agent/lab/host.py `whatif_window`): timelines, and the hosted engine's settings,
-    steps and loads, each as a bundle's records must be."""
+def window_timelines(window) -> list[RequestTimeline]:
+    """An agent's what-if window (agent/lab/host.py `whatif_window`) checked as a bundle's records must be:
+    timelines, and the hosted engine's settings, steps and loads; its timelines, each read once.
+    RecordingProblem naming the first field that is wrong."""
     if not isinstance(window, dict):
-        return f"must be an object, got {shown(window)}"
-    timelines = window.get("timelines")
-    if not isinstance(timelines, list):
-        return f"timelines: must be a list, got {shown(timelines)}"
-    for i, t in enumerate(timelines):
-        problem = timeline_problem(t)
-        if problem:
-            return f"timelines[{i}]: {problem}"
+        raise RecordingProblem(f"must be an object, got {shown(window)}")
+    items = window.get("timelines")
+    if not isinstance(items, list):
+        raise RecordingProblem(f"timelines: must be a list, got {shown(items)}")
+    timelines = []
+    for i, t in enumerate(items):
+        try:
+            timelines.append(checked_timeline(t))
+        except RecordingProblem as exc:
+            raise RecordingProblem(f"timelines[{i}]: {exc}") from None
+    problem = None
     if window.get("engine_config") is not None:
         problem = engine_config_problem(window["engine_config"])
-        if problem:
-            return f"engine_config: {problem}"
-    return steps_problem(window.get("steps"), window.get("loads"))
+        problem = problem and f"engine_config: {problem}"
+    problem = problem or steps_problem(window.get("steps"), window.get("loads"))
+    if problem:
+        raise RecordingProblem(problem)
+    return timelines
 
 
 def _is_number(v) -> bool:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import os
 import random
 import re
 import threading
 from collections import Counter
 from pathlib import Path
+
+import psutil
 
 from stagelens.server.api import MAX_FRAMES_LIMIT
 from tests.helpers.raw_get import get_dropping
@@ -54,9 +55,9 @@ class FramesClients:
 
 
 def cpu_seconds(pid: int) -> float:
-    """The process's CPU time so far (user + system, all its threads), from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The process's CPU time so far (user + system, all its threads)."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 def daemonset_cpu_millicores() -> dict[str, int]:

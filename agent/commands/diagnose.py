@@ -14,7 +14,7 @@ from stagelens.commands.flags import (
     engine_url_option,
     open_engine_source,
 )
-from stagelens.commands.target import Connect, live_only, read_target, target_options
+from stagelens.commands.target import Connect, Replay, live_only, read_target, target_options
 from stagelens.diagnosis.model import Diagnosis, DiagnosisError
 from stagelens.errors import EXIT_UNKNOWN, CollectError, UserError
 from stagelens.numbers import Number
@@ -49,16 +49,16 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
     engine_source = open_engine_source(engine_kind, outside)
     config = diagnosis_config(config_path, thresholds)
-    if url:
-        return _print(fetch_diagnosis(url), as_json)
+    if isinstance(target, Connect):
+        return _print(fetch_diagnosis(target.url), as_json)
     timelines: list = []
-    if replay_path:
+    if isinstance(target, Replay):
         from stagelens.engine_hooks.records.timeline import RequestTimeline
         from stagelens.record import read_bundle_warned
 
-        bundle = read_bundle_warned(replay_path)
+        bundle = read_bundle_warned(target.path)
         if not bundle.frames:
-            raise UserError(f"{replay_path}: the bundle holds no frames")
+            raise UserError(f"{target.path}: the bundle holds no frames")
         frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
         from stagelens.node_sampling import sample_for
@@ -68,15 +68,16 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     run = judge_run(frames, timelines, config)
     result = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
-        hint = "" if replay_path or engine_source else " (use --connect URL of a `stagelens serve`, or --replay FILE)"
+        hint = ("" if isinstance(target, Replay) or engine_source
+                else " (use --connect URL of a `stagelens serve`, or --replay FILE)")
         raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
     effect = None
-    if replay_path:
+    if isinstance(target, Replay):
         from stagelens.whatif.fix_effect import predicted_effect
         from stagelens.whatif.workload import observed_in
 
         effect = predicted_effect(lambda: observed_in(bundle), result)
-    return _print(result, as_json, run if replay_path else None, effect)
+    return _print(result, as_json, run if isinstance(target, Replay) else None, effect)
 
 
 def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = None) -> int:

@@ -18,7 +18,7 @@ from stagelens.commands.flags import (
     interval_option,
     open_engine_source,
 )
-from stagelens.commands.target import Connect, live_only, read_target, target_options
+from stagelens.commands.target import Connect, Replay, Target, live_only, read_target, target_options
 from stagelens.diagnosis import load_config
 from stagelens.errors import UserError
 from stagelens.http_get import check_url
@@ -45,7 +45,7 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local mode."""
     target = read_target(replay_path, url)
     if isinstance(target, Connect):
-        check_url(url)   # a URL that can never answer fails here, not as a screen that stays STALE
+        check_url(target.url)   # a URL that can never answer fails here, not as a screen that stays STALE
     given = ["--" + k.replace("_", "-") for k in sorted(flags) if flags[k] is not None] + (
         ["--scenario"] if scenario else [])
     live_only(target, given, "engine and scenario flags apply to the local lab engine")
@@ -54,9 +54,9 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
                         f"not to --engine {engine_kind}")
     live_only(target, ["--engine"] if engine_kind != "lab" else [], "an engine is read live")
     outside = open_engine_source(engine_kind, outside)
-    base, notice = server_settings(url) if url else (None, None)
+    base, notice = server_settings(target.url) if isinstance(target, Connect) else (None, None)
     config = load_config(config_path, thresholds, base)
-    source = _source(ctx, url, replay_path, scenario, interval, flags, outside)
+    source = _source(ctx, target, scenario, interval, flags, outside)
 
     from stagelens.tui.app import StagelensApp
 
@@ -66,22 +66,22 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
     return 0
 
 
-def _source(ctx: click.Context, url, replay_path, scenario, interval: float, flags: dict, outside=None):
+def _source(ctx: click.Context, target: Target, scenario, interval: float, flags: dict, outside=None):
     if outside is not None:
         from stagelens.tui.outside_feed import OutsideFeed
 
         return OutsideFeed(outside, (ctx.obj or {}).get("nvml_snapshot"), interval)
-    if url:
+    if isinstance(target, Connect):
         from stagelens.tui.remote_feed import RemoteFeed
 
-        return RemoteFeed(url, timeout=max(1.0, min(5.0, interval * 2)))
-    if replay_path:
+        return RemoteFeed(target.url, timeout=max(1.0, min(5.0, interval * 2)))
+    if isinstance(target, Replay):
         from stagelens.record import read_bundle_warned
         from stagelens.tui.replay_feed import ReplayFeed
 
-        bundle = read_bundle_warned(replay_path)
+        bundle = read_bundle_warned(target.path)
         if not bundle.frames:
-            raise UserError(f"{replay_path}: the bundle holds no frames")
+            raise UserError(f"{target.path}: the bundle holds no frames")
         return ReplayFeed(bundle)
     from stagelens.tui.local_feed import LocalFeed
 

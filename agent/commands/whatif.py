@@ -58,7 +58,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     changes = [parse_set([text]) for text in sets]
     today = parse_set(todays, "--today")
     target = read_target(replay_path, url, live=False)
-    observed = from_bundle(target.path) if isinstance(target, Replay) else from_agent(url)
+    observed = from_bundle(target.path) if isinstance(target, Replay) else from_agent(target.url)
     settings = today_settings(observed, today)
     candidates = list(changes)
     if recommended:

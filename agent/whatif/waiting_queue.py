@@ -43,7 +43,7 @@ class WaitingQueue:
     def _push(self, req, seq: int) -> None:
         req.seq = seq
         if self.policy == "short-first":
-            entry = (req.prompt + req.outputs - req.computed, req.arrival, seq, req)
+            entry = (req.to_compute, req.arrival, seq, req)
         elif self.policy == "length-bucket":
             entry = (req.arrival, seq, req)
             heapq.heappush(self._by_seq, (seq, req))

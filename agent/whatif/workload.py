@@ -101,12 +101,13 @@ def from_agent(url: str) -> Observed:
 def observed_from_window(source: str, window: dict, frames: list) -> Observed:
     """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`),
     checked as a bundle's records are (agent/recording_checks.py): CollectError naming `source` and the field."""
-    from stagelens.recording_checks import window_problem
+    from stagelens.recording_checks import RecordingProblem, window_timelines
 
-    problem = window_problem(window)
-    if problem:
-        raise CollectError(f"{source}: {problem}")
-    return _observed(source, read_timelines(window["timelines"]), window.get("engine_config"),
+    try:
+        timelines = window_timelines(window)
+    except RecordingProblem as exc:
+        raise CollectError(f"{source}: {exc}") from None
+    return _observed(source, timelines, window.get("engine_config"),
                      window.get("steps") or [], window.get("loads") or [], frames)
 
 

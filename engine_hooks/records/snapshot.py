@@ -24,6 +24,8 @@ from dataclasses import Field, dataclass, fields
 from functools import cache
 from typing import Any, ClassVar
 
+from stagelens.engine_hooks.shared.quoting import shown
+
 SNAPSHOT_FORMAT = "stagelens-engine/1"
 # The span of a snapshot's window (`window`): the seconds its deltas and means cover, the hooks' as an outside
 # source's, so that figures of either compare alike
@@ -292,7 +294,7 @@ class EngineSnapshot(_Section):
         counters = Counters.from_dict(data.get("counters"), f"{at}counters")
         window = Window.from_dict(data.get("window"), f"{at}window")
         if data.get("format") != SNAPSHOT_FORMAT:
-            raise SnapshotError(f"{at}format: must be {SNAPSHOT_FORMAT!r}, got {_shown(data.get('format'))}")
+            raise SnapshotError(f"{at}format: must be {SNAPSHOT_FORMAT!r}, got {shown(data.get('format'))}")
         return cls(clock=Clock.from_dict(data.get("clock"), f"{at}clock"), engine=engine,
                    usage=_optional(KvUsage)(data.get("usage"), f"{at}usage"), window=window, counters=counters,
                    wait_seconds_by_reason=_by_name(data.get("wait_seconds_by_reason"), f"{at}wait_seconds_by_reason"),
@@ -315,14 +317,6 @@ def _json(value):
     return value
 
 
-def _shown(value) -> str:
-    """A value as an error message quotes it: JSON's null, and short (10**400 not printed whole)."""
-    if _is_number(value) and isinstance(value, int) and value.bit_length() > 80:
-        return f"a {value.bit_length()}-bit number"
-    text = "null" if value is None else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -334,7 +328,7 @@ def _is_finite(number) -> bool:
 
 def _check_object(value, where: str) -> None:
     if not isinstance(value, dict):
-        raise SnapshotError(f"{where}: must be an object, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be an object, got {shown(value)}")
 
 
 def _number(value, where: str):
@@ -342,15 +336,15 @@ def _number(value, where: str):
     if value is None:
         return None
     if not _is_number(value):
-        raise SnapshotError(f"{where}: must be a number or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a number or null, got {shown(value)}")
     if not _is_finite(value):
-        raise SnapshotError(f"{where}: must be a finite number or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a finite number or null, got {shown(value)}")
     return value
 
 
 def _finite(value, where: str):
     if not (_is_number(value) and _is_finite(value)):
-        raise SnapshotError(f"{where}: must be a finite number, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a finite number, got {shown(value)}")
     return value
 
 
@@ -361,19 +355,19 @@ def _counter(value, where: str):
 
 def _text(value, where: str):
     if value is not None and not isinstance(value, str):
-        raise SnapshotError(f"{where}: must be a string or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a string or null, got {shown(value)}")
     return value
 
 
 def _required_text(value, where: str):
     if not isinstance(value, str):
-        raise SnapshotError(f"{where}: must be a string, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a string, got {shown(value)}")
     return value
 
 
 def _flag(value, where: str):
     if value is not None and not isinstance(value, bool):
-        raise SnapshotError(f"{where}: must be true, false or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be true, false or null, got {shown(value)}")
     return value
 
 
@@ -381,7 +375,7 @@ def _texts(value, where: str):
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise SnapshotError(f"{where}: must be a list of strings or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a list of strings or null, got {shown(value)}")
     return list(value)
 
 
@@ -389,7 +383,7 @@ def _numbers(value, where: str):
     if value is None:
         return None
     if not isinstance(value, list) or not all(_is_number(v) and _is_finite(v) for v in value):
-        raise SnapshotError(f"{where}: must be a list of numbers, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be a list of numbers, got {shown(value)}")
     return list(value)
 
 
@@ -398,7 +392,7 @@ def _by_name(value, where: str):
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise SnapshotError(f"{where}: must be an object or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be an object or null, got {shown(value)}")
     return {k: _finite(v, f"{where}.{k}") for k, v in value.items()}
 
 
@@ -407,7 +401,7 @@ def _texts_by_name(value, where: str):
     if value is None:
         return None
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise SnapshotError(f"{where}: must be an object of strings or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be an object of strings or null, got {shown(value)}")
     return dict(value)
 
 
@@ -418,7 +412,7 @@ def _required_by_name(value, where: str):
 
 def _object(value, where: str):
     if value is not None and not isinstance(value, dict):
-        raise SnapshotError(f"{where}: must be an object or null, got {_shown(value)}")
+        raise SnapshotError(f"{where}: must be an object or null, got {shown(value)}")
     return value
 
 
@@ -435,7 +429,7 @@ def _sections(cls):
         if value is None:
             return None
         if not isinstance(value, list):
-            raise SnapshotError(f"{where}: must be a list or null, got {_shown(value)}")
+            raise SnapshotError(f"{where}: must be a list or null, got {shown(value)}")
         return [cls.from_dict(item, f"{where}[{i}]") for i, item in enumerate(value)]
     return read
 

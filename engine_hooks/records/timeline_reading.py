@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from stagelens.engine_hooks.records.timeline import RequestTimeline
+from stagelens.engine_hooks.shared.quoting import shown
 
 # Seconds either side of zero any recorded time lies within: the year 5000 on the Unix clock, and far past a
 # monotonic one; a time past it (1e300, 10**400) is no time, and would print a 309-digit figure
@@ -27,7 +28,7 @@ def read_timeline(d) -> RequestTimeline:
     """The RequestTimeline `d` (`RequestTimeline.to_dict()`) was written from; TimelineError, naming the field, if
     it is not one."""
     if not isinstance(d, dict):
-        raise TimelineError(f"a timeline must be an object, got {_shown(d)}")
+        raise TimelineError(f"a timeline must be an object, got {shown(d)}")
     _require(d, "request_id", _STRING)
     _require(d, "model", _STRING, nullable=True, optional=True)
     for key in ("prompt_tokens", "output_tokens"):
@@ -37,7 +38,7 @@ def read_timeline(d) -> RequestTimeline:
     for key in ("finished", "first_token"):
         _require(d, key, _TIME, nullable=True, optional=True)
         if d.get(key) is not None and d[key] < d["arrival"]:
-            raise TimelineError(f"{key}: {_shown(d[key])} is before the arrival ({_shown(d['arrival'])})")
+            raise TimelineError(f"{key}: {shown(d[key])} is before the arrival ({shown(d['arrival'])})")
     _require(d, "finish_reason", _STRING, nullable=True, optional=True)
     _require(d, "trace_id", _TRACE_ID, nullable=True, optional=True)
     for key in ("ttft_components", "latency_components"):
@@ -69,7 +70,7 @@ def _require(d: dict, key: str, kind: tuple, nullable: bool = False, optional: b
     ok, words = kind
     value = d[key]
     if not (ok(value) or (nullable and value is None)):
-        raise TimelineError(f"{key}: must be {words}{' or null' if nullable else ''}, got {_shown(value)}")
+        raise TimelineError(f"{key}: must be {words}{' or null' if nullable else ''}, got {shown(value)}")
 
 
 def _require_items(d: dict, key: str, required: dict, optional: dict | None = None) -> None:
@@ -79,10 +80,10 @@ def _require_items(d: dict, key: str, required: dict, optional: dict | None = No
     if items is None:
         return
     if not isinstance(items, list):
-        raise TimelineError(f"{key}: must be a list, got {_shown(items)}")
+        raise TimelineError(f"{key}: must be a list, got {shown(items)}")
     for i, item in enumerate(items):
         if not isinstance(item, dict):
-            raise TimelineError(f"{key}[{i}]: must be an object, got {_shown(item)}")
+            raise TimelineError(f"{key}[{i}]: must be an object, got {shown(item)}")
         try:
             for name, kind in required.items():
                 _require(item, name, kind)
@@ -91,15 +92,7 @@ def _require_items(d: dict, key: str, required: dict, optional: dict | None = No
         except TimelineError as exc:
             raise TimelineError(f"{key}[{i}].{exc}") from None
         if "end" in required and item["end"] < item["start"]:
-            raise TimelineError(f"{key}[{i}]: ends ({_shown(item['end'])}) before it starts ({_shown(item['start'])})")
-
-
-def _shown(value) -> str:
-    """A value as a message quotes it: JSON's null, and short (a 400-digit number is not printed whole)."""
-    if _is_int(value) and value.bit_length() > 80:
-        return f"a {value.bit_length()}-bit number"
-    text = "null" if value is None else repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+            raise TimelineError(f"{key}[{i}]: ends ({shown(item['end'])}) before it starts ({shown(item['start'])})")
 
 
 def _is_int(v) -> bool:
