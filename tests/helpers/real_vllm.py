@@ -188,14 +188,16 @@ def complete(url: str, prompt: str, output_tokens: int, result: LoadResult, lock
 
 
 def closed_loop(url: str, clients: int, seconds: float, prompt_tokens: int, output_tokens: int,
-                seed: int = 0) -> LoadResult:
-    """`clients` each sending one request after another for `seconds` (the last ones finish after)."""
+                seed: int = 0, stop: threading.Event | None = None) -> LoadResult:
+    """`clients` each sending one request after another for `seconds`, or until `stop` is set (the last ones
+    finish after)."""
     result, lock = LoadResult(), threading.Lock()
     end = time.monotonic() + seconds
+    stop = stop or threading.Event()
 
     def client(index: int) -> None:
         rng = random.Random(seed * 1000 + index)
-        while time.monotonic() < end:
+        while time.monotonic() < end and not stop.is_set():
             with lock:
                 result.sent += 1
             complete(url, prompt_of(prompt_tokens, rng), output_tokens, result, lock)
@@ -235,10 +237,16 @@ def open_loop(url: str, rate: float, seconds: float, prompt_tokens, output_token
 
 
 class Background:
-    """A load run on its own thread while the test diagnoses: `with Background(closed_loop, url, ...) as load:`."""
+    """A load run on its own thread while the test diagnoses: `with Background(closed_loop, url, ...) as load:`.
 
-    def __init__(self, fn, *args, **kwargs) -> None:
+    `hold=True` (for a load that takes `stop`) keeps it up until the block ends, its `seconds` then only a cap:
+    a slow machine's diagnosis then never outlasts the load it was meant to see."""
+
+    def __init__(self, fn, *args, hold: bool = False, **kwargs) -> None:
         self.result: LoadResult | None = None
+        self._stop = threading.Event()
+        if hold:
+            kwargs["stop"] = self._stop
         self._thread = threading.Thread(target=self._run, args=(fn, args, kwargs), daemon=True)
 
     def _run(self, fn, args, kwargs) -> None:
@@ -249,4 +257,5 @@ class Background:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
         self._thread.join(timeout=600)

@@ -168,7 +168,7 @@ def batch_capped(tiny_model, tmp_path_factory):
 def test_a_batch_held_at_max_num_seqs_fires_scheduler_and_advises_max_num_seqs(batch_capped):
     """8 clients, 2 running at a time, KV almost empty: the scheduler's own limit holds the queue. The advice an
     expert gives is a larger --max-num-seqs, not chunked prefill (V1's default) nor more KV memory."""
-    with Background(closed_loop, batch_capped.url, 8, 20, 64, 256) as load:
+    with Background(closed_loop, batch_capped.url, 8, 120, 64, 256, hold=True) as load:
         time.sleep(3)
         code, d = diagnose(batch_capped, seconds=10, otlp_port=batch_capped.otlp_port)
     assert not load.result.failed
@@ -182,12 +182,12 @@ def test_a_batch_held_at_max_num_seqs_fires_scheduler_and_advises_max_num_seqs(b
 
 def test_the_default_diagnose_never_says_ok_on_a_standing_queue(batch_capped):
     """The default 3 s window, three times on a standing queue: never exit 0 with a firing row inside."""
-    with Background(closed_loop, batch_capped.url, 8, 25, 64, 256, seed=1):
+    with Background(closed_loop, batch_capped.url, 8, 120, 64, 256, seed=1, hold=True):
         time.sleep(3)
         runs = [diagnose(batch_capped) for _ in range(3)]
-    for code, d in runs:
+    for run, (code, d) in enumerate(runs):
         firing_rows = [e["signal"] for s in d["stages"] for e in s["evidence"] if e["state"] == "firing"]
-        assert code != 0 and d["verdict"] != "ok", d
+        assert code != 0 and d["verdict"] != "ok", (run, states(d), json.dumps(d["stages"], indent=1)[:3000])
         if firing_rows:
             assert d["verdict"] in ("warn", "firing")
 
@@ -228,7 +228,7 @@ def tiny_kv(tiny_model, tmp_path_factory):
 def test_a_kv_cache_too_small_fires_kv_cache_and_names_the_override(tiny_kv):
     """12 blocks of 128 tokens for 8 clients of 512-token requests: V1 preempts and recomputes. The KV cache is
     the root, and the lever is the block count the override forces, not the memory share."""
-    with Background(closed_loop, tiny_kv.url, 8, 20, 256, 256) as load:
+    with Background(closed_loop, tiny_kv.url, 8, 120, 256, 256, hold=True) as load:
         time.sleep(3)
         code, d = diagnose(tiny_kv, seconds=10)
     assert not load.result.failed
