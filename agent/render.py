@@ -74,7 +74,7 @@ ROWS = (
     ("P50 TTFT", "ttft_p50_s", "{:.2f} s", "lower"),
     ("compute utilisation", "engine_busy_ratio", "{:.0%}", None),
     ("KV fragmentation", "kv_fragmentation_ratio", "{:.2f}", "lower"),
-    ("scheduler wait p99", "scheduler_wait_p99_s", "{:.3f} s", "lower"),
+    ("scheduler wait p99", "decided_wait_p99_s", "{:.3f} s", "lower"),
     ("head-of-line share", "head_of_line_share", "{:.2f}", "lower"),
     ("step-time inflation", "step_time_inflation", "{:.2f}x", "lower"),
     ("preemptions", "preemptions", "{:d}", "lower"),

@@ -273,31 +273,43 @@ def run_scenario_outside(scenario: str, duration: float, seed: int, workdir: Pat
 
 def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], None]:
     """A's own configuration (bench/_whatif_beyond.py), each B far past what A ran: a flag or a faster rate,
-    each measured and held to whether its P99 moved as far as measured."""
-    a_path, _ = recorded(workdir, name, duration, seed, log, "A")
-    observed = from_bundle(str(a_path))
+    each measured and held to whether its P99 moved as far as measured.
+
+    Runs are interleaved (A and every B, then each one's twin) so that a machine drifting over minutes moves
+    A and B alike, and each B's truth is its twins' mean: near capacity, one run of B differs from its twin by
+    half, and a prediction of what B does is judged against the best measure of it this machine gives. The
+    prediction still comes from A's first run alone, as a user's would; `error_first_run` keeps the error
+    against B's first run."""
+    runs = [(f"rate x{c:g}", None, c) if isinstance(c, float) else (f"B {as_set_flags(c)}", c, 1.0)
+            for c in beyond.CASES[name]]
+    paths = {twin: [recorded(workdir, name, duration, seed, log, label, change, scale, twin=twin)[0]
+                    for label, change, scale in [("A", None, 1.0), *runs]] for twin in (0, 1)}
+    observed = from_bundle(str(paths[0][0]))
     changes = [c for c in beyond.CASES[name] if isinstance(c, dict)]
     result = what_if(observed, changes)
-    twins = twin_difference(workdir, name, duration, seed, log, "A", result.measured)
-    rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), result.measured, twins)
-            | {"fidelity": True}]
     predicted = dict(zip((json.dumps(c, sort_keys=True) for c in changes), (p for _, p in result.candidates),
                          strict=True))
-    for case in beyond.CASES[name]:
-        scale = case if isinstance(case, float) else 1.0
-        change = None if isinstance(case, float) else case
-        label = f"rate x{scale:g}" if change is None else f"B {as_set_flags(change)}"
-        b_path, _ = recorded(workdir, name, duration, seed, log, label, change, scale)
-        truth = measured(b_path)
-        twins = twin_difference(workdir, name, duration, seed, log, label, truth, change, scale)
+    truths = [_twin_mean(measured(first), measured(second)) for first, second in zip(paths[0], paths[1], strict=True)]
+    a_truth, a_twins = truths[0]
+    rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), a_truth, a_twins) | {"fidelity": True}]
+    for (_, change, scale), b_path, (truth, twins) in zip(runs, paths[0][1:], truths[1:], strict=True):
         figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.to_dict()
                    if change is None else predicted[json.dumps(change, sort_keys=True)].to_dict())
         case_name = f"rate x{scale:g}" if change is None else _flags(change)
         row = compare(f"{name}: {case_name}", figures, truth, twins, own_cost_prediction(b_path))
-        row["direction"] = beyond.direction(result.measured["ttft_p99_s"], truth["ttft_p99_s"],
+        for key in COMPARED:
+            row[key]["error_first_run"] = relative_error(figures.get(key), measured(b_path).get(key))
+        row["direction"] = beyond.direction(a_truth["ttft_p99_s"], truth["ttft_p99_s"],
                                             result.today.figures["ttft_p99_s"], figures["ttft_p99_s"])
         rows.append(row)
     return rows, None
+
+
+def _twin_mean(first: dict, second: dict) -> tuple[dict, dict]:
+    """(the twins' mean of each compared figure, the second's difference from the first)."""
+    mean = {key: None if first.get(key) is None or second.get(key) is None
+            else (first[key] + second[key]) / 2 for key in COMPARED}
+    return mean, {key: relative_error(second.get(key), first.get(key)) for key in COMPARED}
 
 
 def _flags(changes: dict) -> str:
@@ -320,6 +332,8 @@ def summary(rows: list[dict], choices: list[dict]) -> dict:
         out[f"within_range_median_abs_error_{name}"] = median_abs(key, "case", outside=False)
         out[f"outside_range_median_abs_error_{name}"] = median_abs(key, "case", outside=True)
         out[f"own_cost_median_abs_error_{name}"] = median_abs(key, "case", "own_cost_error")
+        if any("error_first_run" in r[key] for r in cases):
+            out[f"first_run_median_abs_error_{name}"] = median_abs(key, "case", "error_first_run")
         out[f"fidelity_median_abs_error_{name}"] = median_abs(key, "fidelity")
         out[f"fidelity_twins_median_abs_difference_{name}"] = median_abs(key, "fidelity", "twins")
     decided = [c for c in choices if c["decided"]]

@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stagelens.catalogue import at_path
 from stagelens.diagnosis import wording
 from stagelens.diagnosis.tail import Tail
 from stagelens.engine_hooks.records.snapshot import EngineSnapshot, Window
@@ -89,7 +90,7 @@ class Signal:
         how = "; ".join(inferred[path] for path in self.reads if path in inferred) or None
         outside = self.reads and engine is not None and not _from_hooks(engine)
         if value is UNKNOWN:   # what an inference said of a figure it left empty is why it is unknown
-            why = "; ".join(inferred[p] for p in self.reads if p in inferred and _at(engine, p) is None) or None
+            why = "; ".join(inferred[p] for p in self.reads if p in inferred and at_path(engine, p) is None) or None
             return ("not observable", why) if outside else (None, None)
         if value is NOT_APPLICABLE and outside:   # no data to judge: what the engine's counts say did not arise
             return "inferred", how or "the situation it judges did not arise in the window, by the engine's counts"
@@ -119,13 +120,6 @@ def published(frame: Frame, path: str) -> bool:
     if path == BUSY_WHILE_WAITING:
         return frame.window is not None and frame.window.scheduler.busy_ratio is not None
     return True
-
-
-def _at(snapshot, path: str):
-    """The snapshot's figure at a dotted path (`window.kv.fragmentation_ratio`); None where there is none."""
-    for name in path.split("."):
-        snapshot = getattr(snapshot, name, None)
-    return snapshot
 
 
 def _none_counted(*counts) -> bool | None:
@@ -379,68 +373,71 @@ TAIL_SHARE = "{}_tail_share"     # one signal a stage: its share of the slow tai
 _TAIL_LABEL = "share of the P99 TTFT tail's time"
 
 SIGNALS: tuple[Signal, ...] = (
-    Signal("kv_fragmentation_ratio", KV_CACHE, "KV fragmentation", "above", 0.20, 0.30, "ratio",
-           lambda f, _w: _kv(f, lambda w: w.kv.fragmentation_ratio),
-           reads=("window.kv.fragmentation_ratio",),
-           says=wording.kv_fragmentation),
-    Signal("kv_access_efficiency", KV_CACHE, "KV access efficiency", "below", 0.75, 0.60, "ratio",
-           lambda f, _w: _kv(f, lambda w: w.kv.access_efficiency),
-           reads=("window.kv.access_efficiency",),
-           says=wording.kv_access_efficiency),
-    Signal("effective_bandwidth_ratio", KV_CACHE, "effective KV read bandwidth", "below", 0.75, 0.60, "ratio",
-           _memory_bound_only(lambda w: w.kv.effective_bandwidth_ratio),
-           reads=("window.kv.effective_bandwidth_ratio",),
-           says=wording.effective_bandwidth),
-    Signal("bandwidth_swing_cv", KV_CACHE, "KV bandwidth swing", "above", 0.25, 0.40, "ratio",
-           _memory_bound_only(lambda w: w.kv.bandwidth_swing_cv),
-           reads=("window.kv.bandwidth_swing_cv",),
-           says=wording.bandwidth_swing),
-    Signal("memory_bandwidth_utilisation", KV_CACHE, "device memory busy", "above", 0.85, 0.95, "ratio",
-           memory_bandwidth_utilisation),
-    Signal("preemption_with_free_memory", KV_CACHE, "preempted or refused with KV memory free", "above", 0.0, 0.5,
-           "share of samples", preemption_with_free_memory,
+    Signal(id="kv_fragmentation_ratio", stage=KV_CACHE, label="KV fragmentation", direction="above",
+           warn=0.20, firing=0.30, unit="ratio",
+           read=lambda f, _w: _kv(f, lambda w: w.kv.fragmentation_ratio),
+           reads=("window.kv.fragmentation_ratio",), says=wording.kv_fragmentation),
+    Signal(id="kv_access_efficiency", stage=KV_CACHE, label="KV access efficiency",
+           direction="below", warn=0.75, firing=0.60, unit="ratio",
+           read=lambda f, _w: _kv(f, lambda w: w.kv.access_efficiency),
+           reads=("window.kv.access_efficiency",), says=wording.kv_access_efficiency),
+    Signal(id="effective_bandwidth_ratio", stage=KV_CACHE, label="effective KV read bandwidth",
+           direction="below", warn=0.75, firing=0.60, unit="ratio",
+           read=_memory_bound_only(lambda w: w.kv.effective_bandwidth_ratio),
+           reads=("window.kv.effective_bandwidth_ratio",), says=wording.effective_bandwidth),
+    Signal(id="bandwidth_swing_cv", stage=KV_CACHE, label="KV bandwidth swing", direction="above",
+           warn=0.25, firing=0.40, unit="ratio",
+           read=_memory_bound_only(lambda w: w.kv.bandwidth_swing_cv),
+           reads=("window.kv.bandwidth_swing_cv",), says=wording.bandwidth_swing),
+    Signal(id="memory_bandwidth_utilisation", stage=KV_CACHE, label="device memory busy",
+           direction="above", warn=0.85, firing=0.95, unit="ratio",
+           read=memory_bandwidth_utilisation),
+    Signal(id="preemption_with_free_memory", stage=KV_CACHE,
+           label="preempted or refused with KV memory free", direction="above", warn=0.0,
+           firing=0.5, unit="share of samples", read=preemption_with_free_memory,
            reads=("counters.preemptions_with_free_memory_total",),
            says=wording.preempted_with_free_memory),
     # from outside: the KV cache full while a queue waits (or requests are preempted) is the KV cache's doing
-    Signal("kv_full_while_waiting", KV_CACHE, "KV cache full with requests queued or preempted", "above", 0.2, 0.5,
-           "share of samples", kv_full_while_waiting,
-           reads=("window.kv.full_while_waiting_share",),
-           says=wording.kv_full_while_waiting),
-    Signal(TAIL_SHARE.format(KV_CACHE), KV_CACHE, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(KV_CACHE),
-           reads=("window.tail",)),
-    Signal("scheduler_wait_p99", SCHEDULER, "scheduler wait p99", "above", 0.005, 0.020, "seconds",
-           lambda f, _w: _figure(f, _decided_wait_p99, _no_request),
-           reads=("window.scheduler.decided_wait_p99_s",),
-           says=wording.scheduler_wait),
-    Signal("compute_utilisation", SCHEDULER, "compute utilisation while requests wait", "below", 0.70, 0.50, "ratio",
-           compute_utilisation,
+    Signal(id="kv_full_while_waiting", stage=KV_CACHE,
+           label="KV cache full with requests queued or preempted", direction="above", warn=0.2,
+           firing=0.5, unit="share of samples", read=kv_full_while_waiting,
+           reads=("window.kv.full_while_waiting_share",), says=wording.kv_full_while_waiting),
+    Signal(id=TAIL_SHARE.format(KV_CACHE), stage=KV_CACHE, label=_TAIL_LABEL, direction="above",
+           warn=0.30, firing=0.50, unit="ratio", read=tail_share(KV_CACHE), reads=("window.tail",)),
+    Signal(id="scheduler_wait_p99", stage=SCHEDULER, label="scheduler wait p99", direction="above",
+           warn=0.005, firing=0.020, unit="seconds",
+           read=lambda f, _w: _figure(f, _decided_wait_p99, _no_request),
+           reads=("window.scheduler.decided_wait_p99_s",), says=wording.scheduler_wait),
+    Signal(id="compute_utilisation", stage=SCHEDULER,
+           label="compute utilisation while requests wait", direction="below", warn=0.70,
+           firing=0.50, unit="ratio", read=compute_utilisation,
            reads=("window.scheduler.waiting_share", "window.scheduler.busy_ratio_while_waiting"),
            says=wording.compute_idle),
-    Signal("head_of_line_blocking", SCHEDULER, "head-of-line blocking", "above", 0.30, 0.50, "ratio",
-           head_of_line_blocking,
-           reads=("window.scheduler.head_of_line_share",),
-           says=wording.head_of_line_blocking),
-    Signal("token_budget_use", SCHEDULER, "token budget use while requests wait", "below", 0.50, None, "ratio",
-           token_budget_use,
+    Signal(id="head_of_line_blocking", stage=SCHEDULER, label="head-of-line blocking",
+           direction="above", warn=0.30, firing=0.50, unit="ratio", read=head_of_line_blocking,
+           reads=("window.scheduler.head_of_line_share",), says=wording.head_of_line_blocking),
+    Signal(id="token_budget_use", stage=SCHEDULER, label="token budget use while requests wait",
+           direction="below", warn=0.50, firing=None, unit="ratio", read=token_budget_use,
            reads=("window.scheduler.waiting_share", "window.scheduler.budget_use_while_waiting"),
            says=wording.token_budget_use),
-    Signal(TAIL_SHARE.format(SCHEDULER), SCHEDULER, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(SCHEDULER),
-           reads=("window.tail",)),
-    Signal("pcie_backpressure", COLD_PATH, "PCIe backpressure", "above", 0.30, 0.50, "ratio", pcie_backpressure,
+    Signal(id=TAIL_SHARE.format(SCHEDULER), stage=SCHEDULER, label=_TAIL_LABEL, direction="above",
+           warn=0.30, firing=0.50, unit="ratio", read=tail_share(SCHEDULER), reads=("window.tail",)),
+    Signal(id="pcie_backpressure", stage=COLD_PATH, label="PCIe backpressure", direction="above",
+           warn=0.30, firing=0.50, unit="ratio", read=pcie_backpressure,
            says=wording.pcie_backpressure),
-    Signal("step_time_inflation", COLD_PATH, "step-time inflation during model loads", "above", 1.20, 1.50, "ratio",
-           step_time_inflation,
-           reads=("window.cold_path.step_time_inflation",),
-           says=wording.step_time_inflation),
+    Signal(id="step_time_inflation", stage=COLD_PATH,
+           label="step-time inflation during model loads", direction="above", warn=1.20,
+           firing=1.50, unit="ratio", read=step_time_inflation,
+           reads=("window.cold_path.step_time_inflation",), says=wording.step_time_inflation),
     # "any" warns; "sustained" (docs/stages.md) read as: on average 0.3 requests waiting through the window
-    Signal("requests_waiting_on_model", COLD_PATH, "requests waiting on a model load", "above", 0.0, 0.3,
-           "requests", requests_waiting_on_model,
-           reads=("window.scheduler.wait_seconds_by_reason",),
-           says=wording.waiting_on_model),
-    Signal("threads_blocked_on_data", COLD_PATH, "threads blocked on data", "above", 0.10, 0.25, "ratio",
-           threads_blocked_on_data,
+    Signal(id="requests_waiting_on_model", stage=COLD_PATH,
+           label="requests waiting on a model load", direction="above", warn=0.0, firing=0.3,
+           unit="requests", read=requests_waiting_on_model,
+           reads=("window.scheduler.wait_seconds_by_reason",), says=wording.waiting_on_model),
+    Signal(id="threads_blocked_on_data", stage=COLD_PATH, label="threads blocked on data",
+           direction="above", warn=0.10, firing=0.25, unit="ratio", read=threads_blocked_on_data,
            says=wording.threads_blocked),
-    Signal(TAIL_SHARE.format(COLD_PATH), COLD_PATH, _TAIL_LABEL, "above", 0.30, 0.50, "ratio", tail_share(COLD_PATH),
-           reads=("window.tail",)),
+    Signal(id=TAIL_SHARE.format(COLD_PATH), stage=COLD_PATH, label=_TAIL_LABEL, direction="above",
+           warn=0.30, firing=0.50, unit="ratio", read=tail_share(COLD_PATH), reads=("window.tail",)),
 )
 SIGNALS_BY_ID = {s.id: s for s in SIGNALS}

@@ -24,6 +24,7 @@ import re
 import time
 import urllib.parse
 
+from stagelens import catalogue as c
 from stagelens.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from stagelens.errors import UserError
 from stagelens.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
@@ -38,15 +39,13 @@ TAIL_METRIC = "ttft"              # the tail the diagnosis blames a stage for (a
 LAST_TIMESTAMP = 253402300799.0   # 9999-12-31T23:59:59Z, the last second a date can be written for
 
 # The series read as they are (one selector, told apart by their names) ...
-PLAIN = ("up", "stagelens_diagnosis_verdict_state", "stagelens_root_stage_info", "stagelens_stage_state",
-         "stagelens_stage_state_since_timestamp_seconds", "stagelens_frame_timestamp_seconds")
+PLAIN = ("up", *(f.metric for f in (c.VERDICT_STATE, c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE,
+                                      c.FRAME_TIMESTAMP)))
 # ... and the labels each metric has of its own: the rest are the target's (cluster, model, gpu, ...)
-OWN_LABELS = {"stagelens_root_stage_info": {"stage"}, "stagelens_stage_state": {"stage"},
-              "stagelens_stage_state_since_timestamp_seconds": {"stage"}, "stagelens_signal_state": {"stage", "signal"},
-              "stagelens_signal_value": {"stage", "signal"}, "stagelens_collector_success": {"collector"},
-              "stagelens_tail_share": {"metric", "percentile", "stage"}}
-NOT_LABELS = {"__name__", "job", "instance", "stagelens_url"}
-URL_LABEL = "stagelens_url"       # a target label naming the agent's base URL, where http://<instance> is not it
+OWN_LABELS = {f.metric: set(f.labels) for f in (c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE, c.SIGNAL_STATE,
+                                                 c.SIGNAL_VALUE, c.COLLECTOR_SUCCESS, c.TAIL_SHARE)}
+URL_LABEL = c.TARGET_URL_LABEL
+NOT_LABELS = {"__name__", "job", "instance", URL_LABEL}
 
 _NAME = r"[a-zA-Z_][a-zA-Z0-9_]*"
 _STRING = r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|`[^`]*`'
@@ -88,12 +87,12 @@ def fleet_expression(matchers: list[str]) -> str:
         return name + "{" + ", ".join((*extra, *matchers)) + "}"
 
     plain = sel("", f'__name__=~"{"|".join(PLAIN)}"')
-    signals = sel("", '__name__=~"stagelens_signal_state|stagelens_signal_value"')
+    signals = sel("", f'__name__=~"{c.SIGNAL_STATE.metric}|{c.SIGNAL_VALUE.metric}"')
     return " or ".join((
         plain,
-        f"({signals} and on(instance, stage, signal) ({sel('stagelens_signal_state')} >= 1))",
-        f"({sel('stagelens_collector_success')} == 0)",
-        sel("stagelens_tail_share", f'metric="{TAIL_METRIC}"'),
+        f"({signals} and on(instance, stage, signal) ({sel(c.SIGNAL_STATE.metric)} >= 1))",
+        f"({sel(c.COLLECTOR_SUCCESS.metric)} == 0)",
+        sel(c.TAIL_SHARE.metric, f'metric="{TAIL_METRIC}"'),
     ))
 
 
@@ -247,21 +246,21 @@ def build_rows(result: list) -> list[NodeRow]:
         if node.labels is None:
             node.labels = labels
         stage, signal = metric.get("stage"), metric.get("signal")
-        if name == "stagelens_diagnosis_verdict_state":
+        if name == c.VERDICT_STATE.metric:
             node.verdict = value
-        elif name == "stagelens_root_stage_info" and value == 1 and stage:
+        elif name == c.ROOT_STAGE.metric and value == 1 and stage:
             node.roots.append(stage)
-        elif name == "stagelens_stage_state" and stage:
+        elif name == c.STAGE_STATE.metric and stage:
             node.states[stage] = value
-        elif name == "stagelens_stage_state_since_timestamp_seconds" and stage:
+        elif name == c.STAGE_STATE_SINCE.metric and stage:
             node.since[stage] = _timestamp(value)
-        elif name == "stagelens_frame_timestamp_seconds":
+        elif name == c.FRAME_TIMESTAMP.metric:
             node.frame = _timestamp(value)
-        elif name in ("stagelens_signal_state", "stagelens_signal_value") and stage and signal:
+        elif name in (c.SIGNAL_STATE.metric, c.SIGNAL_VALUE.metric) and stage and signal:
             node.signals.setdefault((stage, signal), {})[name.rpartition("_")[2]] = value
-        elif name == "stagelens_collector_success" and value == 0:
+        elif name == c.COLLECTOR_SUCCESS.metric and value == 0:
             node.failing.add(metric.get("collector", ""))
-        elif name == "stagelens_tail_share" and stage and value is not None:
+        elif name == c.TAIL_SHARE.metric and stage and value is not None:
             node.tail.setdefault(metric.get("percentile", ""), {})[stage] = value
     rows = []
     for node in nodes.values():

@@ -136,7 +136,7 @@ def _engine_figures(engine: LLMEngine, recorder, elapsed: float) -> dict:
         "kv_access_efficiency": run.kv.access_efficiency,
         "engine_busy_ratio": totals.busy_s / elapsed if elapsed else 0.0,
         "compute_utilisation_while_waiting": run.scheduler.busy_ratio_while_waiting,
-        "scheduler_wait_p99_s": percentile([t.decided_wait_s for t in timelines], 99),
+        "decided_wait_p99_s": percentile([t.decided_wait_s for t in timelines], 99),
         "head_of_line_share": run.scheduler.head_of_line_share,
         "step_time_inflation": run.cold_path.step_time_inflation,
         "model_loads": len(loads),

@@ -34,7 +34,7 @@ SCENARIOS = {s.name: s for s in (
              "no chunked prefill and some 1800-token prompts: short requests queue behind long prefills",
              dict(_COMMON, enable_chunked_prefill=False, max_num_batched_tokens=2048, long_prompt_share=0.2,
                   long_prompt_len=1800, prompt_len="lognormal:64:0.5", rate=1.5),
-             "scheduler_wait_p99_s"),
+             "decided_wait_p99_s"),
     Scenario("cold-load", "cold_path",
              "four models, one preloaded and room for one resident: idle models are evicted and loaded again "
              "on the serving path",
@@ -42,9 +42,9 @@ SCENARIOS = {s.name: s for s in (
                   prompt_len="lognormal:64:0.5", output_len="uniform:8:24"),
              # the cold-start wait itself; with four models resident each step runs four forwards on a CPU,
              # so end-to-end latency need not fall
-             "scheduler_wait_p99_s"),
+             "decided_wait_p99_s"),
     Scenario("chain", "kv_cache",
              "contiguous KV under heavier load: memory waste (stage 1) turns into queueing (stage 2)",
              dict(_COMMON, allocator="contiguous", kv_cache_memory="48MiB", rate=2.0, output_len="uniform:32:96"),
-             "scheduler_wait_p99_s"),
+             "decided_wait_p99_s"),
 )}

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from stagelens.catalogue import BUSY_SECONDS
 from stagelens.loadtest.loadgen import LoadOptions, LoadRun, generate_load
 from stagelens.loadtest.point import Point, with_diagnosis
 from stagelens.loadtest.stats import Sample, in_window, window_figures
 
-BUSY_COUNTER = "stagelens_scheduler_busy_seconds_total"
+BUSY_COUNTER = BUSY_SECONDS.metric
 
 
 def metric_value(text: str, name: str) -> float | None:

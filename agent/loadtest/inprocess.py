@@ -40,7 +40,7 @@ def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5,
     diagnosis = diagnose(recorded, diagnosis_config) if len(recorded) >= 3 else result.diagnosis
     point = Point(value, throughput_tokens_per_s=result.figures["throughput_tokens_per_s"],
                   engine_busy_ratio=busy_ratio(recorded) if len(recorded) >= 2 else result.figures["engine_busy_ratio"],
-                  extra={k: result.figures.get(k) for k in ("preemptions", "scheduler_wait_p99_s",
+                  extra={k: result.figures.get(k) for k in ("preemptions", "decided_wait_p99_s",
                                                           "kv_fragmentation_ratio", "head_of_line_share",
                                                           "requests_submitted", "steps")},
                   **figures)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.registry import Collector
 
+from stagelens.catalogue import SCRAPE_COLLECTOR_DURATION, SCRAPE_COLLECTOR_SUCCESS
 from stagelens.metrics import agent, cold_path, diagnosis, gpu, host, kv, links, scheduler, tail, topology
 from stagelens.metrics.families import Scrape
 
@@ -70,6 +71,5 @@ class StagelensCollector(Collector):
 
 
 def _status(out: Scrape, name: str, ok: bool, started: float) -> None:
-    out.flag("stagelens_scrape_collector_success", "1 when this part of the scrape succeeded.", ok, collector=name)
-    out.gauge("stagelens_scrape_collector_duration_seconds", "How long this part of the scrape took.",
-              time.perf_counter() - started, collector=name)
+    out.add(SCRAPE_COLLECTOR_SUCCESS, ok, collector=name)
+    out.add(SCRAPE_COLLECTOR_DURATION, time.perf_counter() - started, collector=name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stagelens import catalogue as c
 from stagelens.metrics.families import Scrape
 from stagelens.metrics.gpu import gpu_labels, hostname_of
 from stagelens.probes.links import NvlinkSample, PcieSample
@@ -22,27 +23,18 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
 
 
 def _pcie(out: Scrape, p: PcieSample, labels: dict) -> None:
-    out.gauge("stagelens_pcie_link_generation", "Negotiated PCIe generation.", p.gen, **labels)
-    out.gauge("stagelens_pcie_link_max_generation", "Highest PCIe generation the link supports.", p.gen_max,
-              **labels)
-    out.gauge("stagelens_pcie_link_width_lanes", "Negotiated PCIe width.", p.width, **labels)
-    out.gauge("stagelens_pcie_link_max_width_lanes", "Widest PCIe width the link supports.", p.width_max,
-              **labels)
-    out.flag("stagelens_pcie_link_below_max", "1 when the link runs below its maximum generation or width.",
-             p.below_max, **labels)
-    out.gauge("stagelens_pcie_link_bandwidth_bytes_per_second",
-              "Bandwidth per direction at the negotiated generation and width.", p.bandwidth_bytes_per_second,
-              **labels)
+    out.add(c.PCIE_GENERATION, p.gen, **labels)
+    out.add(c.PCIE_MAX_GENERATION, p.gen_max, **labels)
+    out.add(c.PCIE_WIDTH, p.width, **labels)
+    out.add(c.PCIE_MAX_WIDTH, p.width_max, **labels)
+    out.add(c.PCIE_BELOW_MAX, p.below_max, **labels)
+    out.add(c.PCIE_BANDWIDTH, p.bandwidth_bytes_per_second, **labels)
     for direction, rate, ratio in (("tx", p.tx_bytes_per_second, p.tx_util_ratio),
                                    ("rx", p.rx_bytes_per_second, p.rx_util_ratio)):
-        out.gauge("stagelens_pcie_throughput_bytes_per_second", "PCIe throughput per direction (NVML, ~20 ms window).",
-                  rate, direction=direction, **labels)
-        out.gauge("stagelens_pcie_utilization_ratio", "PCIe throughput / the link's bandwidth, per direction.",
-                  ratio, direction=direction, **labels)
-    out.counter("stagelens_pcie_replays_total", "PCIe replays (link-level retransmissions) since the driver loaded.",
-                p.replay_counter, **labels)
-    out.gauge("stagelens_pcie_replay_increments", "PCIe replays since the previous sample.",
-              p.replay_increments, **labels)
+        out.add(c.PCIE_THROUGHPUT, rate, direction=direction, **labels)
+        out.add(c.PCIE_UTILIZATION, ratio, direction=direction, **labels)
+    out.add(c.PCIE_REPLAYS, p.replay_counter, **labels)
+    out.add(c.PCIE_REPLAY_INCREMENTS, p.replay_increments, **labels)
 
 
 def _nvlink(out: Scrape, link: NvlinkSample, labels: dict) -> None:
@@ -51,16 +43,11 @@ def _nvlink(out: Scrape, link: NvlinkSample, labels: dict) -> None:
         remote = str(link.remote_gpu)
     # gpu, link, remote only: 12 links a GPU make these the bulk of a scrape; join stagelens_gpu_info on gpu
     link_labels = {"gpu": labels["gpu"], "link": str(link.link), "remote": remote or "unknown"}
-    out.flag("stagelens_nvlink_up", "1 when the NVLink is active; remote is 'switch' (NVSwitch) or the peer GPU.",
-             link.active, **link_labels)
-    out.gauge("stagelens_nvlink_bandwidth_bytes_per_second", "NVLink bandwidth per direction.",
-              link.bandwidth_bytes_per_second, **link_labels)
+    out.add(c.NVLINK_UP, link.active, **link_labels)
+    out.add(c.NVLINK_BANDWIDTH, link.bandwidth_bytes_per_second, **link_labels)
     for direction, rate, ratio in (("tx", link.tx_bytes_per_second, link.tx_util_ratio),
                                    ("rx", link.rx_bytes_per_second, link.rx_util_ratio)):
-        out.gauge("stagelens_nvlink_throughput_bytes_per_second", "NVLink throughput per direction.",
-                  rate, direction=direction, **link_labels)
-        out.gauge("stagelens_nvlink_utilization_ratio", "NVLink throughput / its bandwidth, per direction.",
-                  ratio, direction=direction, **link_labels)
+        out.add(c.NVLINK_THROUGHPUT, rate, direction=direction, **link_labels)
+        out.add(c.NVLINK_UTILIZATION, ratio, direction=direction, **link_labels)
     for counter, value in sorted(link.errors.items()):
-        out.counter("stagelens_nvlink_errors_total", "NVLink error counters (replay, recovery, CRC) per link.",
-                    value, counter=counter, **link_labels)
+        out.add(c.NVLINK_ERRORS, value, counter=counter, **link_labels)

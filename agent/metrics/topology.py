@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stagelens import catalogue as c
 from stagelens.metrics.families import Scrape
 
 
@@ -13,8 +14,6 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     for i, row in enumerate(topo.matrix):
         for j, path in enumerate(row):
             if i != j:
-                out.gauge("stagelens_gpu_topology_info",
-                          "1 for each GPU pair; path is the nvidia-smi topo -m cell (NV#, PIX, PXB, PHB, NODE, SYS).",
-                          1, gpu=str(i), peer=str(j), path=path)
+                out.add(c.GPU_TOPOLOGY, 1, gpu=str(i), peer=str(j), path=path)
     for i, numa in enumerate(topo.numa_affinity):
-        out.gauge("stagelens_gpu_numa_node", "The NUMA node closest to the GPU.", numa, gpu=str(i))
+        out.add(c.GPU_NUMA_NODE, numa, gpu=str(i))

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from stagelens.catalogue import ENGINE_INTAKE
 from stagelens.errors import CollectError
 from stagelens.printable import printable
 
@@ -59,5 +60,5 @@ class HeavyAnswers:
             self._pause_s = self.first_s if calm else min(self.most_s, max(self.first_s, 2 * self._pause_s))
             self._until, self._last, self._why = now + self._pause_s, now, printable(why)[:200]
             self.counts["heavy_answers"] += 1
-        log.warning("engine at %s: %s; not read for %g s (counted in stagelens_engine_intake_total"
-                    "{what=\"metrics.heavy_answers\"})", self.url, self._why, self._pause_s)
+        log.warning("engine at %s: %s; not read for %g s (counted in %s{what=\"metrics.heavy_answers\"})",
+                    self.url, self._why, self._pause_s, ENGINE_INTAKE.metric)

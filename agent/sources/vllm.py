@@ -19,6 +19,7 @@ import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 
+from stagelens.catalogue import ENGINE_INTAKE
 from stagelens.engine_hooks.records.attribution import tail as attribution_tail
 from stagelens.engine_hooks.records.snapshot import (
     WINDOW_S,
@@ -403,8 +404,8 @@ class VllmSource:
         """Leave out the families agent.sources.plausible refuses; count each, and log its first refusal."""
         for refusal in refuse_implausible(exposition, self._rules):
             if refusal.figure not in self.refused:
-                log.warning("engine at %s: refused %s (counted in stagelens_engine_intake_total{part=\"metrics\"})",
-                            self.url, printable(refusal.why))
+                log.warning("engine at %s: refused %s (counted in %s{part=\"metrics\"})",
+                            self.url, printable(refusal.why), ENGINE_INTAKE.metric)
             self.refused[refusal.figure] = self.refused.get(refusal.figure, 0) + 1
 
     # --- filling the snapshot ----------------------------------------------------------------------

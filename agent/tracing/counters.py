@@ -9,12 +9,9 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter
 
-OUTCOMES = ("exported", "dropped", "failed")
-_HELP = {
-    "exported": "Spans the trace exporter accepted.",
-    "dropped": "Spans dropped before export: queue full, or still queued at shutdown.",
-    "failed": "Spans in a batch the trace exporter failed (returned FAILURE or raised).",
-}
+from stagelens.catalogue import TRACE_SPANS
+
+OUTCOMES = tuple(TRACE_SPANS)
 
 
 class SpanCounters:
@@ -25,7 +22,8 @@ class SpanCounters:
         self._prom = {}
         if registry is not None:
             for outcome in OUTCOMES:
-                counter = Counter(f"stagelens_trace_spans_{outcome}", _HELP[outcome], ["exporter"], registry=registry)
+                figure = TRACE_SPANS[outcome]
+                counter = Counter(figure.metric, figure.help, figure.labels, registry=registry)
                 self._prom[outcome] = counter.labels(exporter=exporter)
 
     def add(self, outcome: str, n: int) -> None:

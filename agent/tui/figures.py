@@ -3,44 +3,45 @@ and the requests that finished in it."""
 
 from __future__ import annotations
 
+from stagelens import catalogue as c
 from stagelens.engine_hooks.records.stats import latency_summary
 from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.frame import Frame
 
-# (label, key, format, lower is better)
+# the window's figures the TUI shows, keyed by their snapshot field's name (catalogue.Figure.key)
+SHOWN = (c.WAITING, c.RUNNING, c.DECIDED_WAIT_P50, c.DECIDED_WAIT_P99, c.BUSY, c.BUSY_WHILE_WAITING, c.BUDGET_USE,
+         c.HEAD_OF_LINE, c.KV_FRAGMENTATION, c.KV_ACCESS_EFFICIENCY, c.KV_EFFECTIVE_BANDWIDTH,
+         c.STEP_TIME_INFLATION, c.DECODE_RATE)
+# ... and over the requests that finished in it, by the names every surface gives them (latency_summary)
+FINISHED, TTFT_P50, LATENCY_P99 = "finished", "ttft_p50_s", "latency_p99_s"
+
+
+def _row(figure: c.Figure, kind: str, lower_better: bool) -> tuple[str, str, str, bool]:
+    return figure.label or figure.key or "", figure.key or "", kind, lower_better
+
+
+# the before/after rows: (label, key, format, lower is better)
 COMPARED = (
-    ("requests finished", "finished", "count", False),
-    ("TTFT p50", "ttft_p50_s", "seconds", True),
-    ("latency p99", "latency_p99_s", "seconds", True),
-    ("scheduler wait p99", "wait_p99_s", "seconds", True),
-    ("head-of-line share", "hol_share", "ratio", True),
-    ("KV fragmentation", "kv_fragmentation", "ratio", True),
-    ("step-time inflation", "step_time_inflation", "ratio", True),
-    ("busy while waiting", "busy_while_waiting", "pct", False),
-    ("decode tokens/s", "decode_tokens_per_s", "rate", False),
+    ("requests finished", FINISHED, "count", False),
+    ("TTFT p50", TTFT_P50, "seconds", True),
+    ("latency p99", LATENCY_P99, "seconds", True),
+    _row(c.DECIDED_WAIT_P99, "seconds", True),
+    _row(c.HEAD_OF_LINE, "ratio", True),
+    _row(c.KV_FRAGMENTATION, "ratio", True),
+    _row(c.STEP_TIME_INFLATION, "ratio", True),
+    _row(c.BUSY_WHILE_WAITING, "pct", False),
+    _row(c.DECODE_RATE, "rate", False),
 )
 
 
 def frame_figures(frame: Frame | None, timelines: list[RequestTimeline] = ()) -> dict:
     """Figures of `frame`'s window; TTFT and latency over `timelines` that finished inside it."""
-    if frame is None or frame.window is None:
+    if frame is None or frame.engine is None:
         return {}
-    w = frame.window
-    kv, sched, cold = w.kv, w.scheduler, w.cold_path
-    span = w.span_s or 10.0
+    span = frame.engine.window.span_s or 10.0
     recent = _finished_within(timelines, frame.time_monotonic - span, frame.time_monotonic)
-    return {
-        "waiting": sched.waiting, "running": sched.running,
-        "wait_p50_s": sched.decided_wait_p50_s, "wait_p99_s": sched.decided_wait_p99_s,
-        "busy_ratio": sched.busy_ratio, "busy_while_waiting": sched.busy_ratio_while_waiting,
-        "budget_use": sched.budget_use_while_waiting, "hol_share": sched.head_of_line_share,
-        "kv_fragmentation": kv.fragmentation_ratio, "kv_access_efficiency": kv.access_efficiency,
-        "bandwidth_ratio": kv.effective_bandwidth_ratio,
-        "step_time_inflation": cold.step_time_inflation,
-        "decode_tokens_per_s": sched.decode_tokens_per_s,
-        **_shown_latencies(recent),
-        "finished": len(recent),
-    }
+    return {**{figure.key: figure.read(frame.engine) for figure in SHOWN}, **_shown_latencies(recent),
+            FINISHED: len(recent)}
 
 
 def period_figures(frames: list[Frame], timelines: list[RequestTimeline] = ()) -> dict:
@@ -59,7 +60,7 @@ def period_figures(frames: list[Frame], timelines: list[RequestTimeline] = ()) -
     start, end = frames[0].time_monotonic, frames[-1].time_monotonic
     done = _finished_within(timelines, start, end)
     out.update(_shown_latencies(done))
-    out["finished"] = len(done)
+    out[FINISHED] = len(done)
     return out
 
 
@@ -71,4 +72,4 @@ def _shown_latencies(timelines: list[RequestTimeline]) -> dict:
     """The two the TUI compares, TTFT p50 and latency p99, from the summary every surface uses."""
     summary = latency_summary(ttft=[t.ttft_s for t in timelines if t.ttft_s is not None],
                               latency=[t.latency_s for t in timelines if t.latency_s is not None])
-    return {"ttft_p50_s": summary["ttft_p50_s"], "latency_p99_s": summary["latency_p99_s"]}
+    return {TTFT_P50: summary[TTFT_P50], LATENCY_P99: summary[LATENCY_P99]}

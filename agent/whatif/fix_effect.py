@@ -4,15 +4,16 @@ simulator cannot replay gives the reason instead of figures."""
 
 from __future__ import annotations
 
+from stagelens.catalogue import DECIDED_WAIT_P99
 from stagelens.errors import CollectError, UserError
 from stagelens.lab.fixes import as_flags
 from stagelens.whatif.figures import alike
 from stagelens.whatif.settings import TUNABLE, as_set_flags
 
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions",
-         "scheduler_wait_p99_s")
-# the TUI's before/after rows (agent/tui/figures.py COMPARED) a prediction fills: their key -> the prediction's
-TUI_FIGURES = {"ttft_p50_s": "ttft_p50_s", "latency_p99_s": "latency_p99_s", "wait_p99_s": "scheduler_wait_p99_s"}
+         DECIDED_WAIT_P99.key)
+# the TUI's before/after rows (agent/tui/figures.py COMPARED) a prediction fills, by the names both give them
+TUI_FIGURES = ("ttft_p50_s", "latency_p99_s", DECIDED_WAIT_P99.key)
 
 
 def predicted_effect(observe, diagnosis) -> dict | None:
@@ -49,7 +50,7 @@ def predicted_effect(observe, diagnosis) -> dict | None:
 def after_figures(effect: dict) -> dict:
     """The predicted figures after the fix, under the TUI's keys."""
     predicted = effect.get("predicted") or {}
-    return {key: predicted[name][1] for key, name in TUI_FIGURES.items() if name in predicted}
+    return {key: predicted[key][1] for key in TUI_FIGURES if key in predicted}
 
 
 def short_effect(effect: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stagelens.catalogue import DECIDED_WAIT_P99
 from stagelens.engine_hooks.records.stats import percentile
 from stagelens.whatif.figures import COMPARED, serving_figures, stage_states
 from stagelens.whatif.fit import StepCost
@@ -122,5 +123,5 @@ def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], t
         "scheduler_wait_p99": percentile(decided, 99),
         "requests_waiting_on_model": log.waiting_on_model_s / span if span > 0 else None,
     }
-    figures["scheduler_wait_p99_s"] = signals["scheduler_wait_p99"]
+    figures[DECIDED_WAIT_P99.key] = signals[DECIDED_WAIT_P99.signal]
     return Prediction(settings, figures, stage_states(signals), result)

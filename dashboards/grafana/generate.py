@@ -23,6 +23,7 @@ from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from stagelens import catalogue as c
 from stagelens.runbook_files import runbook_ref, stage_runbook
 from stagelens.vocabulary import STAGE_ALERTS, STAGE_NAMES, STAGES
 
@@ -107,7 +108,7 @@ def series(title: str, targets: list[prometheus.Dataquery], unit: str = "short",
 def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, description: str,
                     w: int = THIRD) -> timeseries.Panel:
     """A time series on the signal's default bands, with the node's warn and firing thresholds as dashed lines."""
-    threshold = f'stagelens_signal_threshold{{{SEL},signal="{signal}",level="%s"}}'
+    threshold = f'{c.SIGNAL_THRESHOLD.metric}{{{SEL},signal="{signal}",level="%s"}}'
     targets = [q(expr, legend), q(threshold % "warn", "warn", "B"), q(threshold % "firing", "firing", "C")]
     panel = (series(title, targets, unit, description, w)
              .thresholds(signal_steps(signal))
@@ -130,35 +131,35 @@ def stages_row(b: Board) -> None:
         name = stage_title(stage)
         b.add(stat.Panel().title(name).datasource(DS).span(THIRD).height(4)
                      .description(f"Diagnosis state of the {name} stage; runbook: {stage_runbook(stage)}")
-                     .with_target(q(f'max(stagelens_stage_state{{{SEL},stage="{stage}"}})', name))
+                     .with_target(q(f'max({c.STAGE_STATE.metric}{{{SEL},stage="{stage}"}})', name))
                      .mappings(STATES).thresholds(steps(*STATE_STEPS))
                      .color_mode(common.BigValueColorMode.BACKGROUND).graph_mode(common.BigValueGraphMode.NONE))
     b.add(statetimeline.Panel().title("Stage states").datasource(DS).span(WIDE).height(5)
-                 .with_target(q(f"stagelens_stage_state{{{SEL}}}", "{{stage}}"))
+                 .with_target(q(f"{c.STAGE_STATE.metric}{{{SEL}}}", "{{stage}}"))
                  .mappings(STATES).thresholds(steps(*STATE_STEPS)))
 
 
 def kv_cache_row(b: Board) -> None:
     b.row("KV cache")
-    b.add(with_thresholds("KV fragmentation", f"stagelens_kv_fragmentation_ratio{{{SEL}}}",
+    b.add(with_thresholds("KV fragmentation", f"{c.KV_FRAGMENTATION.metric}{{{SEL}}}",
                                  "kv_fragmentation_ratio", "percentunit", "fragmentation",
                                  "Allocated KV slots holding no token. " + see("KVCacheFragmentationHigh")))
     b.add(with_thresholds("KV access efficiency (5m)",
                                  f"instance:stagelens_kv_access_efficiency:ratio_rate5m{{{SEL}}}",
                                  "kv_access_efficiency", "percentunit", "efficiency",
                                  "Useful KV bytes / KV bytes moved. " + see("KVCacheAccessEfficiencyLow")))
-    b.add(with_thresholds("Effective KV bandwidth", f"stagelens_kv_effective_bandwidth_ratio{{{SEL}}}",
+    b.add(with_thresholds("Effective KV bandwidth", f"{c.KV_EFFECTIVE_BANDWIDTH.metric}{{{SEL}}}",
                                  "effective_bandwidth_ratio", "percentunit", "of ideal",
                                  "Useful KV bytes/s / an ideal contiguous layout for the same batch on this device."))
     b.add(series("KV blocks", [
-        q(f"stagelens_kv_cache_used_blocks{{{SEL}}}", "used"),
-        q(f"stagelens_kv_cache_free_blocks{{{SEL}}}", "free", "B"),
-        q(f"stagelens_kv_cache_unusable_free_blocks{{{SEL}}}", "free but unusable", "C")], w=HALF))
+        q(f"{c.KV_USED_BLOCKS.metric}{{{SEL}}}", "used"),
+        q(f"{c.KV_FREE_BLOCKS.metric}{{{SEL}}}", "free", "B"),
+        q(f"{c.KV_UNUSABLE_FREE_BLOCKS.metric}{{{SEL}}}", "free but unusable", "C")], w=HALF))
     b.add(series("Preemptions and refusals", [
-        q(f"rate(stagelens_scheduler_preemptions_total{{{SEL}}}[$__rate_interval])", "preempted"),
-        q(f"rate(stagelens_scheduler_preemptions_with_free_memory_total{{{SEL}}}[$__rate_interval])",
+        q(f"rate({c.PREEMPTIONS.metric}{{{SEL}}}[$__rate_interval])", "preempted"),
+        q(f"rate({c.PREEMPTIONS_WITH_FREE_MEMORY.metric}{{{SEL}}}[$__rate_interval])",
           "preempted with memory free", "B"),
-        q(f"rate(stagelens_scheduler_allocation_failures_total{{{SEL}}}[$__rate_interval])", "refused", "C")],
+        q(f"rate({c.ALLOCATION_FAILURES.metric}{{{SEL}}}[$__rate_interval])", "refused", "C")],
         "reqps", see("KVCachePreemptionWithFreeMemory"), w=HALF))
 
 
@@ -167,46 +168,46 @@ def scheduler_row(b: Board) -> None:
     b.add(with_thresholds("Scheduler wait p99 (5m)",
                                  f"instance:stagelens_scheduler_wait_seconds:p99_rate5m{{{SEL}}}",
                                  "scheduler_wait_p99", "s", "p99",
-                                 "From the stagelens_scheduler_wait_seconds histogram. "
+                                 f"From the {c.WAIT_HISTOGRAM.metric} histogram. "
                                  + see("SchedulerWaitP99High")))
     b.add(heatmap.Panel().title("Scheduler wait").datasource(DS).span(THIRD).height(8).unit("s")
                  .description("Per finished request; exemplars link traces.")
-                 .with_target(q(f"sum by (le) (increase(stagelens_scheduler_wait_seconds_bucket{{{SEL}}}"
+                 .with_target(q(f"sum by (le) (increase({c.WAIT_HISTOGRAM.metric}_bucket{{{SEL}}}"
                                 "[$__rate_interval]))", "{{le}}").format(PromQueryFormat.HEATMAP).exemplar(True))
                  .calculate(False).y_axis(heatmap.YAxisConfig().unit("s")).exemplars_color("orange"))
-    b.add(with_thresholds("Head-of-line blocking", f"stagelens_scheduler_head_of_line_ratio{{{SEL}}}",
+    b.add(with_thresholds("Head-of-line blocking", f"{c.HEAD_OF_LINE.metric}{{{SEL}}}",
                                  "head_of_line_blocking", "percentunit", "share",
                                  "Share of short requests' wait spent behind one long prefill. "
                                  + see("HeadOfLineBlocking")))
     b.add(series("Wait by reason", [q(
-        f"sum by (reason) (rate(stagelens_request_wait_seconds_total{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
+        f"sum by (reason) (rate({c.REQUEST_WAIT_BY_REASON.metric}{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
         "s", "Seconds of wait per second, by the scheduler's reason.", w=HALF))
     b.add(series("Queue and budget", [
-        q(f"stagelens_scheduler_waiting_requests{{{SEL}}}", "waiting"),
-        q(f"stagelens_scheduler_running_requests{{{SEL}}}", "running", "B"),
-        q(f"stagelens_scheduler_budget_use_ratio{{{SEL}}}", "budget use while waiting", "C"),
-        q(f"stagelens_scheduler_busy_ratio{{{SEL}}}", "busy", "D")],
+        q(f"{c.WAITING.metric}{{{SEL}}}", "waiting"),
+        q(f"{c.RUNNING.metric}{{{SEL}}}", "running", "B"),
+        q(f"{c.BUDGET_USE.metric}{{{SEL}}}", "budget use while waiting", "C"),
+        q(f"{c.BUSY.metric}{{{SEL}}}", "busy", "D")],
         description=see("ComputeUnderusedWithQueue"), w=HALF))
 
 
 def cold_path_row(b: Board) -> None:
     b.row("Cold path")
-    b.add(with_thresholds("PCIe backpressure (busiest link)", f"max(stagelens_pcie_utilization_ratio{{{SEL}}})",
+    b.add(with_thresholds("PCIe backpressure (busiest link)", f"max({c.PCIE_UTILIZATION.metric}{{{SEL}}})",
                                  "pcie_backpressure", "percentunit", "max",
                                  "PCIe throughput / link bandwidth. " + see("PCIeBackpressure")))
-    b.add(with_thresholds("Step-time inflation during loads", f"stagelens_cold_path_step_time_inflation{{{SEL}}}",
+    b.add(with_thresholds("Step-time inflation during loads", f"{c.STEP_TIME_INFLATION.metric}{{{SEL}}}",
                                  "step_time_inflation", "none", "inflation",
                                  "Decode step time during loads / without. " + see("ModelLoadContention")))
     b.add(series("Model loads", [
-        q(f"stagelens_model_loads_in_progress{{{SEL}}}", "loading"),
-        q(f"stagelens_cold_path_waiting_on_model_requests{{{SEL}}}", "requests waiting on a model", "B"),
-        q(f"rate(stagelens_model_loads_total{{{SEL}}}[$__rate_interval])", "loads/s", "C")],
+        q(f"{c.LOADS_IN_PROGRESS.metric}{{{SEL}}}", "loading"),
+        q(f"{c.WAITING_ON_MODEL.metric}{{{SEL}}}", "requests waiting on a model", "B"),
+        q(f"rate({c.MODEL_LOADS.metric}{{{SEL}}}[$__rate_interval])", "loads/s", "C")],
         description=see("RequestsWaitingOnModelLoad")))
     b.add(series("Decode step time", [q(
-        f"stagelens_cold_path_decode_step_seconds{{{SEL}}}", "model load {{model_load}}")], "s", w=HALF))
+        f"{c.DECODE_STEP_SECONDS.metric}{{{SEL}}}", "model load {{model_load}}")], "s", w=HALF))
     b.add(series("Threads blocked on data", [
-        q(f"stagelens_process_threads_uninterruptible_ratio{{{SEL}}}", "engine threads in D state"),
-        q(f"stagelens_host_cpu_iowait_ratio{{{SEL}}}", "CPU iowait", "B")], "percentunit",
+        q(f"{c.PROCESS_THREADS_UNINTERRUPTIBLE_RATIO.metric}{{{SEL}}}", "engine threads in D state"),
+        q(f"{c.HOST_IOWAIT.metric}{{{SEL}}}", "CPU iowait", "B")], "percentunit",
         see("ThreadsBlockedOnData"), w=HALF)
         .thresholds(signal_steps("threads_blocked_on_data"))
         .thresholds_style(GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.AREA)))
@@ -214,20 +215,20 @@ def cold_path_row(b: Board) -> None:
 
 def gpus_row(b: Board) -> None:
     b.row("GPUs")
-    b.add(series("GPU utilisation", [q(f"stagelens_gpu_utilization_ratio{{{SEL}}}", "GPU{{gpu}}")],
+    b.add(series("GPU utilisation", [q(f"{c.GPU_UTILIZATION.metric}{{{SEL}}}", "GPU{{gpu}}")],
                         "percentunit", w=QUARTER))
-    b.add(series("Memory busy", [q(f"stagelens_gpu_memory_utilization_ratio{{{SEL}}}", "GPU{{gpu}}")],
+    b.add(series("Memory busy", [q(f"{c.GPU_MEMORY_UTILIZATION.metric}{{{SEL}}}", "GPU{{gpu}}")],
                         "percentunit", w=QUARTER))
-    b.add(series("Memory used", [q(f"stagelens_gpu_memory_used_bytes{{{SEL}}}", "GPU{{gpu}}")], "bytes",
+    b.add(series("Memory used", [q(f"{c.GPU_MEMORY_USED.metric}{{{SEL}}}", "GPU{{gpu}}")], "bytes",
                         w=QUARTER))
-    b.add(series("SM clock", [q(f'stagelens_gpu_clock_hertz{{{SEL},clock="sm"}}', "GPU{{gpu}}")], "hertz",
+    b.add(series("SM clock", [q(f'{c.GPU_CLOCK.metric}{{{SEL},clock="sm"}}', "GPU{{gpu}}")], "hertz",
                         w=QUARTER))
     b.add(table.Panel().title("GPUs").datasource(DS).span(16).height(8).with_target(
-        q(f"stagelens_gpu_info{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
+        q(f"{c.GPU_INFO.metric}{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
     b.add(stat.Panel().title("Lost GPUs / throttled").datasource(DS).span(THIRD).height(8)
                  .description(see("GPULost", "GPUClocksThrottled"))
-                 .targets([q(f"sum(stagelens_gpu_lost{{{SEL}}})", "lost"),
-                           q(f'sum(stagelens_gpu_throttle_reason{{{SEL},reason=~"hw_.*|sw_thermal_slowdown"}})',
+                 .targets([q(f"sum({c.GPU_LOST.metric}{{{SEL}}})", "lost"),
+                           q(f'sum({c.GPU_THROTTLE_REASON.metric}{{{SEL},reason=~"hw_.*|sw_thermal_slowdown"}})',
                              "throttled", "B")])
                  .thresholds(steps((None, "green"), (1, "red"))).color_mode(common.BigValueColorMode.BACKGROUND))
 
@@ -236,27 +237,27 @@ def topology_row(b: Board) -> None:
     b.row("Topology & links")
     b.add(table.Panel().title("Topology (nvidia-smi topo -m)").datasource(DS).span(WIDE).height(8)
                  .description("One row per GPU pair: NV# (NVLinks), PIX, PXB, PHB, NODE or SYS.")
-                 .with_target(q(f"stagelens_gpu_topology_info{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
+                 .with_target(q(f"{c.GPU_TOPOLOGY.metric}{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
     b.add(series("PCIe throughput", [q(
-        f"stagelens_pcie_throughput_bytes_per_second{{{SEL}}}", "GPU{{gpu}} {{direction}}")], "Bps"))
+        f"{c.PCIE_THROUGHPUT.metric}{{{SEL}}}", "GPU{{gpu}} {{direction}}")], "Bps"))
     b.add(series("PCIe link vs maximum", [
-        q(f"stagelens_pcie_link_generation{{{SEL}}}", "GPU{{gpu}} gen"),
-        q(f"stagelens_pcie_link_width_lanes{{{SEL}}}", "GPU{{gpu}} width", "B"),
-        q(f"stagelens_pcie_link_below_max{{{SEL}}}", "GPU{{gpu}} below max", "C")],
+        q(f"{c.PCIE_GENERATION.metric}{{{SEL}}}", "GPU{{gpu}} gen"),
+        q(f"{c.PCIE_WIDTH.metric}{{{SEL}}}", "GPU{{gpu}} width", "B"),
+        q(f"{c.PCIE_BELOW_MAX.metric}{{{SEL}}}", "GPU{{gpu}} below max", "C")],
         description=see("PCIeLinkBelowMax")))
     b.add(series("PCIe replays", [q(
-        f"increase(stagelens_pcie_replays_total{{{SEL}}}[$__rate_interval])", "GPU{{gpu}}")],
+        f"increase({c.PCIE_REPLAYS.metric}{{{SEL}}}[$__rate_interval])", "GPU{{gpu}}")],
         description=see("PCIeReplaysIncreasing")).thresholds(steps((None, "green"), (1, "red"))))
     b.add(series("NVLink throughput", [q(
-        f"sum by (gpu, direction) (stagelens_nvlink_throughput_bytes_per_second{{{SEL}}})",
+        f"sum by (gpu, direction) ({c.NVLINK_THROUGHPUT.metric}{{{SEL}}})",
         "GPU{{gpu}} {{direction}}")], "Bps"))
     b.add(series("NVLink utilisation (busiest link per GPU)", [q(
-        f"max by (gpu) (stagelens_nvlink_utilization_ratio{{{SEL}}})", "GPU{{gpu}}")], "percentunit"))
+        f"max by (gpu) ({c.NVLINK_UTILIZATION.metric}{{{SEL}}})", "GPU{{gpu}}")], "percentunit"))
     b.add(stat.Panel().title("NVLinks up").datasource(DS).span(THIRD).height(8)
                  .description(see("NVLinkDown", "NVLinkErrorsIncreasing"))
-                 .targets([q(f"sum(stagelens_nvlink_up{{{SEL}}})", "up"),
-                           q(f"count(stagelens_nvlink_up{{{SEL}}} == 0)", "down", "B"),
-                           q(f"sum(increase(stagelens_nvlink_errors_total{{{SEL}}}[$__rate_interval]))", "errors",
+                 .targets([q(f"sum({c.NVLINK_UP.metric}{{{SEL}}})", "up"),
+                           q(f"count({c.NVLINK_UP.metric}{{{SEL}}} == 0)", "down", "B"),
+                           q(f"sum(increase({c.NVLINK_ERRORS.metric}{{{SEL}}}[$__rate_interval]))", "errors",
                              "C")])
                  .override_by_name("up", [dm.DynamicConfigValue(id_val="color",
                                                                 value={"mode": "fixed", "fixedColor": "green"})])
@@ -265,19 +266,19 @@ def topology_row(b: Board) -> None:
 
 def agent_row(b: Board) -> None:
     b.row("Agent")
-    b.add(series("Collectors", [q(f"stagelens_collector_success{{{SEL}}}", "{{collector}}")],
+    b.add(series("Collectors", [q(f"{c.COLLECTOR_SUCCESS.metric}{{{SEL}}}", "{{collector}}")],
                         description=see("StagelensCollectorFailing"), w=QUARTER, h=6)
                  .thresholds(steps((None, "red"), (1, "green"))))
-    b.add(series("Collector duration", [q(f"stagelens_collector_duration_seconds{{{SEL}}}", "{{collector}}")],
+    b.add(series("Collector duration", [q(f"{c.COLLECTOR_DURATION.metric}{{{SEL}}}", "{{collector}}")],
                         "s", w=QUARTER, h=6))
     b.add(series("Hook errors and drops", [
-        q(f"increase(stagelens_hook_errors_total{{{SEL}}}[$__rate_interval])", "hook {{hook}}"),
-        q(f"increase(stagelens_recorder_dropped_total{{{SEL}}}[$__rate_interval])", "dropped {{ring}}", "B")],
+        q(f"increase({c.HOOK_ERRORS.metric}{{{SEL}}}[$__rate_interval])", "hook {{hook}}"),
+        q(f"increase({c.RECORDER_DROPPED.metric}{{{SEL}}}[$__rate_interval])", "dropped {{ring}}", "B")],
         description=see("StagelensHookErrors", "StagelensRecorderDropping"),
         w=QUARTER, h=6))
     b.add(stat.Panel().title("Frame age").datasource(DS).unit("s").span(QUARTER).height(6)
                  .description(see("StagelensFrameStale"))
-                 .with_target(q(f"time() - stagelens_frame_timestamp_seconds{{{SEL}}}", "age"))
+                 .with_target(q(f"time() - {c.FRAME_TIMESTAMP.metric}{{{SEL}}}", "age"))
                  .thresholds(steps((None, "green"), (10, "orange"), (60, "red"))))
 
 
@@ -292,7 +293,7 @@ def build() -> db.Dashboard:
          .description("The three bottleneck stages of an LLM-inference node side by side (docs/stages.md).")
          .editable().refresh("30s").time("now-1h", "now").version(1)
          .with_variable(db.QueryVariable("instance").label("Node").datasource(DS)
-                        .query({"query": "label_values(stagelens_frame_timestamp_seconds, instance)",
+                        .query({"query": f"label_values({c.FRAME_TIMESTAMP.metric}, instance)",
                                 "refId": "instance"})
                         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(False).multi(False))
          .annotation(db.AnnotationQuery().name("stagelens alerts").datasource(DS).enable(True).icon_color("red")
@@ -324,7 +325,7 @@ def fleet_row(b: Board) -> None:
           .thresholds(steps((None, "green"), (1, "red"))).color_mode(common.BigValueColorMode.VALUE))
     b.add(series("Nodes firing per stage and cluster", [q(
         f"cluster:stagelens_stage_firing_nodes:count{{{CLUSTER_SEL}}}", "{{cluster}} {{stage}}")],
-        description="Nodes whose stage fires (stagelens_stage_state == 2). "
+        description=f"Nodes whose stage fires ({c.STAGE_STATE.metric} == 2). "
         + see("StagelensStageFiringFleetWide"), w=HALF))
     b.add(series("Share of nodes firing per stage and cluster", [q(
         f"cluster:stagelens_stage_firing_nodes:ratio{{{CLUSTER_SEL}}}", "{{cluster}} {{stage}}")], "percentunit",
@@ -348,10 +349,10 @@ def nodes_row(b: Board) -> None:
     b.row("Nodes")
     b.add(statetimeline.Panel().title("Stage state per node").datasource(DS).span(WIDE).height(12)
           .description("Every node's three stages: a change reaching the fleet shows as a wave crossing the nodes.")
-          .with_target(q(f"stagelens_stage_state{{{FLEET_SEL}}}", "{{instance}} {{stage}}"))
+          .with_target(q(f"{c.STAGE_STATE.metric}{{{FLEET_SEL}}}", "{{instance}} {{stage}}"))
           .mappings(STATES).thresholds(steps(*STATE_STEPS)))
-    firing_for = (f"(time() - stagelens_stage_state_since_timestamp_seconds{{{FLEET_SEL}}})"
-                  f" and (stagelens_stage_state{{{FLEET_SEL}}} == 2)")
+    firing_for = (f"(time() - {c.STAGE_STATE_SINCE.metric}{{{FLEET_SEL}}})"
+                  f" and ({c.STAGE_STATE.metric}{{{FLEET_SEL}}} == 2)")
     b.add(table.Panel().title("Firing longest").datasource(DS).span(HALF).height(9).unit("s")
           .description("The 10 nodes and stages firing the longest, with how long; the node opens its dashboard.")
           .with_target(q(f"topk(10, {firing_for})").format(PromQueryFormat.TABLE).instant())
@@ -363,7 +364,7 @@ def nodes_row(b: Board) -> None:
                             "&${__url_time_range}")]))
     shared = [label for label in FLEET_LABELS if label != "cluster"]     # the model and the GPU type
     b.add(series("Nodes firing per model and GPU", [q(
-        f"count by ({', '.join(shared)}, stage) (stagelens_stage_state{{{FLEET_SEL}}} == 2)",
+        f"count by ({', '.join(shared)}, stage) ({c.STAGE_STATE.metric}{{{FLEET_SEL}}} == 2)",
         " ".join("{{" + label + "}}" for label in (*shared, "stage")))],
         description="What the firing nodes share: one model or one GPU type points at what changed.", w=HALF, h=9))
 
@@ -378,7 +379,7 @@ def build_fleet() -> db.Dashboard:
                      .expr(f'ALERTS{{alertname="StagelensStageFiringFleetWide",alertstate="firing",{CLUSTER_SEL}}}')))
     narrowed: list[str] = []   # each variable offers the values left by the ones before it
     for label, title in FLEET_LABELS.items():
-        metric = f"stagelens_stage_state{{{','.join(narrowed)}}}" if narrowed else "stagelens_stage_state"
+        metric = f"{c.STAGE_STATE.metric}{{{','.join(narrowed)}}}" if narrowed else c.STAGE_STATE.metric
         d.with_variable(db.QueryVariable(label).label(title).datasource(DS)
                         .query({"query": f"label_values({metric}, {label})", "refId": label})
                         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED).include_all(True).all_value(".*")

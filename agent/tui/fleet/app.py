@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable, Input
 
+from stagelens.catalogue import TARGET_URL_LABEL
 from stagelens.fleet.model import FleetView, NodeRow, by_severity
 from stagelens.tui.app import catch_stop_signals, release_stop_signals
 from stagelens.tui.fleet.cells import (
@@ -238,7 +239,7 @@ class FleetApp(PlainNotices, App[str | None]):
         if row is None:
             return
         if not row.url:
-            self.notify(f"{row.instance}: no agent URL to open (give its target a stagelens_url label)",
+            self.notify(f"{row.instance}: no agent URL to open (give its target a {TARGET_URL_LABEL} label)",
                         severity="warning", timeout=6)
             return
         self.memory.selected = row.instance

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from stagelens import catalogue as c
 from stagelens.diagnosis.signals import window_tail
 from stagelens.engine_hooks.records.snapshot import EngineInfo
 from stagelens.fmt import STATE_COLOR, pct, ratio, seconds
@@ -28,25 +29,27 @@ def figures_grid(state: TuiState) -> CellTable:
     f = state.figures()
     grid = CellTable([Column(), Column(), Column()], gap=2, show_header=False, expand=False)
 
-    def cell(label: str, value: str, signal: str | None = None) -> Text:
-        color = STATE_COLOR[evidence_state(state, signal)[0]] if signal else "white"
-        return Text.assemble((f"{label} ", "grey70"), (value, f"bold {color}"))
+    def cell(figure: c.Figure, value: str, label: str | None = None) -> Text:
+        color = STATE_COLOR[evidence_state(state, figure.signal)[0]] if figure.signal else "white"
+        return Text.assemble((f"{label or figure.label} ", "grey70"), (value, f"bold {color}"))
 
-    grid.add_row(cell("queue", str(f.get("waiting", "-"))), cell("running", str(f.get("running", "-"))),
-                 cell("wait p50", seconds(f.get("wait_p50_s"))))
-    grid.add_row(cell("wait p99", _wait_p99(state, f.get("wait_p99_s")), "scheduler_wait_p99"),
-                 cell("busy", pct(f.get("busy_ratio"))),
-                 cell("busy while waiting", pct(f.get("busy_while_waiting")), "compute_utilisation"))
-    grid.add_row(cell("budget use", pct(f.get("budget_use")), "token_budget_use"),
-                 cell("HOL share", ratio(f.get("hol_share")), "head_of_line_blocking"),
-                 cell("decode", f"{f['decode_tokens_per_s']:.0f} tok/s" if f.get("decode_tokens_per_s") else "-"))
+    decode = f.get(c.DECODE_RATE.key)
+    grid.add_row(cell(c.WAITING, str(f.get(c.WAITING.key, "-")), "queue"),
+                 cell(c.RUNNING, str(f.get(c.RUNNING.key, "-"))),
+                 cell(c.DECIDED_WAIT_P50, seconds(f.get(c.DECIDED_WAIT_P50.key)), "wait p50"))
+    grid.add_row(cell(c.DECIDED_WAIT_P99, _wait_p99(state, f.get(c.DECIDED_WAIT_P99.key)), "wait p99"),
+                 cell(c.BUSY, pct(f.get(c.BUSY.key))),
+                 cell(c.BUSY_WHILE_WAITING, pct(f.get(c.BUSY_WHILE_WAITING.key))))
+    grid.add_row(cell(c.BUDGET_USE, pct(f.get(c.BUDGET_USE.key))),
+                 cell(c.HEAD_OF_LINE, ratio(f.get(c.HEAD_OF_LINE.key)), "HOL share"),
+                 cell(c.DECODE_RATE, f"{decode:.0f} tok/s" if decode else "-", "decode"))
     return grid
 
 
 def _wait_p99(state: TuiState, figure: float | None) -> str:
     """The window's decided-wait P99; where only its bounds are known (an engine's coarse histogram), the bound
     its evidence shows, marked as one."""
-    return seconds(figure) if figure is not None else evidence_text(state, "scheduler_wait_p99")
+    return seconds(figure) if figure is not None else evidence_text(state, c.DECIDED_WAIT_P99.signal)
 
 
 def settings_line(state: TuiState) -> Text:
