@@ -63,26 +63,7 @@ from stagelens.engine_hooks.records.vllm_names import (
 from stagelens.errors import CollectError, UserError
 from stagelens.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
 from stagelens.printable import printable
-from stagelens.sources.engine_names import generation
-from stagelens.sources.families import (
-    HistogramDelta,
-    by_label,
-    counter_delta,
-    highest_bound,
-    histogram_delta,
-    histogram_part,
-    label,
-    length_biased_mean,
-    mean,
-    quantile,
-    quantile_said,
-    total,
-    values,
-    without_rank_copies,
-)
-from stagelens.sources.gauge_poll import POLL_S, GaugePoller
-from stagelens.sources.heavy_answers import NEAR_SHARE, HeavyAnswers
-from stagelens.sources.inference import (
+from stagelens.sources.inference.figures import (
     Counted,
     Gauges,
     Inferred,
@@ -102,9 +83,30 @@ from stagelens.sources.inference import (
     wait_seconds_by_reason,
     waiting_share,
 )
-from stagelens.sources.llm_request_spans import with_model
-from stagelens.sources.plausible import refuse_implausible, rule_for
-from stagelens.sources.prometheus_text import (
+from stagelens.sources.inference.step_stall import StepWatch, growing_wait, stalled_wait
+from stagelens.sources.inference.wait_bounds import WaitBounds, queue_wait_p99_bounds
+from stagelens.sources.otlp.llm_request_spans import with_model
+from stagelens.sources.scrape.engine_names import generation
+from stagelens.sources.scrape.families import (
+    HistogramDelta,
+    by_label,
+    counter_delta,
+    highest_bound,
+    histogram_delta,
+    histogram_part,
+    label,
+    length_biased_mean,
+    mean,
+    quantile,
+    quantile_said,
+    total,
+    values,
+    without_rank_copies,
+)
+from stagelens.sources.scrape.gauge_poll import POLL_S, GaugePoller
+from stagelens.sources.scrape.heavy_answers import NEAR_SHARE, HeavyAnswers
+from stagelens.sources.scrape.plausible import refuse_implausible, rule_for
+from stagelens.sources.scrape.prometheus_text import (
     MAX_SERIES,
     PARSE_DEADLINE_S,
     Exposition,
@@ -113,8 +115,6 @@ from stagelens.sources.prometheus_text import (
     parse_exposition,
     sample_lines,
 )
-from stagelens.sources.step_stall import StepWatch, growing_wait, stalled_wait
-from stagelens.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,8 @@ class EngineAnswerRefused(EngineScrapeError):
     """The engine answered, with what is not read: an HTTP error, or more than MAX_BODY_BYTES."""
 
 
-ANSWER_REFUSED = (EngineAnswerRefused, ExpositionError)   # with agent.sources.heavy_answers.ReadPaused: it answered
+# with agent.sources.scrape.heavy_answers.ReadPaused: it answered
+ANSWER_REFUSED = (EngineAnswerRefused, ExpositionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +233,7 @@ class VllmSource:
     `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
     exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
-    `poll_s`, when given, reads the queue gauges that often between scrapes (agent.sources.gauge_poll).
+    `poll_s`, when given, reads the queue gauges that often between scrapes (agent.sources.scrape.gauge_poll).
     `start()` and `close()` start and stop them with the agent."""
 
     def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
@@ -256,7 +257,8 @@ class VllmSource:
         self._scrapes: deque[_Scrape] = deque()
         self._started: float | None = None      # when a restart of the engine was seen (monotonic), if one was
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
-        self._steps = StepWatch()                        # a step outlasting scrapes (agent.sources.step_stall)
+        # a step outlasting scrapes (agent.sources.inference.step_stall)
+        self._steps = StepWatch()
         self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
                        for name in (m.vllm if kind == "vllm" else m.sglang)}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
@@ -343,7 +345,8 @@ class VllmSource:
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
-        """The body of /metrics, for the gauge poll: a heavy one pauses the reads (agent.sources.heavy_answers)."""
+        """The body of /metrics, for the gauge poll: a heavy one pauses the reads
+        (agent.sources.scrape.heavy_answers)."""
         text, heavy = self._read_body()
         if heavy is not None:
             self.heavy.heavy(heavy)
@@ -400,7 +403,7 @@ class VllmSource:
         return exposition
 
     def _refuse_implausible(self, exposition: Exposition) -> None:
-        """Leave out the families agent.sources.plausible refuses; count each, and log its first refusal."""
+        """Leave out the families agent.sources.scrape.plausible refuses; count each, and log its first refusal."""
         for refusal in refuse_implausible(exposition, self._rules):
             if refusal.figure not in self.refused:
                 log.warning("engine at %s: refused %s (counted in stagelens_engine_intake_total{part=\"metrics\"})",
@@ -438,7 +441,7 @@ class VllmSource:
 
     def _marked(self, samples: list[Gauges]) -> list[Gauges]:
         """The samples (in time order) with what vLLM's preemptions say of its KV cache between them (SGLang's
-        retractions are not read so: agent.sources.inference.mark_preemptions says why)."""
+        retractions are not read so: agent.sources.inference.figures.mark_preemptions says why)."""
         return mark_preemptions(samples, per_preemption_s=POLL_S) if self.kind == "vllm" else samples
 
     def _polled_gauges(self, ex: Exposition, at: float) -> Gauges:

@@ -1,4 +1,4 @@
-"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (agent/sources/otlp_receiver.py).
+"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (agent/sources/otlp/receiver.py).
 
 On gRPC's asyncio server, in a thread of its own: a call waiting for its request costs a coroutine, not
 one of four worker threads (four Exports that never sent their message blocked all intake). Each call
@@ -17,10 +17,10 @@ from concurrent import futures
 from typing import TYPE_CHECKING
 
 from stagelens.engine_hooks.shared.fair_share import FairShare, grpc_peer_key
-from stagelens.sources.otlp_decode import PROTOBUF, RequestRejected, one_line
+from stagelens.sources.otlp.decode import PROTOBUF, RequestRejected, one_line
 
 if TYPE_CHECKING:
-    from stagelens.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp.receiver import OtlpReceiver
 
 log = logging.getLogger(__name__)
 

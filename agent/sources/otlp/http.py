@@ -1,4 +1,4 @@
-"""OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (agent/sources/otlp_receiver.py), on a thread-per-
+"""OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (agent/sources/otlp/receiver.py), on a thread-per-
 connection server with the agent's bounds (engine_hooks/shared/bounded_http.py: connections, the headers'
 deadline, clients gone counted).
 
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from stagelens.engine_hooks.shared.bounded_http import BoundedHandler, BoundedHTTPServer
 from stagelens.engine_hooks.shared.fair_share import peer_key
-from stagelens.sources.otlp_decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
+from stagelens.sources.otlp.decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
 
 if TYPE_CHECKING:
-    from stagelens.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp.receiver import OtlpReceiver
 
 log = logging.getLogger(__name__)
 
