@@ -46,22 +46,31 @@ def _import_nodes(tree: ast.AST, type_checking: bool) -> list[ast.Import | ast.I
     return found
 
 
-def imported_modules(path: Path, root: Path = ROOT, type_checking: bool = True) -> set[str]:
-    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones resolved;
-    without those under `if TYPE_CHECKING:` unless `type_checking`."""
+def import_statements(path: Path, root: Path = ROOT, type_checking: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+    """Each import in `path` as (the module it names, the names it takes from it: none for `import a.b`),
+    relative ones resolved; without those under `if TYPE_CHECKING:` unless `type_checking`."""
     package = module_name(path, root).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
-    found: set[str] = set()
+    found: list[tuple[str, tuple[str, ...]]] = []
     for node in _import_nodes(ast.parse(path.read_text(), str(path)), type_checking):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        else:
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.extend((alias.name, ()) for alias in node.names)
+            continue
+        base = node.module or ""
+        if node.level:
+            base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+        found.append((base, tuple(alias.name for alias in node.names)))
+    return found
+
+
+def imported_modules(path: Path, root: Path = ROOT, type_checking: bool = True) -> set[str]:
+    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones resolved;
+    without those under `if TYPE_CHECKING:` unless `type_checking`."""
+    found: set[str] = set()
+    for base, names in import_statements(path, root, type_checking):
+        found.add(base)
+        found.update(f"{base}.{name}" for name in names)
     return found
 
 

@@ -5,46 +5,9 @@ commands."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-# the one import root: agent/ is the package `stagelens`, the other folders its subpackages (pyproject.toml)
-PACKAGE_OF_FOLDER = {"agent": "stagelens", "probes": "stagelens.probes", "engine_hooks": "stagelens.engine_hooks",
-                     "runbooks": "stagelens.runbooks"}
-
-
-def module_name(path: Path, root: Path = ROOT) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if root == ROOT and parts[0] in PACKAGE_OF_FOLDER:
-        parts[:1] = PACKAGE_OF_FOLDER[parts[0]].split(".")
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
-    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones resolved."""
-    package = module_name(path, root).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
-
-
-def modules_under(folder: str) -> dict[str, set[str]]:
-    return {module_name(p): imported_modules(p) for p in sorted((ROOT / folder).rglob("*.py"))}
+from tests.helpers.imports import PACKAGE_OF_FOLDER, ROOT, imported_modules, module_name, modules_under
 
 
 def within(name: str, prefix: str) -> bool:

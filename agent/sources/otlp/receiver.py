@@ -55,7 +55,6 @@ import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -64,11 +63,9 @@ from stagelens.engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_
 from stagelens.engine_hooks.shared.fair_share import SHARE, FairShare
 from stagelens.sources.otlp.decode import JSON, RequestRejected, content_kind, inflate, one_line, parse
 from stagelens.sources.otlp.forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
+from stagelens.sources.otlp.grpc import GrpcIntake
+from stagelens.sources.otlp.http import HttpIntake
 from stagelens.sources.otlp.llm_request_spans import LLM_REQUEST, timeline_from_span
-
-if TYPE_CHECKING:   # imported where started: they import this module
-    from stagelens.sources.otlp.grpc import GrpcIntake
-    from stagelens.sources.otlp.http import HttpIntake
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +78,8 @@ COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", 
 
 
 class OtlpReceiver:
-    """An OTLP traces endpoint keeping vLLM's `llm_request` spans as request timelines."""
+    """An OTLP traces endpoint keeping vLLM's `llm_request` spans as request timelines: the intake
+    (agent/sources/otlp/intake.py, SpanIntake) its HTTP and gRPC transports hand their bodies to."""
 
     def __init__(self, host: str = "127.0.0.1", http_port: int | None = 0, grpc_port: int | None = None,
                  forward_to: str | None = None, capacity: int = 2048, *, max_body_bytes: int = MAX_BODY_BYTES,
@@ -124,15 +122,11 @@ class OtlpReceiver:
         self.clock_offset = time.monotonic() - time.time()
         try:
             if self._http_port is not None:
-                from stagelens.sources.otlp.http import HttpIntake
-
                 self._http = HttpIntake((self.host, self._http_port), self)
                 self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
                                                      name="otlp-http", daemon=True)
                 self._http_thread.start()
             if self._grpc_port is not None:
-                from stagelens.sources.otlp.grpc import GrpcIntake
-
                 grpc = GrpcIntake(self, _url_host(self.host), self._grpc_port)
                 grpc.start()
                 self._grpc = grpc
