@@ -1,5 +1,6 @@
-"""The modules of the one import root and what each imports, read from the source (ast), for the rules on
-imports: the layers (tests/unit/test_layers.py) and the import graph's cycles (tests/unit/test_import_graph.py)."""
+"""The modules of the one import root and what each imports, read from the source (ast), for the
+rules on imports: the layers (tests/unit/test_layers.py) and the import graph's cycles
+(tests/unit/test_import_graph.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# the one import root: agent/ is the package `stagelens`, the other folders its subpackages (pyproject.toml)
-PACKAGE_OF_FOLDER = {"agent": "stagelens", "probes": "stagelens.probes", "engine_hooks": "stagelens.engine_hooks",
-                     "runbooks": "stagelens.runbooks"}
+# the one import root: agent/ is the package `stagelens`, the other folders its subpackages
+# (pyproject.toml)
+PACKAGE_OF_FOLDER = {"agent": "stagelens", "probes": "stagelens.probes",
+                     "engine_hooks": "stagelens.engine_hooks", "runbooks": "stagelens.runbooks"}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -21,7 +23,8 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 
 def _is_type_checking(node: ast.AST) -> bool:
-    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`: imports for the type checker, never run."""
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:`: imports for the type checker, never
+    run."""
     if not isinstance(node, ast.If):
         return False
     test = node.test
@@ -46,9 +49,11 @@ def _import_nodes(tree: ast.AST, type_checking: bool) -> list[ast.Import | ast.I
     return found
 
 
-def import_statements(path: Path, root: Path = ROOT, type_checking: bool = True) -> list[tuple[str, tuple[str, ...]]]:
-    """Each import in `path` as (the module it names, the names it takes from it: none for `import a.b`),
-    relative ones resolved; without those under `if TYPE_CHECKING:` unless `type_checking`."""
+def import_statements(path: Path, root: Path = ROOT, type_checking: bool = True,
+                      ) -> list[tuple[str, tuple[str, ...]]]:
+    """Each import in `path` as (the module it names, the names it takes from it: none for `import
+    a.b`), relative ones resolved; without those under `if TYPE_CHECKING:` unless
+    `type_checking`."""
     package = module_name(path, root).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
@@ -65,8 +70,8 @@ def import_statements(path: Path, root: Path = ROOT, type_checking: bool = True)
 
 
 def imported_modules(path: Path, root: Path = ROOT, type_checking: bool = True) -> set[str]:
-    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones resolved;
-    without those under `if TYPE_CHECKING:` unless `type_checking`."""
+    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones
+    resolved; without those under `if TYPE_CHECKING:` unless `type_checking`."""
     found: set[str] = set()
     for base, names in import_statements(path, root, type_checking):
         found.add(base)

@@ -1,10 +1,11 @@
-"""No import circle under the one root: the graph of every module of stagelens (agent/, probes/, engine_hooks/,
-runbooks/) over its imports, those inside functions included, has no cycle. A circle hidden behind a
-function-level import still ties its modules into one: none can be read, tested or moved without the others.
+"""No import circle under the one root: the graph of every module of stagelens (agent/, probes/,
+engine_hooks/, runbooks/) over its imports, those inside functions included, has no cycle. A
+circle hidden behind a function-level import still ties its modules into one: none can be read,
+tested or moved without the others.
 
-Run as it runs (`if TYPE_CHECKING:` blocks left out: the type checker's alone), and as the type checker reads it
-(those blocks in): the OTLP receiver and its transports were a circle of the second kind, now broken by the
-intake protocol (agent/sources/otlp/intake.py)."""
+Run as it runs (`if TYPE_CHECKING:` blocks left out: the type checker's alone), and as the type
+checker reads it (those blocks in): the OTLP receiver and its transports were a circle of the
+second kind, now broken by the intake protocol (agent/sources/otlp/intake.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from tests.helpers.imports import ROOT, import_statements, module_name
 FOLDERS = ("agent", "probes", "engine_hooks", "runbooks")
 
 
-def import_graph(paths: list[Path], root: Path = ROOT, type_checking: bool = False) -> dict[str, set[str]]:
-    """Each module -> the modules of the graph it imports: `from a import b` imports the module a.b where
-    there is one, else a (`from a.b import c` does not import the package a for this rule: a package's
-    __init__ runs before any of its modules, whoever imports them)."""
+def import_graph(paths: list[Path], root: Path = ROOT,
+                 type_checking: bool = False) -> dict[str, set[str]]:
+    """Each module -> the modules of the graph it imports: `from a import b` imports the module a.b
+    where there is one, else a (`from a.b import c` does not import the package a for this rule:
+    a package's __init__ runs before any of its modules, whoever imports them)."""
     modules = {module_name(p, root): p for p in paths}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
@@ -38,8 +40,8 @@ def import_graph(paths: list[Path], root: Path = ROOT, type_checking: bool = Fal
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle through each circle (strongly connected component of more than one module), as the modules in
-    import order, the first again at the end, from the circle's first module by name."""
+    """One cycle through each circle (strongly connected component of more than one module), as the
+    modules in import order, the first again at the end, from the circle's first module by name."""
     found = []
     for component in _components(graph):
         start = min(component)
@@ -48,7 +50,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _components(graph: dict[str, set[str]]) -> list[set[str]]:
-    """Tarjan's strongly connected components of more than one module, iteratively (no recursion limit)."""
+    """Tarjan's strongly connected components of more than one module, iteratively (no recursion
+    limit)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -130,9 +133,11 @@ def test_the_rule_names_a_circle_through_a_function_level_import(tmp_path):
 
 def test_the_rule_leaves_the_type_checkers_imports_out_unless_asked(tmp_path):
     (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "receiver.py").write_text("def start():\n    from pkg.transport import Intake\n")
+    (tmp_path / "pkg" / "receiver.py").write_text(
+        "def start():\n    from pkg.transport import Intake\n")
     (tmp_path / "pkg" / "transport.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.receiver import Receiver\n")
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.receiver import Receiver\n")
     paths = sorted(tmp_path.rglob("*.py"))
     assert cycles(import_graph(paths, tmp_path)) == []
     assert cycles(import_graph(paths, tmp_path, type_checking=True)) == [

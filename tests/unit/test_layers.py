@@ -1,13 +1,20 @@
 """The layers, checked over the imports (every import statement, function-level ones included): the engine
 imports neither the hooks nor the agent; the records import nothing above them; the agent reaches the engine
 only through the lab, which hosts it; the fleet does not import the TUI; nothing below the CLI imports the
-commands."""
+commands; each protocol of the engine sources reads none of the others, the OTLP transports know
+their receiver only as an intake, and the sources import nothing of the agent above them."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.helpers.imports import PACKAGE_OF_FOLDER, ROOT, imported_modules, module_name, modules_under
+from tests.helpers.imports import (
+    PACKAGE_OF_FOLDER,
+    ROOT,
+    imported_modules,
+    module_name,
+    modules_under,
+)
 
 
 def within(name: str, prefix: str) -> bool:
@@ -83,3 +90,42 @@ def test_the_wheel_lists_every_package_the_folders_hold():
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     found = [module_name(init) for folder in PACKAGE_OF_FOLDER for init in sorted((ROOT / folder).rglob("__init__.py"))]
     assert sorted(listed) == sorted(found)
+
+
+SOURCES = {m: t for m, t in AGENT.items() if within(m, "stagelens.sources")}
+
+
+def _sources_in(folder: str) -> dict[str, set[str]]:
+    found = {m: t for m, t in SOURCES.items() if within(m, f"stagelens.sources.{folder}")}
+    assert found, f"no modules found in agent/sources/{folder}/"
+    return found
+
+
+@pytest.mark.parametrize("folder, others", [
+    ("otlp", ("scrape", "kv_events", "inference")),
+    ("kv_events", ("scrape", "otlp", "inference")),
+    ("inference", ("otlp", "kv_events", "scrape")),
+])
+def test_each_protocol_of_the_sources_reads_none_of_the_others(folder, others):
+    """The OTLP receiver and the KV-event subscriber stand alone; the inferences read a scrape's
+    histograms (scrape/families.py) and nothing else of it; the scrape's engine source is what puts
+    them together."""
+    imported = {m: t - {"stagelens.sources.scrape.families"} if folder == "inference" else t
+                for m, t in _sources_in(folder).items()}
+    assert breaches(imported, tuple(f"stagelens.sources.{o}" for o in others)) == []
+
+
+def test_the_otlp_transports_hand_their_bodies_to_an_intake_and_never_import_the_receiver():
+    transports = {m: t for m, t in _sources_in("otlp").items()
+                  if m in ("stagelens.sources.otlp.http", "stagelens.sources.otlp.grpc")}
+    assert len(transports) == 2
+    assert breaches(transports, ("stagelens.sources.otlp.receiver",)) == []
+    assert all("stagelens.sources.otlp.intake" in t for t in transports.values())
+
+
+def test_the_sources_import_nothing_of_the_agent_above_them():
+    """An engine read from outside fills the snapshot; what reads the snapshot (the diagnosis,
+    what-if, the exporters, the server, the TUI, the fleet, the lab, the commands) is above it."""
+    above = ("diagnosis", "whatif", "metrics", "tracing", "server", "tui", "fleet", "lab",
+             "loadtest", "commands", "sampler", "cli")
+    assert breaches(SOURCES, tuple(f"stagelens.{a}" for a in above)) == []

@@ -1,9 +1,11 @@
-"""What an OTLP transport hands its request bodies to: the receiver's intake, as the transports see it.
+"""What an OTLP transport hands its request bodies to: the receiver's intake, as the transports see
+it.
 
-The receiver (receiver.py) composes the transports (http.py, grpc.py) and is their intake; the transports
-know it only by this protocol, so neither imports the receiver and the three form no import circle. An
-intake holds the bounds every transport serves under (body size, read deadlines, connections), the budget
-of body bytes in flight that HTTP bodies and gRPC messages share, and the counters a transport adds to.
+The receiver (receiver.py) composes the transports (http.py, grpc.py) and is their intake; the
+transports know it only by this protocol, so neither imports the receiver and the three form no
+import circle. An intake holds the bounds every transport serves under (body size, read
+deadlines, connections), the budget of body bytes in flight that HTTP bodies and gRPC messages
+share, and the counters a transport adds to.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from stagelens.sources.otlp.decode import RequestRejected
 
 
 class SpanIntake(Protocol):
-    """The receiver's side of a transport: where a request body goes, and the bounds it is received under."""
+    """The receiver's side of a transport: where a request body goes, and the bounds it is received
+    under."""
 
     max_body_bytes: int
     max_connections: int
@@ -29,10 +32,12 @@ class SpanIntake(Protocol):
         """Adds `n` to the counter `name` (one of the receiver's COUNTERS)."""
 
     def hold_bytes(self, peer: str, n: int) -> None:
-        """Holds `n` body bytes for the sending host `peer`; RequestRejected 503 when none are left for it."""
+        """Holds `n` body bytes for the sending host `peer`; RequestRejected 503 when none are left
+        for it."""
 
     def accept(self, body: bytes, content_type: str, encoding: str | None) -> bytes:
-        """One body, already counted as received, decoded and kept: the answer's body (RequestRejected)."""
+        """One body, already counted as received, decoded and kept: the answer's body
+        (RequestRejected)."""
 
     def ingest(self, body: bytes, content_type: str, encoding: str | None = None) -> bytes:
         """One body, counted as received, decoded and kept: the answer's body (RequestRejected)."""

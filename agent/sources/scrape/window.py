@@ -1,12 +1,13 @@
-"""One scrape window of an engine read from its `/metrics`, and the pure builders of the engine snapshot's parts
-over it.
+"""One scrape window of an engine read from its `/metrics`, and the pure builders of the engine
+snapshot's parts over it.
 
-A window is the scrape now and the one it is read against (`before`; None at the first scrape), the gauges
-sampled in between (the scrapes' and the gauge poll's, in time order, each marked against the one before), the
-requests the engine's spans say finished in it and the KV cache's size. Each builder takes the window and
-returns one part of the snapshot, with how its inferred figures were read (the snapshot's `inferred`, by path);
-the scheduler's part is scheduler.py's. The source (engine_source.py) keeps what lasts from one window to the
-next (a step outlasting the scrapes, the KV events subscribed to) and puts the parts together.
+A window is the scrape now and the one it is read against (`before`; None at the first scrape),
+the gauges sampled in between (the scrapes' and the gauge poll's, in time order, each marked
+against the one before), the requests the engine's spans say finished in it and the KV cache's
+size. Each builder takes the window and returns one part of the snapshot, with how its inferred
+figures were read (the snapshot's `inferred`, by path); the scheduler's part is scheduler.py's.
+The source (engine_source.py) keeps what lasts from one window to the next (a step outlasting the
+scrapes, the KV events subscribed to) and puts the parts together.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are s
 
 @dataclass(frozen=True, slots=True)
 class Scrape:
-    """One scrape: when (monotonic seconds), its families, and its gauges as the source reads them."""
+    """One scrape: when (monotonic seconds), its families, and its gauges as the source reads
+    them."""
     at: float
     exposition: Exposition
     gauges: Gauges
@@ -72,18 +74,19 @@ class Scrape:
 
 @dataclass(frozen=True, slots=True)
 class ScrapeWindow:
-    """The scrape `now` read against `before` (None: no window yet, at the first scrape or after a clock that
-    did not advance). `names` gives each figure's families (newest name first) for the engine's `kind`."""
+    """The scrape `now` read against `before` (None: no window yet, at the first scrape or after a
+    clock that did not advance). `names` gives each figure's families (newest name first) for the
+    engine's `kind`."""
     kind: str
     names: Mapping[str, tuple[str, ...]]
     now: Scrape
     before: Scrape | None
-    # every sample in time order, each marked against the one before: `before`'s first where there is one
+    # every sample in time order, each marked against the one before: `before`'s first, if any
     samples: list[Gauges]
     # the window's samples: `samples` without `before`'s
     gauges: list[Gauges]
     capacity: KvCapacity | None
-    # the requests the spans say finished in the window; `with_spans`: the source is given spans at all
+    # the requests the spans say finished in the window; `with_spans`: the source is given spans
     timelines: list = field(default_factory=list)
     lengths: list[int] | None = None
     with_spans: bool = False
@@ -109,12 +112,13 @@ class ScrapeWindow:
         return histogram_delta(self.family(figure), self.family_before(figure))
 
 
-def scrape_window(kind: str, names: Mapping[str, tuple[str, ...]], now: Scrape, before: Scrape | None,
+def scrape_window(kind: str, names: Mapping[str, tuple[str, ...]], now: Scrape,
+                  before: Scrape | None,
                   scrapes: list[Scrape], polls: list[Gauges] | None, capacity: KvCapacity | None,
                   timelines: list | None = None, lengths: list[int] | None = None,
                   with_spans: bool = False) -> ScrapeWindow:
-    """The window from the scrapes kept after `before` (`now` last) and the gauge polls between `before` and
-    `now` (None: no gauge poll), merged in time order and marked against each other."""
+    """The window from the scrapes kept after `before` (`now` last) and the gauge polls between
+    `before` and `now` (None: no gauge poll), merged in time order and marked against each other."""
     gauges = [s.gauges for s in scrapes]
     if polls is not None and before is not None:
         gauges = sorted(gauges + polls, key=lambda g: g.at)
@@ -125,8 +129,9 @@ def scrape_window(kind: str, names: Mapping[str, tuple[str, ...]], now: Scrape, 
 
 
 def marked(kind: str, samples: list[Gauges]) -> list[Gauges]:
-    """The samples (in time order) with what vLLM's preemptions say of its KV cache between them (SGLang's
-    retractions are not read so: agent.sources.inference.figures.mark_preemptions says why)."""
+    """The samples (in time order) with what vLLM's preemptions say of its KV cache between them
+    (SGLang's retractions are not read so: agent.sources.inference.figures.mark_preemptions says
+    why)."""
     return mark_preemptions(samples, per_preemption_s=POLL_S) if kind == "vllm" else samples
 
 
@@ -139,7 +144,8 @@ def gauges_of(ex: Exposition, names: Mapping[str, tuple[str, ...]], at: float) -
     prompts, outputs = family("request_prompt_tokens"), family("request_generation_tokens")
     running = total(family("running"))
     held = held_tokens(Counted(
-        prompt_tokens=total(family("prompt_tokens")), generated_tokens=total(family("generation_tokens")),
+        prompt_tokens=total(family("prompt_tokens")),
+        generated_tokens=total(family("generation_tokens")),
         finished_prompt_tokens=histogram_part(prompts, "_sum"),
         finished_prompts=histogram_part(prompts, "_count"),
         finished_generated_tokens=histogram_part(outputs, "_sum"),
@@ -150,33 +156,40 @@ def gauges_of(ex: Exposition, names: Mapping[str, tuple[str, ...]], at: float) -
         prefix_hit_share=_share(total(family("prefix_hits")), total(family("prefix_queries")))))
     return Gauges(at=at, running=running, held_tokens=held, waiting=total(family("waiting")),
                   deferred=reasons.get("deferred"), kv_ratio=mean(family("kv_usage")),
-                  adapters=_serves_adapters(family("lora")), preemptions=total(family("preemptions")))
+                  adapters=_serves_adapters(family("lora")),
+                  preemptions=total(family("preemptions")))
 
 
 def infer(inferred: dict[str, str], path: str, found: Inferred | None):
-    """The value found, how it was read written into `inferred` at `path`; None where nothing was."""
+    """The value found, how it was read written into `inferred` at `path`; None where nothing
+    was."""
     if found is None:
         return None
     inferred[path] = found.how
     return found.value
 
 
-# --- the KV cache ----------------------------------------------------------------------------------------
+# --- the KV cache -----------------------------------------------------------------------------
 def kv_capacity(ex: Exposition, kind: str, names: Mapping[str, tuple[str, ...]],
                 generation: str) -> KvCapacity | None:
-    """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid model's
-    blocks do not hold block_size tokens each), SGLang's token pool (a block of one token)."""
+    """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid
+    model's blocks do not hold block_size tokens each), SGLang's token pool (a block of one
+    token)."""
     if kind == "vllm":
-        return _cache_config(ex.first(names["cache_config"]), v1=not generation.startswith("vLLM V0"))
+        v1 = not generation.startswith("vLLM V0")
+        return _cache_config(ex.first(names["cache_config"]), v1=v1)
     tokens = total(ex.first(names["kv_tokens_capacity"]))
     if tokens is None:   # SGLang 0.4 publishes the tokens in use and their share
         used, ratio = total(ex.first(names["kv_tokens_used"])), mean(ex.first(names["kv_usage"]))
         tokens = used / ratio if used and ratio else None
-    return KvCapacity(num_blocks=round(tokens), tokens=round(tokens), block_size=1) if tokens else None
+    if not tokens:
+        return None
+    return KvCapacity(num_blocks=round(tokens), tokens=round(tokens), block_size=1)
 
 
 def kv_usage(w: ScrapeWindow) -> KvUsage | None:
-    """The KV cache's blocks and those in use now (its usage ratio of them); None without its size."""
+    """The KV cache's blocks and those in use now (its usage ratio of them); None without its
+    size."""
     if w.capacity is None:
         return None
     ratio = w.now.gauges.kv_ratio
@@ -184,13 +197,15 @@ def kv_usage(w: ScrapeWindow) -> KvUsage | None:
     return KvUsage(num_blocks=w.capacity.num_blocks, used_blocks=used)
 
 
-def kv_figures(w: ScrapeWindow, blocks: KvEventFigures | None = None) -> tuple[KvFigures, dict[str, str]]:
-    """The window's KV figures: fragmentation and full-while-waiting from the gauges, the requests' lengths,
-    and, with the engine's KV events (`blocks`: the window's), blocks stored, removed, restored and their
-    lifetime."""
+def kv_figures(w: ScrapeWindow, blocks: KvEventFigures | None = None,
+               ) -> tuple[KvFigures, dict[str, str]]:
+    """The window's KV figures: fragmentation and full-while-waiting from the gauges, the requests'
+    lengths, and, with the engine's KV events (`blocks`: the window's), blocks stored, removed,
+    restored and their lifetime."""
     inferred: dict[str, str] = {}
     kv = KvFigures(
-        fragmentation_ratio=infer(inferred, "window.kv.fragmentation_ratio", fragmentation(w.gauges, w.capacity)),
+        fragmentation_ratio=infer(inferred, "window.kv.fragmentation_ratio",
+                                  fragmentation(w.gauges, w.capacity)),
         full_while_waiting_share=infer(inferred, "window.kv.full_while_waiting_share",
                                        full_while_waiting(w.samples)),
         sequence_lengths=w.lengths)
@@ -200,41 +215,46 @@ def kv_figures(w: ScrapeWindow, blocks: KvEventFigures | None = None) -> tuple[K
     return kv, inferred
 
 
-# --- the rest of the snapshot ------------------------------------------------------------------------------
+# --- the rest of the snapshot -----------------------------------------------------------------
 def cold_path(w: ScrapeWindow) -> ColdPathFigures:
-    """Requests waiting on a model (vLLM's `deferred` waits), where the engine serves adapters to load."""
+    """Requests waiting on a model (vLLM's `deferred` waits), where the engine serves adapters to
+    load."""
     g = w.now.gauges
     return ColdPathFigures(waiting_on_model=whole(g.deferred) if g.adapters else None)
 
 
 def window_tail(w: ScrapeWindow, by_reason: dict[str, float] | None,
                 polled: list[Gauges]) -> tuple[WindowTail | None, dict[str, str]]:
-    """The tail of the window's requests by component, from their spans, their queue time charged by the
-    mix of waiting reasons (the polls' while each waited, else the window's); None without spans."""
+    """The tail of the window's requests by component, from their spans, their queue time charged by
+    the mix of waiting reasons (the polls' while each waited, else the window's); None without
+    spans."""
     if not w.timelines:
         return None, {}
     charged = charge_queued(w.timelines, by_reason, polled)
-    tail = WindowTail(ttft=attribution_tail(charged, "ttft"), latency=attribution_tail(charged, "latency"))
-    return tail, {"window.tail": f"{len(charged)} requests' llm_request spans: queue, prefill and decode; "
-                                 f"their queue time charged by the window's mix of waiting reasons"}
+    tail = WindowTail(ttft=attribution_tail(charged, "ttft"),
+                      latency=attribution_tail(charged, "latency"))
+    return tail, {"window.tail": f"{len(charged)} requests' llm_request spans: queue, prefill and "
+                                 f"decode; their queue time charged by the window's mix of waiting "
+                                 f"reasons"}
 
 
 def counters_and_health(w: ScrapeWindow) -> tuple[Counters, Health | None]:
-    """Preemptions and requests finished and failed since the engine started; how they finished, by reason."""
+    """Preemptions and requests finished and failed since the engine started; how they finished, by
+    reason."""
     finish_reasons = by_label(w.family("finished"), "finished_reason")
     succeeded = failed = health = None
     if finish_reasons is not None:
         succeeded = sum(v for k, v in finish_reasons.items() if k in FINISHED_OK)
         failed = sum(finish_reasons.values()) - succeeded
         health = Health(finish_reasons={k: int(v) for k, v in finish_reasons.items()})
-    return Counters(preemptions_total=total(w.family("preemptions")), requests_finished_total=succeeded,
-                    requests_failed_total=failed), health
+    return Counters(preemptions_total=total(w.family("preemptions")),
+                    requests_finished_total=succeeded, requests_failed_total=failed), health
 
 
 def engine_info(w: ScrapeWindow, generation: str | None,
                 model: str | None) -> tuple[EngineInfo, dict[str, str]]:
-    """The engine: its kind and names' generation, model, KV cache (size, block size, the flag that set it)
-    and the batch its queue shows pinned (max_num_seqs)."""
+    """The engine: its kind and names' generation, model, KV cache (size, block size, the flag that
+    set it) and the batch its queue shows pinned (max_num_seqs)."""
     inferred: dict[str, str] = {}
     c = w.capacity
     return EngineInfo(
@@ -248,8 +268,9 @@ def engine_info(w: ScrapeWindow, generation: str | None,
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """What the scrape tells beyond the snapshot's fields (None: not observable, or no data in the window).
-    A quantile the buckets cannot place is None, and its `said` text gives the bound ("< 0.3 s", ">= 30 s")."""
+    """What the scrape tells beyond the snapshot's fields (None: not observable, or no data in the
+    window). A quantile the buckets cannot place is None, and its `said` text gives the bound ("<
+    0.3 s", ">= 30 s")."""
     kv_usage_ratio: float | None = None
     kv_capacity_tokens: float | None = None
     waiting_by_reason: dict[str, float] | None = None
@@ -260,16 +281,19 @@ class Reading:
     inter_token_p99_s: float | None = None
     e2e_p50_s: float | None = None
     e2e_p99_s: float | None = None
-    said: dict[str, str] | None = None     # "ttft_p99" -> ">= 30 s", as far as the buckets place each quantile
+    # "ttft_p99" -> ">= 30 s", as far as the buckets place each quantile
+    said: dict[str, str] | None = None
 
 
 def reading(w: ScrapeWindow) -> Reading:
-    """The window's latency quantiles (and the bounds the buckets say of those they cannot place), the KV
-    usage now, the queue by reason now and the preemptions in the window."""
+    """The window's latency quantiles (and the bounds the buckets say of those they cannot place),
+    the KV usage now, the queue by reason now and the preemptions in the window."""
     ttft, itl, e2e = w.histogram("ttft"), w.histogram("inter_token"), w.histogram("e2e")
-    quantiles = {f"{name}_{q}": (h, level) for name, h in (("ttft", ttft), ("inter_token", itl), ("e2e", e2e))
+    quantiles = {f"{name}_{q}": (h, level)
+                 for name, h in (("ttft", ttft), ("inter_token", itl), ("e2e", e2e))
                  for q, level in (("p50", 0.50), ("p99", 0.99))}
-    said = {k: t for k, (h, level) in quantiles.items() if (t := quantile_said(h, level)) is not None}
+    said = {k: t for k, (h, level) in quantiles.items()
+            if (t := quantile_said(h, level)) is not None}
     return Reading(
         kv_usage_ratio=w.now.gauges.kv_ratio,
         kv_capacity_tokens=None if w.capacity is None else w.capacity.tokens,
@@ -280,12 +304,12 @@ def reading(w: ScrapeWindow) -> Reading:
         e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99), said=said or None)
 
 
-# --- reading families ----------------------------------------------------------------------------------
+# --- reading families -------------------------------------------------------------------------
 def _cache_config(family: Family | None, v1: bool) -> KvCapacity | None:
-    """The KV cache's size from vLLM's cache_config_info labels, over all engines: blocks, the tokens they
-    hold (kv_cache_size_tokens where published, else blocks x block size), V1's reserved null block per
-    engine, and whether the model forced the block size (a hybrid model: its tokens are not blocks x block
-    size, or a mamba block size is published)."""
+    """The KV cache's size from vLLM's cache_config_info labels, over all engines: blocks, the
+    tokens they hold (kv_cache_size_tokens where published, else blocks x block size), V1's
+    reserved null block per engine, and whether the model forced the block size (a hybrid model:
+    its tokens are not blocks x block size, or a mamba block size is published)."""
     samples = values(family)
     sizes = {size for s in samples if (size := _int(s.labels.get("block_size"))) is not None}
     blocks = _every_int(samples, "num_gpu_blocks")
@@ -294,7 +318,8 @@ def _cache_config(family: Family | None, v1: bool) -> KvCapacity | None:
     block_size, num_blocks = sizes.pop(), sum(blocks)
     published = _every_int(samples, "kv_cache_size_tokens")
     tokens = sum(published) if published is not None else num_blocks * block_size
-    forced = tokens != num_blocks * block_size or any(_int(s.labels.get("mamba_block_size")) for s in samples)
+    mamba = any(_int(s.labels.get("mamba_block_size")) for s in samples)
+    forced = tokens != num_blocks * block_size or mamba
     return KvCapacity(num_blocks=num_blocks, tokens=tokens, block_size=block_size,
                       reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced,
                       lever=_capacity_lever(samples[0].labels))
@@ -320,7 +345,8 @@ def _capacity_lever(labels: dict[str, str]) -> str:
 
 
 def _serves_adapters(family: Family | None) -> bool:
-    """Whether vLLM serves LoRA adapters: lora_requests_info's max_lora above 0 (it publishes "0" without)."""
+    """Whether vLLM serves LoRA adapters: lora_requests_info's max_lora above 0 (it publishes "0"
+    without)."""
     return bool(_int(label(family, "max_lora")))
 
 
