@@ -1,4 +1,5 @@
-"""A step longer than the scrape interval, read from outside (agent/sources/inference/step_stall.py): vLLM's gauges and
+"""A step longer than the scrape interval, read from outside
+(agent/sources/inference/step_stall.py): vLLM's gauges and
 histograms move once a step, so while one step outlasts the scrapes the scheduler's figures of the window are
 not judged (never ok), and a wait seen growing across scrapes counts. Served for real on loopback; the scrapes
 are given their times, so nothing depends on the clock."""

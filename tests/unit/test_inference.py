@@ -1,4 +1,5 @@
-"""What is inferred of an engine read from outside (agent/sources/inference/figures.py), on hand-made gauges and
+"""What is inferred of an engine read from outside (agent/sources/inference/figures.py), on
+hand-made gauges and
 request timelines whose answers are worked out in the comments."""
 
 import dataclasses

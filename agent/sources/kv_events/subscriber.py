@@ -387,5 +387,6 @@ __all__ = ["EVENT_FIELDS", "TOTALS", "KvEventFigures", "KvEventsSubscriber"]
 
 
 def sequence_gap_is_new_numbering(last: int, seq: int) -> bool:
-    """A KV-event sequence number that jumps ahead past MAX_SEQUENCE_GAP: the publisher numbered anew."""
+    """A KV-event sequence number that jumps ahead past MAX_SEQUENCE_GAP: the publisher numbered
+    anew."""
     return seq - last - 1 > MAX_SEQUENCE_GAP

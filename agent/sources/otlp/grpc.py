@@ -1,4 +1,5 @@
-"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (receiver.py), which it knows as its intake (intake.py).
+"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (receiver.py), which it knows as its intake
+(intake.py).
 
 On gRPC's asyncio server, in a thread of its own: a call waiting for its request costs a coroutine, not
 one of four worker threads (four Exports that never sent their message blocked all intake). Each call
@@ -117,13 +118,15 @@ class GrpcIntake:
             return grpc.StatusCode.INVALID_ARGUMENT, e.reason
         size = len(body)
         try:
-            intake.hold_bytes(peer, size)    # the byte budget HTTP bodies share, until it is decoded
+            # the byte budget HTTP bodies share, until it is decoded
+            intake.hold_bytes(peer, size)
         except RequestRejected as e:
             intake.count("received_requests")
             intake.rejected(e)
             return _retry_later(e.reason)
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, intake.ingest, body, PROTOBUF)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._pool, intake.ingest, body, PROTOBUF)
         except RequestRejected as e:
             return (grpc.StatusCode.RESOURCE_EXHAUSTED if e.status == 413 else grpc.StatusCode.INVALID_ARGUMENT,
                     e.reason)

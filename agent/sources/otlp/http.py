@@ -1,6 +1,7 @@
-"""OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (receiver.py), on a thread-per-connection server with
-the agent's bounds (engine_hooks/shared/bounded_http.py: connections, the headers' deadline, clients gone
-counted). Each body goes to the receiver as its intake (intake.py), which this module does not import.
+"""OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (receiver.py), on a thread-per-connection server
+with the agent's bounds (engine_hooks/shared/bounded_http.py: connections, the headers' deadline,
+clients gone counted). Each body goes to the receiver as its intake (intake.py), which this module
+does not import.
 
 A body is read only within the receiver's budget of body bytes in flight (`max_inflight_bytes`, all
 connections and gRPC calls together, at most 3/4 of it for one sending host): past it the request is
@@ -84,7 +85,8 @@ class _Handler(BoundedHandler):
             kind = content_kind(content_type)
             length = self._length()
             if length > intake.max_body_bytes:
-                raise RequestRejected(413, f"body of {length} bytes exceeds {intake.max_body_bytes}")
+                raise RequestRejected(
+                    413, f"body of {length} bytes exceeds {intake.max_body_bytes}")
             intake.hold_bytes(peer, length)
             held = length
             body = self._read_body(length)
@@ -175,7 +177,8 @@ class _Handler(BoundedHandler):
                 left -= got
             self._body = "read"
         except TimeoutError:
-            raise RequestRejected(408, f"body not received within {intake.read_timeout_s:g} s") from None
+            raise RequestRejected(
+                408, f"body not received within {intake.read_timeout_s:g} s") from None
         finally:
             self.connection.settimeout(intake.idle_timeout_s)
 

@@ -28,14 +28,16 @@ Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per f
 One request is decoded at a time (the decoding is CPU under the GIL anyway): with the bounds on bytes
 and items, what the intake can make the agent hold is bounded whatever is sent (see deploy/).
 
-Every `llm_request` span becomes a RequestTimeline (agent/sources/otlp/llm_request_spans.py) kept in a ring
+Every `llm_request` span becomes a RequestTimeline (agent/sources/otlp/llm_request_spans.py) kept in
+a ring
 of `capacity` (the oldest dropped and counted); other spans are counted and ignored; a span that cannot
 be read is dropped alone (counted), the rest of its request kept. Span times (epoch nanoseconds) are
 converted to this process's monotonic clock with one offset, `time.monotonic() - time.time()`, taken at
 `start()`: the engine and the agent must share a host clock, as they do on one node.
 
 With `forward_to` (an OTLP/HTTP traces URL, e.g. the site's collector), every accepted request body is
-sent on unchanged (agent/sources/otlp/forward.py: same bytes, content type and encoding; a gRPC one as the
+sent on unchanged (agent/sources/otlp/forward.py: same bytes, content type and encoding; a gRPC one
+as the
 protobuf it carried) from a background thread through a queue bounded in bodies and bytes: a slow or dead
 upstream never delays the answer to the engine; a body that does not fit is dropped (counted).
 
@@ -61,7 +63,14 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
 from stagelens.engine_hooks.shared.fair_share import SHARE, FairShare
-from stagelens.sources.otlp.decode import JSON, RequestRejected, content_kind, inflate, one_line, parse
+from stagelens.sources.otlp.decode import (
+    JSON,
+    RequestRejected,
+    content_kind,
+    inflate,
+    one_line,
+    parse,
+)
 from stagelens.sources.otlp.forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
 from stagelens.sources.otlp.grpc import GrpcIntake
 from stagelens.sources.otlp.http import HttpIntake

@@ -191,7 +191,8 @@ class VllmSource:
     `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
     exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
-    `poll_s`, when given, reads the queue gauges that often between scrapes (agent.sources.scrape.gauge_poll).
+    `poll_s`, when given, reads the queue gauges that often between scrapes
+    (agent.sources.scrape.gauge_poll).
     `start()` and `close()` start and stop them with the agent."""
 
     def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
@@ -363,7 +364,8 @@ class VllmSource:
         return exposition
 
     def _refuse_implausible(self, exposition: Exposition) -> None:
-        """Leave out the families agent.sources.scrape.plausible refuses; count each, and log its first refusal."""
+        """Leave out the families agent.sources.scrape.plausible refuses; count each, and log its
+        first refusal."""
         for refusal in refuse_implausible(exposition, self._rules):
             if refusal.figure not in self.refused:
                 log.warning("engine at %s: refused %s (counted in stagelens_engine_intake_total{part=\"metrics\"})",
@@ -392,48 +394,58 @@ class VllmSource:
 
     def _window(self, now: Scrape, before: Scrape | None, scrapes: list[Scrape], timelines: list,
                 lengths: list[int] | None) -> ScrapeWindow:
-        assert self.generation is not None   # snapshot reads the generation before the window
-        return scrape_window(
-            self.kind, self._names_of, now, before, scrapes,
-            self.poller.samples(before.at, now.at) if self.poller is not None and before is not None else None,
-            kv_capacity(now.exposition, self.kind, self._names_of, self.generation),
-            timelines, lengths, with_spans=self.spans is not None)
+        # snapshot reads the generation before the window
+        assert self.generation is not None
+        polls = None
+        if self.poller is not None and before is not None:
+            polls = self.poller.samples(before.at, now.at)
+        capacity = kv_capacity(now.exposition, self.kind, self._names_of, self.generation)
+        return scrape_window(self.kind, self._names_of, now, before, scrapes, polls, capacity,
+                             timelines, lengths, with_spans=self.spans is not None)
 
     def _fill(self, w: ScrapeWindow) -> tuple[EngineSnapshot, Reading]:
-        """The snapshot of one window, from its builders (window.py, scheduler.py) and what lasts across
-        windows: a step outlasting the scrapes, the KV events, the waiting reasons the tail is charged by."""
+        """The snapshot of one window, from its builders (window.py, scheduler.py) and what lasts
+        across windows: a step outlasting the scrapes, the KV events, the waiting reasons the tail
+        is charged by."""
         now = w.now
         waits = window_waits(w)
         self._by_reason = waits.by_reason
-        still = self._steps.still_for(now.at, histogram_part(w.family("iteration_tokens"), "_count"),
-                                      bool(now.gauges.running or now.gauges.waiting))
-        scheduler, inferred = scheduler_figures(w, self._with_stalls(still, waits, now, w.before), still)
+        steps = histogram_part(w.family("iteration_tokens"), "_count")
+        still = self._steps.still_for(now.at, steps, bool(now.gauges.running or now.gauges.waiting))
+        waits = self._with_stalls(still, waits, now, w.before)
+        scheduler, inferred = scheduler_figures(w, waits, still)
         kv, kv_how = kv_figures(w, self._blocks(w))
         tail, tail_how = window_tail(w, waits.by_reason, self._polled())
         engine, engine_how = engine_info(w, self.generation, self._model(now.exposition))
         counters, health = counters_and_health(w)
         inferred.update(kv_how | tail_how | engine_how)
+        window = Window(span_s=w.span, kv=kv, scheduler=scheduler, cold_path=cold_path(w),
+                        tail=tail)
         snap = EngineSnapshot(
             clock=Clock(monotonic=now.at, wall=time.time()), engine=engine, usage=kv_usage(w),
-            window=Window(span_s=w.span, kv=kv, scheduler=scheduler, cold_path=cold_path(w), tail=tail),
-            counters=counters, health=health, inferred=inferred or None, intake=self._intake())
+            window=window, counters=counters, health=health, inferred=inferred or None,
+            intake=self._intake())
         return snap, reading(w)
 
     def _blocks(self, w: ScrapeWindow) -> KvEventFigures | None:
         """What the engine's KV events said in the window; None without a subscriber."""
         if self.kv_events is None:
             return None
-        return self.kv_events.figures(since_monotonic=w.before.at if w.before else w.now.at - self.window_s)
+        since = w.before.at if w.before else w.now.at - self.window_s
+        return self.kv_events.figures(since_monotonic=since)
 
-    def _with_stalls(self, still: float | None, waits: Waits, now: Scrape, before: Scrape | None) -> Waits:
-        """The window's waits with what a step outlasting the scrapes says of the decided-wait P99 (agent.sources.
-        inference.step_stall): while no step finishes, the window's figures are a floor only, with a wait seen
-        growing; once steps move again, a wait seen growing in the window still bounds it from below."""
+    def _with_stalls(self, still: float | None, waits: Waits, now: Scrape,
+                     before: Scrape | None) -> Waits:
+        """The window's waits with what a step outlasting the scrapes says of the decided-wait P99
+        (agent.sources.inference.step_stall): while no step finishes, the window's figures are a
+        floor only, with a wait seen growing; once steps move again, a wait seen growing in the
+        window still bounds it from below."""
         decided, bounds = waits.decided, waits.bounds
         seen = decided if decided is not None else None if bounds is None or not bounds.at_least else \
             Inferred(bounds.at_least, bounds.how)
         if still is not None:
-            growing = growing_wait(still, now.gauges.waiting, waits.ordinary_step, kv_full(now.gauges))
+            full = kv_full(now.gauges)
+            growing = growing_wait(still, now.gauges.waiting, waits.ordinary_step, full)
             if growing is not None:
                 self._steps.saw_growing(now.at, growing.value, growing.how)
         carried = self._steps.grown_since(before.at if before else now.at)
@@ -443,9 +455,9 @@ class VllmSource:
             floor = carried
         else:
             return waits
-        return dataclasses.replace(
-            waits, decided=None, bounds=None if floor.value is None else WaitBounds(floor.value, None, floor.how),
-            inferred={**waits.inferred, DECIDED: floor.how})
+        floor_bounds = None if floor.value is None else WaitBounds(floor.value, None, floor.how)
+        return dataclasses.replace(waits, decided=None, bounds=floor_bounds,
+                                   inferred={**waits.inferred, DECIDED: floor.how})
 
     def _intake(self) -> dict[str, float] | None:
         """What the span receiver and the KV-events subscriber took in and dropped, and the scrapes' families

@@ -5,10 +5,12 @@ A gauge is a sample at the instant it is read: one scrape a second misses a queu
 between. `GaugePoller` reads `/metrics` a few times a second on a thread of its own, keeps only the lines
 of the few gauge families it is told (the queue, its reasons, KV usage, whether adapters are served), and
 turns them into `Gauges` with the source's own reading, so the poll and the scrape cannot disagree on what
-a family means. The window's inferences (agent.sources.inference.figures) take these samples beside the scrapes'.
+a family means. The window's inferences (agent.sources.inference.figures) take these samples beside
+the scrapes'.
 
 A failed poll is counted and skipped: the scrape, not the poll, reports an engine that cannot be read. A poll
-while the engine's reads are paused (agent.sources.scrape.heavy_answers) is counted as such, and reads nothing.
+while the engine's reads are paused (agent.sources.scrape.heavy_answers) is counted as such, and
+reads nothing.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ observed, never exported, and the refusal is counted and said once. The rules:
   firing scheduler "not judged");
 - a count of requests stays under MAX_REQUESTS, a ratio under 1;
 - the KV cache's configuration labels are whole numbers in range (num_gpu_blocks 2e29 is no GPU's).
-(A KV-event sequence's plausible jump is the KV-event subscriber's: agent/sources/kv_events/subscriber.py.)
+(A KV-event sequence's plausible jump is the KV-event subscriber's:
+agent/sources/kv_events/subscriber.py.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class Refusal:
 
 
 def rule_for(figure: str, kind: str) -> Rule:
-    """The rule a figure's family is held to, by its name in agent.sources.scrape.engine_source.METRICS."""
+    """The rule a figure's family is held to, by its name in
+    agent.sources.scrape.engine_source.METRICS."""
     if figure in ("running", "waiting", "waiting_by_reason"):
         return Rule(kind, MAX_REQUESTS)
     if figure == "kv_usage":
