@@ -6,7 +6,8 @@ scrape (the window). Label sets are added up (the `engine` label of data paralle
 ratios are averaged. A figure no exposed metric gives stays None: not observable. A failed scrape
 raises `EngineScrapeError` or `ExpositionError` with a one-line reason (the sampler counts it as a
 failed `engine` collector). METRICS is the one table of which metric fills which figure
-(docs/engines.md is its prose).
+(docs/engines.md is its prose). The snapshot's parts are built over one scrape window by window.py and
+scheduler.py; the source keeps the scrapes and what lasts from one window to the next.
 """
 
 from __future__ import annotations
@@ -175,6 +176,7 @@ METRICS: dict[str, Metric] = {
     "lora": Metric("info", (LORA_REQUESTS_INFO,), (),
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
+
 
 def names_for(kind: str) -> dict[str, tuple[str, ...]]:
     """Each figure's families (newest name first) for an engine of `kind` (vllm, sglang)."""
