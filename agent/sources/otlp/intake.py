@@ -1,5 +1,4 @@
-"""What an OTLP transport hands its request bodies to: the receiver's intake, as the transports see
-it.
+"""What an OTLP transport hands its request bodies to: the receiver's intake, as transports see it.
 
 The receiver (receiver.py) composes the transports (http.py, grpc.py) and is their intake; the
 transports know it only by this protocol, so neither imports the receiver and the three form no
@@ -17,8 +16,7 @@ from stagelens.sources.otlp.decode import RequestRejected
 
 
 class SpanIntake(Protocol):
-    """The receiver's side of a transport: where a request body goes, and the bounds it is received
-    under."""
+    """The receiver as a transport sees it: where a body goes, the bounds it is received under."""
 
     max_body_bytes: int
     max_connections: int
