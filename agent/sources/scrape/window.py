@@ -65,8 +65,7 @@ FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are s
 
 @dataclass(frozen=True, slots=True)
 class Scrape:
-    """One scrape: when (monotonic seconds), its families, and its gauges as the source reads
-    them."""
+    """One scrape: when (monotonic seconds), its families, its gauges as the source reads them."""
     at: float
     exposition: Exposition
     gauges: Gauges
@@ -112,9 +111,9 @@ class ScrapeWindow:
         return histogram_delta(self.family(figure), self.family_before(figure))
 
 
-def scrape_window(kind: str, names: Mapping[str, tuple[str, ...]], now: Scrape,
-                  before: Scrape | None,
-                  scrapes: list[Scrape], polls: list[Gauges] | None, capacity: KvCapacity | None,
+def scrape_window(kind: str, names: Mapping[str, tuple[str, ...]],
+                  now: Scrape, before: Scrape | None, scrapes: list[Scrape],
+                  polls: list[Gauges] | None, capacity: KvCapacity | None,
                   timelines: list | None = None, lengths: list[int] | None = None,
                   with_spans: bool = False) -> ScrapeWindow:
     """The window from the scrapes kept after `before` (`now` last) and the gauge polls between
