@@ -1,5 +1,5 @@
 """What reading an engine from outside costs a scrape as the traffic grows: the decided waits and the
-head-of-line share inferred from a window's llm_request spans (agent/sources/inference.py).
+head-of-line share inferred from a window's llm_request spans (agent/sources/inference/figures.py).
 
     python bench/outside_inference.py [--quick] [--json]
 
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
 from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait  # noqa: E402
-from stagelens.sources.inference import decided_waits, head_of_line_share  # noqa: E402
+from stagelens.sources.inference.figures import decided_waits, head_of_line_share  # noqa: E402
 
 
 def window(requests: int, seed: int) -> list[RequestTimeline]:

@@ -68,8 +68,8 @@ from otlp_intake import (  # noqa: E402
 )
 
 from stagelens.server.api import MAX_FRAMES_LIMIT  # noqa: E402
-from stagelens.sources.heavy_answers import MAX_PAUSE_S  # noqa: E402
-from stagelens.sources.prometheus_text import sample_lines  # noqa: E402
+from stagelens.sources.scrape.heavy_answers import MAX_PAUSE_S  # noqa: E402
+from stagelens.sources.scrape.prometheus_text import sample_lines  # noqa: E402
 from tests.helpers.second_host import SECOND_HOST, Relay  # noqa: E402  (the tests' second sending host)
 
 DGX = str(ROOT / "tests" / "fixtures" / "nvml" / "dgx_a100.json")
@@ -506,7 +506,8 @@ def run(duration: float, seed: int, history: int | None = None, generator_nice: 
 def _spans_taken(base: str) -> float | None:
     """llm_request spans the agent read (not those it could not), once a few frames in a row say the same: a
     frame's count is from its tick, so the last batches show a tick or two after they were answered. The agent
-    may still be pausing its reads of the engine after a heavy answer (agent/sources/heavy_answers.py): a frame
+    may still be pausing its reads of the engine after a heavy answer
+    (agent/sources/scrape/heavy_answers.py): a frame
     holds the engine, and its intake, once the pause is over."""
     end, seen = time.monotonic() + MAX_PAUSE_S + 60, []
     while time.monotonic() < end:

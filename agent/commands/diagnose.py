@@ -121,9 +121,9 @@ def _answered_kinds() -> frozenset[str]:
     """The collector errors of an engine that answered, with what is not read (a frame keeps the error's type
     by name): an HTTP error, a gzip body, an HTML page, too many series, a parse past its deadline, a pause
     after such an answer."""
-    from stagelens.sources.heavy_answers import ReadPaused
-    from stagelens.sources.prometheus_text import ExpositionTooCostly
-    from stagelens.sources.vllm import ANSWER_REFUSED
+    from stagelens.sources.scrape.engine_source import ANSWER_REFUSED
+    from stagelens.sources.scrape.heavy_answers import ReadPaused
+    from stagelens.sources.scrape.prometheus_text import ExpositionTooCostly
 
     return frozenset(c.__name__ for c in (*ANSWER_REFUSED, ExpositionTooCostly, ReadPaused))
 

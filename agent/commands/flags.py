@@ -209,8 +209,8 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
     """The engine source for `--engine KIND --engine-url URL` (and its span receiver and KV-events
     subscriber, started with the source); None for an engine not read from outside. UserError for a flag
     missing, given without what it needs, or malformed. Its scrape has a deadline of its own, fit for a busy
-    engine (agent.sources.vllm.SCRAPE_TIMEOUT_S), not the sampling interval: a frame waits for the engine's
-    answer, at most that long."""
+    engine (agent.sources.scrape.engine_source.SCRAPE_TIMEOUT_S), not the sampling interval: a frame
+    waits for the engine's answer, at most that long."""
     o = outside
     if kind not in OUTSIDE_ENGINES:
         for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
@@ -235,18 +235,18 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
     spans = _receiver(o.otlp_receiver, o.otlp_receiver_grpc, o.otlp_forward) if receiving else None
     subscriber = None
     if o.kv_events:
-        from stagelens.sources.kv_events_subscriber import KvEventsSubscriber
+        from stagelens.sources.kv_events.subscriber import KvEventsSubscriber
 
         subscriber = KvEventsSubscriber(o.kv_events)
-    from stagelens.sources.gauge_poll import POLL_S
-    from stagelens.sources.vllm import SCRAPE_TIMEOUT_S, VllmSource
+    from stagelens.sources.scrape.engine_source import SCRAPE_TIMEOUT_S, VllmSource
+    from stagelens.sources.scrape.gauge_poll import POLL_S
 
     return VllmSource(o.engine_url, timeout_s=SCRAPE_TIMEOUT_S, kind=kind, spans=spans,
                       kv_events=subscriber, poll_s=POLL_S)
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):
-    from stagelens.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp.receiver import OtlpReceiver
 
     http_host, http_port = parse_listen(http, "--otlp-receiver") if http else (None, None)
     grpc_host, grpc_port = parse_listen(grpc, "--otlp-receiver-grpc") if grpc else (None, None)

@@ -237,7 +237,8 @@ def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:
 
 def _stalled(frame: Frame) -> bool:
     """Whether, read from outside, no engine step finished in the window while requests ran or waited: the
-    scheduler's figures are then the last step's (agent.sources.step_stall), not the window's."""
+    scheduler's figures are then the last step's (agent.sources.inference.step_stall), not the
+    window's."""
     w = frame.window
     return w is not None and w.scheduler.no_step_for_s is not None
 

@@ -13,9 +13,9 @@ from stagelens.diagnosis.whole_run import RunDiagnosis, judge_run
 from stagelens.engine_hooks.engine import LLMEngine
 from stagelens.frame import Frame
 from stagelens.node_sampling import NodeSampling
-from stagelens.sources.gauge_poll import POLL_S
-from stagelens.sources.otlp_receiver import OtlpReceiver
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.otlp.receiver import OtlpReceiver
+from stagelens.sources.scrape.engine_source import VllmSource
+from stagelens.sources.scrape.gauge_poll import POLL_S
 
 SPAN_DELAY_S = 1.0
 

@@ -15,7 +15,7 @@ class OutsideFeed(Feed):
 
     def __init__(self, engine_source, nvml_snapshot: str | None = None, interval: float = 1.0) -> None:
         super().__init__()
-        self.engine_source = engine_source      # agent.sources.vllm.VllmSource
+        self.engine_source = engine_source      # agent.sources.scrape.engine_source.VllmSource
         self.nvml_snapshot = nvml_snapshot
         self.interval = interval
         self._sampling: NodeSampling | None = None

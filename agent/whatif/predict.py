@@ -91,7 +91,7 @@ def left_out(requests: list[ServedRequest], settings: Settings) -> dict:
 def _fragmentation(log, read_from_outside: bool) -> float | None:
     """Reserved slots holding no token, as the diagnosis counts them for the engine's kind: the bundled engine's
     hooks count every empty slot; from outside, each running sequence's last, partial block is the block
-    size's floor, not fragmentation (agent/sources/inference.py)."""
+    size's floor, not fragmentation (agent/sources/inference/figures.py)."""
     reserved = log.kv_reserved_slots - (log.kv_floor_slots if read_from_outside else 0)
     return 1 - log.kv_tokens_cached / reserved if reserved > 0 else None
 

@@ -17,7 +17,8 @@ from stagelens.engine_hooks.shared.quoting import shown
 # Seconds either side of zero any recorded time lies within: the year 5000 on the Unix clock, and far past a
 # monotonic one; a time past it (1e300, 10**400) is no time, and would print a 309-digit figure
 MAX_TIME_S = 95_617_584_000
-MAX_TOKENS = 1 << 40        # what an outside engine's span may say (agent/sources/llm_request_spans.py)
+# what an outside engine's span may say (agent/sources/otlp/llm_request_spans.py)
+MAX_TOKENS = 1 << 40
 
 
 class TimelineError(ValueError):

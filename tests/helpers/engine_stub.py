@@ -32,8 +32,8 @@ def read_with_spans(engine: Engine, spans: list, bodies: list[str] | None = None
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
     from stagelens.engine_hooks.records.snapshot import WINDOW_S
-    from stagelens.sources.otlp_receiver import OtlpReceiver
-    from stagelens.sources.vllm import VllmSource
+    from stagelens.sources.otlp.receiver import OtlpReceiver
+    from stagelens.sources.scrape.engine_source import VllmSource
 
     receiver = OtlpReceiver()
     receiver.ingest(encode_spans(spans).SerializeToString(), "application/x-protobuf")

@@ -6,7 +6,7 @@ from pathlib import Path
 from stagelens.diagnosis.evaluate import LiveDiagnosis
 from stagelens.probes.sample import NodeProbe, open_backend
 from stagelens.sampler import Sampler
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_source import VllmSource
 from tests.helpers.metrics_server import MetricsServer
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"

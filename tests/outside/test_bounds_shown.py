@@ -11,7 +11,7 @@ from stagelens.engine_hooks.records.snapshot import WINDOW_S
 from stagelens.metrics import diagnosis as diagnosis_metrics
 from stagelens.metrics.families import Scrape
 from stagelens.render import render_diagnosis
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_source import VllmSource
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.scheduler_panel import figures_grid
 from tests.helpers.engine_stub import Engine, fixture

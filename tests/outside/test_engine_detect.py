@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stagelens.sources.engine_names import EngineMismatchError, generation
-from stagelens.sources.prometheus_text import parse_exposition
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_names import EngineMismatchError, generation
+from stagelens.sources.scrape.engine_source import VllmSource
+from stagelens.sources.scrape.prometheus_text import parse_exposition
 from tests.helpers.metrics_server import MetricsServer
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"

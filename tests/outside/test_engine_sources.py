@@ -9,8 +9,8 @@ from stagelens.diagnosis.evaluate import LiveDiagnosis, diagnose
 from stagelens.engine_hooks.records.snapshot import WINDOW_S, EngineSnapshot
 from stagelens.frame import Frame
 from stagelens.sampler import Sampler
-from stagelens.sources.prometheus_text import ExpositionError, parse_exposition
-from stagelens.sources.vllm import METRICS, EngineScrapeError, VllmSource
+from stagelens.sources.scrape.engine_source import METRICS, EngineScrapeError, VllmSource
+from stagelens.sources.scrape.prometheus_text import ExpositionError, parse_exposition
 from stagelens.vocabulary import STAGES
 from tests.helpers.engine_stub import DGX, Engine, closed_port_url, fixture
 

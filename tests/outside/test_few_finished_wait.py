@@ -8,8 +8,8 @@ import pytest
 
 from stagelens.diagnosis.evaluate import diagnose
 from stagelens.engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
-from stagelens.sources.inference import Inferred, decided_wait_p99
-from stagelens.sources.wait_bounds import WaitBounds
+from stagelens.sources.inference.figures import Inferred, decided_wait_p99
+from stagelens.sources.inference.wait_bounds import WaitBounds
 from tests.helpers.engine_stub import Engine, read_with_spans
 from tests.helpers.frame_builders import frame
 from tests.helpers.otlp_posts import vllm_spans
@@ -38,7 +38,7 @@ def test_a_handful_finished_while_more_wait_longer_is_a_lower_bound():
     assert found.at_least == pytest.approx(2.0 - 0.05)
     assert "only 4 requests finished in the window while 6 wait" in found.how
     # as many finished as make a P99, the same figure is the window's
-    many = [went_in(i) for i in range(20)]    # agent.sources.inference.MIN_FINISHED
+    many = [went_in(i) for i in range(20)]    # agent.sources.inference.figures.MIN_FINISHED
     assert isinstance(decided_wait_p99(many, 0.05, queued=(2.0, 10), waiting_now=6), Inferred)
 
 

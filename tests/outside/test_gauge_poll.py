@@ -1,4 +1,5 @@
-"""The gauge poll between scrapes (agent/sources/gauge_poll.py): a queue that comes and goes between two
+"""The gauge poll between scrapes (agent/sources/scrape/gauge_poll.py): a queue that comes and goes
+between two
 scrapes, as the requests a short model load defers, is counted in the window; a failed poll is counted and
 skipped. Served for real on loopback (tests/outside/test_engine_sources.py's Engine); polls are driven one by one."""
 
@@ -7,7 +8,7 @@ import time
 import pytest
 
 from stagelens.engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_source import VllmSource
 from tests.helpers.engine_stub import Engine
 
 

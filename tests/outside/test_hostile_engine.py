@@ -19,10 +19,20 @@ from stagelens.commands.flags import OutsideFlags, open_engine_source
 from stagelens.errors import CollectError
 from stagelens.frame import Frame
 from stagelens.probes.sample import CollectorStatus
-from stagelens.sources import prometheus_text
-from stagelens.sources.heavy_answers import FIRST_PAUSE_S, MAX_PAUSE_S, HeavyAnswers, ReadPaused
-from stagelens.sources.prometheus_text import ExpositionError, parse_exposition
-from stagelens.sources.vllm import MAX_BODY_BYTES, SCRAPE_TIMEOUT_S, EngineScrapeError, VllmSource
+from stagelens.sources.scrape import prometheus_text
+from stagelens.sources.scrape.engine_source import (
+    MAX_BODY_BYTES,
+    SCRAPE_TIMEOUT_S,
+    EngineScrapeError,
+    VllmSource,
+)
+from stagelens.sources.scrape.heavy_answers import (
+    FIRST_PAUSE_S,
+    MAX_PAUSE_S,
+    HeavyAnswers,
+    ReadPaused,
+)
+from stagelens.sources.scrape.prometheus_text import ExpositionError, parse_exposition
 from tests.helpers.hostile_servers import ScriptedServer, answer, drip_body, drip_headers
 from tests.helpers.metrics_server import MetricsServer
 

@@ -14,7 +14,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from stagelens.engine_hooks.shared.fair_share import BUSY, BUSY_PEER, FairShare, grpc_peer_key, peer_key
-from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.otlp.receiver import OtlpReceiver
 from tests.helpers.otlp_posts import DEADLINE_S, one_request_body, post
 from tests.helpers.polling import wait_for
 from tests.helpers.second_host import SECOND_HOST, Relay, connect_from

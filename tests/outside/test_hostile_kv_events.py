@@ -7,8 +7,11 @@ from __future__ import annotations
 import time
 
 from stagelens.engine_hooks.engine.vllm_face.kv_events_publisher import BlockRemoved, BlockStored, encode_batch
-from stagelens.sources.kv_events_subscriber import MAX_ARRAY_LEN, KvEventsSubscriber
-from stagelens.sources.plausible import MAX_SEQUENCE_GAP
+from stagelens.sources.kv_events.subscriber import (
+    MAX_ARRAY_LEN,
+    MAX_SEQUENCE_GAP,
+    KvEventsSubscriber,
+)
 
 BS = 16
 

@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.common.v1 import common_pb2
 
-from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.otlp.receiver import OtlpReceiver
 from tests.helpers.otlp_posts import DEADLINE_S, closed_port, one_request_body, post, vllm_spans, wait_for
 from tests.helpers.second_host import SECOND_HOST, Relay, connect_from
 
@@ -103,7 +103,7 @@ def test_hostile_1_an_http_body_of_millions_of_empty_spans_is_a_413(receiver, co
 
 
 def test_hostile_1_a_batch_just_inside_the_bounds_is_taken_whole(receiver):
-    from stagelens.sources.otlp_decode import MAX_SPANS
+    from stagelens.sources.otlp.decode import MAX_SPANS
 
     assert post(receiver.http_url + "/v1/traces", empty_spans_body(MAX_SPANS))[0] == 200
     assert receiver.counts["spans"] == MAX_SPANS and receiver.counts["rejected"] == 0
@@ -205,7 +205,7 @@ def test_hostile_6_a_second_receiver_on_a_taken_grpc_port_fails_to_start(capsys)
 
 
 def test_hostile_7_a_hung_upstream_holds_at_most_the_forward_bytes_bound():
-    from stagelens.sources.otlp_forward import MAX_QUEUED_BYTES
+    from stagelens.sources.otlp.forward import MAX_QUEUED_BYTES
 
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))

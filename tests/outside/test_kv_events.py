@@ -1,6 +1,6 @@
 """vLLM's KV-cache events end to end over real ZMQ sockets: the bundled engine publishes them in vLLM's wire
 format (engine_hooks/engine/vllm_face/kv_events_publisher.py), the agent's subscriber
-(agent/sources/kv_events_subscriber.py) reads them."""
+(agent/sources/kv_events/subscriber.py) reads them."""
 
 import threading
 import time
@@ -19,7 +19,7 @@ from stagelens.engine_hooks.engine.vllm_face.kv_events_publisher import (
     block_hash,
     encode_batch,
 )
-from stagelens.sources.kv_events_subscriber import KvEventsSubscriber
+from stagelens.sources.kv_events.subscriber import KvEventsSubscriber
 from tests.helpers.polling import wait_for
 
 BS = 16

@@ -30,8 +30,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import Status, StatusCode
 
 from stagelens.engine_hooks.records.timeline import PrefillChunk, Wait
-from stagelens.sources.llm_request_spans import QUEUED, timeline_from_span
-from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.otlp.llm_request_spans import QUEUED, timeline_from_span
+from stagelens.sources.otlp.receiver import OtlpReceiver
 from tests.helpers.otlp_posts import DEADLINE_S, closed_port, one_request_body, post, vllm_spans, wait_for
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_source import VllmSource
 from tests.helpers.real_captures import Serving, capture, judged
 
 

@@ -9,8 +9,8 @@ import pytest
 from stagelens.diagnosis.config import Threshold
 from stagelens.diagnosis.evaluate import shown_value, signal_state
 from stagelens.diagnosis.signals import SIGNALS_BY_ID, Bounded
-from stagelens.sources.families import HistogramDelta, quantile, quantile_said
-from stagelens.sources.wait_bounds import queue_wait_p99_bounds
+from stagelens.sources.inference.wait_bounds import queue_wait_p99_bounds
+from stagelens.sources.scrape.families import HistogramDelta, quantile, quantile_said
 from tests.helpers.real_captures import Serving, capture, judged
 
 WAIT = SIGNALS_BY_ID["scheduler_wait_p99"]

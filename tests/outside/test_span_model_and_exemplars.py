@@ -10,7 +10,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 from stagelens.engine_hooks.records.timeline_reading import TimelineError, read_timeline
 from stagelens.metrics.waits import WaitMetrics
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_source import VllmSource
 from tests.helpers.engine_stub import Engine, fixture, read_with_spans
 from tests.helpers.otlp_posts import TRACEPARENT, vllm_spans
 
@@ -64,7 +64,7 @@ def test_after_a_restart_the_block_size_advice_weighs_only_the_new_engines_reque
     served no longer stand for this one's lengths."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    from stagelens.sources.otlp_receiver import OtlpReceiver
+    from stagelens.sources.otlp.receiver import OtlpReceiver
 
     receiver = OtlpReceiver()
     receiver.ingest(encode_spans(vllm_spans(*({"gen_ai.request.id": f"old-{i}"} for i in range(3)))

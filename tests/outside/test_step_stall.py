@@ -1,4 +1,5 @@
-"""A step longer than the scrape interval, read from outside (agent/sources/step_stall.py): vLLM's gauges and
+"""A step longer than the scrape interval, read from outside
+(agent/sources/inference/step_stall.py): vLLM's gauges and
 histograms move once a step, so while one step outlasts the scrapes the scheduler's figures of the window are
 not judged (never ok), and a wait seen growing across scrapes counts. Served for real on loopback; the scrapes
 are given their times, so nothing depends on the clock."""
@@ -7,9 +8,9 @@ import pytest
 
 from stagelens.diagnosis.evaluate import diagnose
 from stagelens.engine_hooks.records.snapshot import EngineSnapshot
-from stagelens.sources.inference import Inferred
-from stagelens.sources.step_stall import NO_STEP, StepWatch, growing_wait, stalled_wait
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.inference.figures import Inferred
+from stagelens.sources.inference.step_stall import NO_STEP, StepWatch, growing_wait, stalled_wait
+from stagelens.sources.scrape.engine_source import VllmSource
 from tests.helpers.frame_builders import frame
 from tests.helpers.metrics_server import MetricsServer
 

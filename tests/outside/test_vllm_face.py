@@ -28,8 +28,8 @@ from stagelens.engine_hooks.engine.vllm_face.metrics import (
     TTFT_BUCKETS,
     build_1_2_5_buckets,
 )
-from stagelens.sources.prometheus_text import parse_exposition
-from stagelens.sources.vllm import VllmSource
+from stagelens.sources.scrape.engine_source import VllmSource
+from stagelens.sources.scrape.prometheus_text import parse_exposition
 
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 4    # K and V, 2 layers, 2 KV heads, head_dim 16, float32
 BLOCK = 16

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
 from stagelens.engine_hooks.engine.vllm_face.server import MetricsServer
-from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.otlp.receiver import OtlpReceiver
 from tests.helpers.otlp_posts import one_request_body, post
 from tests.helpers.polling import wait_for
 from tests.helpers.second_host import SECOND_HOST, connect_from

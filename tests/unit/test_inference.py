@@ -1,4 +1,5 @@
-"""What is inferred of an engine read from outside (agent/sources/inference.py), on hand-made gauges and
+"""What is inferred of an engine read from outside (agent/sources/inference/figures.py), on
+hand-made gauges and
 request timelines whose answers are worked out in the comments."""
 
 import dataclasses
@@ -7,8 +8,7 @@ import pytest
 
 from stagelens.engine_hooks.records.timeline import QUEUED, PrefillChunk, RequestTimeline, Wait
 from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
-from stagelens.sources.families import HistogramDelta, length_biased_mean
-from stagelens.sources.inference import (
+from stagelens.sources.inference.figures import (
     Counted,
     Gauges,
     KvCapacity,
@@ -26,7 +26,8 @@ from stagelens.sources.inference import (
     sustained_p99,
     wait_seconds_by_reason,
 )
-from stagelens.sources.prometheus_text import Family, Sample
+from stagelens.sources.scrape.families import HistogramDelta, length_biased_mean
+from stagelens.sources.scrape.prometheus_text import Family, Sample
 
 
 def span(rid: str, arrival: float, queue: float, prefill: float, prompt: int, end: float) -> RequestTimeline:

@@ -1,50 +1,20 @@
 """The layers, checked over the imports (every import statement, function-level ones included): the engine
 imports neither the hooks nor the agent; the records import nothing above them; the agent reaches the engine
 only through the lab, which hosts it; the fleet does not import the TUI; nothing below the CLI imports the
-commands."""
+commands; each protocol of the engine sources reads none of the others, the OTLP transports know
+their receiver only as an intake, and the sources import nothing of the agent above them."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-# the one import root: agent/ is the package `stagelens`, the other folders its subpackages (pyproject.toml)
-PACKAGE_OF_FOLDER = {"agent": "stagelens", "probes": "stagelens.probes", "engine_hooks": "stagelens.engine_hooks",
-                     "runbooks": "stagelens.runbooks"}
-
-
-def module_name(path: Path, root: Path = ROOT) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
-    if root == ROOT and parts[0] in PACKAGE_OF_FOLDER:
-        parts[:1] = PACKAGE_OF_FOLDER[parts[0]].split(".")
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imported_modules(path: Path, root: Path = ROOT) -> set[str]:
-    """Every module an import in `path` names (`from a import b` names `a` and `a.b`), relative ones resolved."""
-    package = module_name(path, root).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
-
-
-def modules_under(folder: str) -> dict[str, set[str]]:
-    return {module_name(p): imported_modules(p) for p in sorted((ROOT / folder).rglob("*.py"))}
+from tests.helpers.imports import (
+    PACKAGE_OF_FOLDER,
+    ROOT,
+    imported_modules,
+    module_name,
+    modules_under,
+)
 
 
 def within(name: str, prefix: str) -> bool:
@@ -120,3 +90,43 @@ def test_the_wheel_lists_every_package_the_folders_hold():
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     found = [module_name(init) for folder in PACKAGE_OF_FOLDER for init in sorted((ROOT / folder).rglob("__init__.py"))]
     assert sorted(listed) == sorted(found)
+
+
+SOURCES = {m: t for m, t in AGENT.items() if within(m, "stagelens.sources")}
+
+
+def _sources_in(folder: str) -> dict[str, set[str]]:
+    found = {m: t for m, t in SOURCES.items() if within(m, f"stagelens.sources.{folder}")}
+    assert found, f"no modules found in agent/sources/{folder}/"
+    return found
+
+
+@pytest.mark.parametrize("folder, others", [
+    ("otlp", ("scrape", "kv_events", "inference")),
+    ("kv_events", ("scrape", "otlp", "inference")),
+    ("inference", ("otlp", "kv_events", "scrape")),
+])
+def test_each_protocol_of_the_sources_reads_none_of_the_others(folder, others):
+    """The OTLP receiver and the KV-event subscriber stand alone; the inferences read a scrape's
+    histograms (scrape/families.py) and nothing else of it; the scrape's engine source is what puts
+    them together."""
+    allowed = "stagelens.sources.scrape.families" if folder == "inference" else None
+    imported = {m: {n for n in t if not (allowed and within(n, allowed))}
+                for m, t in _sources_in(folder).items()}
+    assert breaches(imported, tuple(f"stagelens.sources.{o}" for o in others)) == []
+
+
+def test_the_otlp_transports_hand_their_bodies_to_an_intake_and_never_import_the_receiver():
+    transports = {m: t for m, t in _sources_in("otlp").items()
+                  if m in ("stagelens.sources.otlp.http", "stagelens.sources.otlp.grpc")}
+    assert len(transports) == 2
+    assert breaches(transports, ("stagelens.sources.otlp.receiver",)) == []
+    assert all("stagelens.sources.otlp.intake" in t for t in transports.values())
+
+
+def test_the_sources_import_nothing_of_the_agent_above_them():
+    """An engine read from outside fills the snapshot; what reads the snapshot (the diagnosis,
+    what-if, the exporters, the server, the TUI, the fleet, the lab, the commands) is above it."""
+    above = ("diagnosis", "whatif", "metrics", "tracing", "server", "tui", "fleet", "lab",
+             "loadtest", "commands", "sampler", "cli")
+    assert breaches(SOURCES, tuple(f"stagelens.{a}" for a in above)) == []

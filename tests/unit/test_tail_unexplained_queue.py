@@ -11,7 +11,7 @@ from stagelens.engine_hooks.records.snapshot import WindowTail
 from stagelens.engine_hooks.records.timeline import QUEUED, STEP_BOUNDARY
 from stagelens.metrics import tail as tail_metrics
 from stagelens.metrics.families import Scrape
-from stagelens.sources.llm_request_spans import timeline_from_span
+from stagelens.sources.otlp.llm_request_spans import timeline_from_span
 from stagelens.tui.render.waterfall import blame
 from tests.helpers.frame_builders import engine_snapshot, frame
 

@@ -1,5 +1,6 @@
 """The bundled engine's vLLM-compatible interfaces: what a vLLM server publishes, published by the bundled
-engine so that anything built to read vLLM from outside (stagelens's own `agent/sources/vllm.py` among
+engine so that anything built to read vLLM from outside (stagelens's own
+`agent/sources/scrape/engine_source.py` among
 them) can attach to it as it would to a real vLLM server.
 
 - `metrics.py`: vLLM V1's Prometheus families, names, labels and buckets; `server.py` serves them at

@@ -8,7 +8,7 @@ the other, `block_size`, `lora_id`, `medium`, `lora_name`), `BlockRemoved` (`blo
 `AllBlocksCleared`. Up to vLLM 0.2x each event is a tagged array, `["BlockStored", block_hashes, ...]`, its
 fields by position (`encoding="array"`); later releases write each event as a map whose `type` key holds
 the tag, `{"type": "BlockStored", "block_hashes": [...], ...}` (`encoding="map"`), the batch around them
-still an array. agent/sources/kv_events_subscriber.py reads both.
+still an array. agent/sources/kv_events/subscriber.py reads both.
 
 `KvEventsPublisher` is an engine observer (`LLMEngine.add_observer`): after each step it diffs the
 allocator's block tables against the previous step. A block whose `block_size` token slots have all been

@@ -5,10 +5,12 @@ A gauge is a sample at the instant it is read: one scrape a second misses a queu
 between. `GaugePoller` reads `/metrics` a few times a second on a thread of its own, keeps only the lines
 of the few gauge families it is told (the queue, its reasons, KV usage, whether adapters are served), and
 turns them into `Gauges` with the source's own reading, so the poll and the scrape cannot disagree on what
-a family means. The window's inferences (agent.sources.inference) take these samples beside the scrapes'.
+a family means. The window's inferences (agent.sources.inference.figures) take these samples beside
+the scrapes'.
 
 A failed poll is counted and skipped: the scrape, not the poll, reports an engine that cannot be read. A poll
-while the engine's reads are paused (agent.sources.heavy_answers) is counted as such, and reads nothing.
+while the engine's reads are paused (agent.sources.scrape.heavy_answers) is counted as such, and
+reads nothing.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from stagelens.sources.heavy_answers import ReadPaused
-from stagelens.sources.inference import Gauges
-from stagelens.sources.prometheus_text import Exposition, parse_exposition
+from stagelens.sources.inference.figures import Gauges
+from stagelens.sources.scrape.heavy_answers import ReadPaused
+from stagelens.sources.scrape.prometheus_text import Exposition, parse_exposition
 
 POLL_S = 0.25          # four reads a second: a load of 0.3 s is seen at least once
 KEEP_S = 600.0         # samples kept: what a request's wait is charged by, as long as its span may come later

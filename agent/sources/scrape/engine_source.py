@@ -6,34 +6,27 @@ scrape (the window). Label sets are added up (the `engine` label of data paralle
 ratios are averaged. A figure no exposed metric gives stays None: not observable. A failed scrape
 raises `EngineScrapeError` or `ExpositionError` with a one-line reason (the sampler counts it as a
 failed `engine` collector). METRICS is the one table of which metric fills which figure
-(docs/engines.md is its prose).
+(docs/engines.md is its prose). The snapshot's parts are built over one scrape window by window.py and
+scheduler.py; the source keeps the scrapes and what lasts from one window to the next.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
-import math
 import time
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from stagelens.catalogue import ENGINE_INTAKE
-from stagelens.engine_hooks.records.attribution import tail as attribution_tail
 from stagelens.engine_hooks.records.snapshot import (
     WINDOW_S,
     Clock,
-    ColdPathFigures,
-    Counters,
-    EngineInfo,
     EngineSnapshot,
-    Health,
-    KvFigures,
-    KvUsage,
-    SchedulerFigures,
     Window,
-    WindowTail,
 )
 from stagelens.engine_hooks.records.vllm_names import (
     CACHE_CONFIG_INFO,
@@ -64,48 +57,16 @@ from stagelens.engine_hooks.records.vllm_names import (
 from stagelens.errors import CollectError, UserError
 from stagelens.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
 from stagelens.printable import printable
-from stagelens.sources.engine_names import generation
-from stagelens.sources.families import (
-    HistogramDelta,
-    by_label,
-    counter_delta,
-    highest_bound,
-    histogram_delta,
-    histogram_part,
-    label,
-    length_biased_mean,
-    mean,
-    quantile,
-    quantile_said,
-    total,
-    values,
-    without_rank_copies,
-)
-from stagelens.sources.gauge_poll import POLL_S, GaugePoller
-from stagelens.sources.heavy_answers import NEAR_SHARE, HeavyAnswers
-from stagelens.sources.inference import (
-    Counted,
-    Gauges,
-    Inferred,
-    KvCapacity,
-    charge_queued,
-    decided_wait_p99,
-    fragmentation,
-    full_while_waiting,
-    head_of_line_share,
-    held_tokens,
-    kv_full,
-    mark_preemptions,
-    ordinary_step_bounds,
-    pinned_batch,
-    queued_mean_wait,
-    step_period,
-    wait_seconds_by_reason,
-    waiting_share,
-)
-from stagelens.sources.llm_request_spans import with_model
-from stagelens.sources.plausible import refuse_implausible, rule_for
-from stagelens.sources.prometheus_text import (
+from stagelens.sources.inference.figures import Gauges, Inferred, charge_queued, kv_full
+from stagelens.sources.inference.step_stall import StepWatch, growing_wait, stalled_wait
+from stagelens.sources.inference.wait_bounds import WaitBounds
+from stagelens.sources.otlp.llm_request_spans import with_model
+from stagelens.sources.scrape.engine_names import generation
+from stagelens.sources.scrape.families import histogram_part, label, total, without_rank_copies
+from stagelens.sources.scrape.gauge_poll import GaugePoller
+from stagelens.sources.scrape.heavy_answers import NEAR_SHARE, HeavyAnswers
+from stagelens.sources.scrape.plausible import refuse_implausible, rule_for
+from stagelens.sources.scrape.prometheus_text import (
     MAX_SERIES,
     PARSE_DEADLINE_S,
     Exposition,
@@ -114,8 +75,26 @@ from stagelens.sources.prometheus_text import (
     parse_exposition,
     sample_lines,
 )
-from stagelens.sources.step_stall import StepWatch, growing_wait, stalled_wait
-from stagelens.sources.wait_bounds import WaitBounds, queue_wait_p99_bounds
+from stagelens.sources.scrape.scheduler import DECIDED, Waits, scheduler_figures, window_waits
+from stagelens.sources.scrape.window import (
+    Reading,
+    Scrape,
+    ScrapeWindow,
+    cold_path,
+    counters_and_health,
+    engine_info,
+    gauges_of,
+    kv_capacity,
+    kv_figures,
+    kv_usage,
+    marked,
+    reading,
+    scrape_window,
+    window_tail,
+)
+
+if TYPE_CHECKING:
+    from stagelens.sources.kv_events.subscriber import KvEventFigures
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +113,8 @@ class EngineAnswerRefused(EngineScrapeError):
     """The engine answered, with what is not read: an HTTP error, or more than MAX_BODY_BYTES."""
 
 
-ANSWER_REFUSED = (EngineAnswerRefused, ExpositionError)   # with agent.sources.heavy_answers.ReadPaused: it answered
+# with agent.sources.scrape.heavy_answers.ReadPaused: it answered
+ANSWER_REFUSED = (EngineAnswerRefused, ExpositionError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,33 +178,14 @@ METRICS: dict[str, Metric] = {
                    "whether the engine serves LoRA adapters (label max_lora): `deferred` waits are model loads"),
 }
 
+
+def names_for(kind: str) -> dict[str, tuple[str, ...]]:
+    """Each figure's families (newest name first) for an engine of `kind` (vllm, sglang)."""
+    return {figure: m.vllm if kind == "vllm" else m.sglang for figure, m in METRICS.items()}
+
+
 POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora", "preemptions")   # what the gauge poll reads
-FINISHED_OK = ("stop", "length")      # vLLM's finished_reason values that are successes
 LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """What the scrape tells beyond the snapshot's fields (None: not observable, or no data in the window).
-    A quantile the buckets cannot place is None, and its `said` text gives the bound ("< 0.3 s", ">= 30 s")."""
-    kv_usage_ratio: float | None = None
-    kv_capacity_tokens: float | None = None
-    waiting_by_reason: dict[str, float] | None = None
-    preemptions_in_window: float | None = None
-    ttft_p50_s: float | None = None
-    ttft_p99_s: float | None = None
-    inter_token_p50_s: float | None = None
-    inter_token_p99_s: float | None = None
-    e2e_p50_s: float | None = None
-    e2e_p99_s: float | None = None
-    said: dict[str, str] | None = None     # "ttft_p99" -> ">= 30 s", as far as the buckets place each quantile
-
-
-@dataclass(frozen=True, slots=True)
-class _Scrape:
-    at: float                 # monotonic seconds
-    exposition: Exposition
-    gauges: Gauges
 
 
 class VllmSource:
@@ -233,7 +194,8 @@ class VllmSource:
     `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
     exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
     `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
-    `poll_s`, when given, reads the queue gauges that often between scrapes (agent.sources.gauge_poll).
+    `poll_s`, when given, reads the queue gauges that often between scrapes
+    (agent.sources.scrape.gauge_poll).
     `start()` and `close()` start and stop them with the agent."""
 
     def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
@@ -254,12 +216,14 @@ class VllmSource:
         self.kv_events = kv_events
         self.reading = Reading()
         self.generation: str | None = None     # the metric names' generation the latest scrape showed
-        self._scrapes: deque[_Scrape] = deque()
+        self._scrapes: deque[Scrape] = deque()
         self._started: float | None = None      # when a restart of the engine was seen (monotonic), if one was
         self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
-        self._steps = StepWatch()                        # a step outlasting scrapes (agent.sources.step_stall)
-        self._rules = {name: (figure, rule_for(figure, m.kind)) for figure, m in METRICS.items()
-                       for name in (m.vllm if kind == "vllm" else m.sglang)}
+        # a step outlasting scrapes (agent.sources.inference.step_stall)
+        self._steps = StepWatch()
+        self._names_of = names_for(kind)
+        self._rules = {name: (figure, rule_for(figure, METRICS[figure].kind))
+                       for figure, names in self._names_of.items() for name in names}
         self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
         polled = [n for f in POLLED for n in self._names(f)]
         self.heavy = HeavyAnswers(self.metrics_url)       # the pause after an answer too heavy to read often
@@ -291,7 +255,7 @@ class VllmSource:
                                     exposition.duplicates)
         self.generation = generation(exposition, self.kind, self.metrics_url)   # EngineMismatchError: not this engine
         self._refuse_implausible(exposition)
-        scrape = _Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
+        scrape = Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
         if self._scrapes and self._scrapes[-1].at >= scrape.at:
             self._scrapes.clear()          # a clock that did not advance gives no window
         elif self._scrapes and self._restarted(self._scrapes[-1].exposition, exposition):
@@ -302,7 +266,8 @@ class VllmSource:
             self._scrapes.popleft()
         base = self._scrapes[0] if len(self._scrapes) > 1 else None
         timelines, lengths = self._window_timelines(base.at if base else scrape.at - self.window_s)
-        snap, self.reading = self._fill(scrape, base, list(self._scrapes)[1:] or [scrape], timelines, lengths)
+        window = self._window(scrape, base, list(self._scrapes)[1:] or [scrape], timelines, lengths)
+        snap, self.reading = self._fill(window)
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
@@ -344,7 +309,8 @@ class VllmSource:
 
     # --- scraping ----------------------------------------------------------------------------------
     def _fetch(self) -> str:
-        """The body of /metrics, for the gauge poll: a heavy one pauses the reads (agent.sources.heavy_answers)."""
+        """The body of /metrics, for the gauge poll: a heavy one pauses the reads
+        (agent.sources.scrape.heavy_answers)."""
         text, heavy = self._read_body()
         if heavy is not None:
             self.heavy.heavy(heavy)
@@ -401,7 +367,8 @@ class VllmSource:
         return exposition
 
     def _refuse_implausible(self, exposition: Exposition) -> None:
-        """Leave out the families agent.sources.plausible refuses; count each, and log its first refusal."""
+        """Leave out the families agent.sources.scrape.plausible refuses; count each, and log its
+        first refusal."""
         for refusal in refuse_implausible(exposition, self._rules):
             if refusal.figure not in self.refused:
                 log.warning("engine at %s: refused %s (counted in %s{part=\"metrics\"})",
@@ -410,44 +377,17 @@ class VllmSource:
 
     # --- filling the snapshot ----------------------------------------------------------------------
     def _names(self, figure: str) -> tuple[str, ...]:
-        metric = METRICS[figure]
-        return metric.vllm if self.kind == "vllm" else metric.sglang
+        return self._names_of[figure]
 
     def _gauges(self, ex: Exposition, at: float) -> Gauges:
-        reasons = by_label(ex.first(self._names("waiting_by_reason")), "reason") or {}
-        prompts = ex.first(self._names("request_prompt_tokens"))
-        running = total(ex.first(self._names("running")))
-        held = held_tokens(Counted(
-            prompt_tokens=total(ex.first(self._names("prompt_tokens"))),
-            generated_tokens=total(ex.first(self._names("generation_tokens"))),
-            finished_prompt_tokens=histogram_part(prompts, "_sum"),
-            finished_prompts=histogram_part(prompts, "_count"),
-            finished_generated_tokens=histogram_part(ex.first(self._names("request_generation_tokens")), "_sum"),
-            running=running, first_tokens=histogram_part(ex.first(self._names("ttft")), "_count"),
-            ended=histogram_part(ex.first(self._names("e2e")), "_count"),
-            longest_request=_sum_or_none(highest_bound(prompts),
-                                         highest_bound(ex.first(self._names("request_generation_tokens")))),
-            prompt_in_prefill=length_biased_mean(prompts),
-            prefix_hit_share=_share(total(ex.first(self._names("prefix_hits"))),
-                                    total(ex.first(self._names("prefix_queries"))))))
-        return Gauges(at=at, running=running, held_tokens=held,
-                      waiting=total(ex.first(self._names("waiting"))),
-                      deferred=reasons.get("deferred"),
-                      kv_ratio=mean(ex.first(self._names("kv_usage"))),
-                      adapters=_serves_adapters(ex.first(self._names("lora"))),
-                      preemptions=total(ex.first(self._names("preemptions"))))
-
-    def _marked(self, samples: list[Gauges]) -> list[Gauges]:
-        """The samples (in time order) with what vLLM's preemptions say of its KV cache between them (SGLang's
-        retractions are not read so: agent.sources.inference.mark_preemptions says why)."""
-        return mark_preemptions(samples, per_preemption_s=POLL_S) if self.kind == "vllm" else samples
+        return gauges_of(ex, self._names_of, at)
 
     def _polled_gauges(self, ex: Exposition, at: float) -> Gauges:
         """One poll's gauges, marked against the poll before as it arrives (on the poll's thread), so that the
         samples kept (10 minutes of them) are marked once, not again at every scrape and every read."""
         g = self._gauges(ex, at)
         if self._last_poll is not None:
-            g = self._marked([self._last_poll, g])[1]
+            g = marked(self.kind, [self._last_poll, g])[1]
         self._last_poll = g
         return g
 
@@ -455,173 +395,60 @@ class VllmSource:
         """Every sample the gauge poll keeps, each marked as it came (_polled_gauges)."""
         return self.poller.kept() if self.poller else []
 
-    def _capacity(self, ex: Exposition) -> KvCapacity | None:
-        """The KV cache's size: vLLM's cache_config_info (kv_cache_size_tokens where published: a hybrid model's
-        blocks do not hold block_size tokens each), SGLang's token pool (a block of one token)."""
-        if self.kind == "vllm":
-            assert self.generation is not None   # snapshot reads the generation before the capacity
-            return _cache_config(ex.first(self._names("cache_config")), v1=not self.generation.startswith("vLLM V0"))
-        tokens = total(ex.first(self._names("kv_tokens_capacity")))
-        if tokens is None:   # SGLang 0.4 publishes the tokens in use and their share
-            used, ratio = total(ex.first(self._names("kv_tokens_used"))), mean(ex.first(self._names("kv_usage")))
-            tokens = used / ratio if used and ratio else None
-        return KvCapacity(num_blocks=round(tokens), tokens=round(tokens), block_size=1) if tokens else None
+    def _window(self, now: Scrape, before: Scrape | None, scrapes: list[Scrape], timelines: list,
+                lengths: list[int] | None) -> ScrapeWindow:
+        # snapshot reads the generation before the window
+        assert self.generation is not None
+        polls = None
+        if self.poller is not None and before is not None:
+            polls = self.poller.samples(before.at, now.at)
+        capacity = kv_capacity(now.exposition, self.kind, self._names_of, self.generation)
+        return scrape_window(self.kind, self._names_of, now, before, scrapes, polls, capacity,
+                             timelines, lengths, with_spans=self.spans is not None)
 
-    def _fill(self, now: _Scrape, before: _Scrape | None, window: list[_Scrape], timelines: list,
-              lengths: list[int] | None) -> tuple[EngineSnapshot, Reading]:
-        ex, was = now.exposition, before.exposition if before else None
-        span = now.at - before.at if before else 0.0
-        gauges = [w.gauges for w in window]
-        if self.poller is not None and before is not None:   # the polls between the scrapes, in time order
-            gauges = sorted(gauges + self.poller.samples(before.at, now.at), key=lambda g: g.at)
-        samples = self._marked(([before.gauges] if before else []) + gauges)   # each against the one before
-        gauges = samples[1:] if before else samples
-
-        def family(figure):
-            return ex.first(self._names(figure))
-
-        def delta_total(figure) -> float | None:
-            return counter_delta(family(figure), was.first(self._names(figure)) if was else None)
-
-        def histogram(figure) -> HistogramDelta | None:
-            return histogram_delta(family(figure), was.first(self._names(figure)) if was else None)
-
-        capacity = self._capacity(ex)
-        kv_ratio = now.gauges.kv_ratio
-        usage = None
-        if capacity is not None:
-            used = None if kv_ratio is None else round(kv_ratio * capacity.num_blocks)
-            usage = KvUsage(num_blocks=capacity.num_blocks, used_blocks=used)
-
-        queue, ttft, itl, e2e = histogram("queue_time"), histogram("ttft"), histogram("inter_token"), histogram("e2e")
-        steps = histogram("iteration_tokens")
-        step_count = None if steps is None else round(steps.count)
-        generated = delta_total("generation_tokens")
-        by_mode = _delta_by_label(family("realtime_tokens"), was.first(self._names("realtime_tokens")) if was else None,
-                                  "mode")
-        if generated is None and by_mode:
-            generated = by_mode.get("decode")
-        computed = None if steps is None else steps.sum
-        if computed is None and by_mode:
-            computed = by_mode.get("decode", 0.0) + by_mode.get("prefill_compute", 0.0)
-        inferred: dict[str, str] = {}
-
-        def infer(path: str, found: Inferred | None):
-            if found is None:
-                return None
-            inferred[path] = found.how
-            return found.value
-
-        period = step_period(span, step_count)
-        by_reason = infer("window.scheduler.wait_seconds_by_reason", wait_seconds_by_reason(gauges, span))
-        self._by_reason = by_reason
-        share_waiting = infer("window.scheduler.waiting_share", waiting_share(gauges)) if span else None
-        busy = self._busy(delta_total("gpu_execution"), span, ex)
-        # spans tell of a request only when it ends: with them, the requests still queued bound the wait too
-        queued = None if self.spans is None else queued_mean_wait(
-            by_reason, max((h.count for h in (ttft, queue) if h is not None), default=None), now.gauges.waiting)
-        ordinary, longest = ordinary_step_bounds(itl, timelines, steps)    # one pass over the window's spans
-        found = decided_wait_p99(timelines, period, ordinary, queued, longest, now.gauges.waiting) if span else None
-        # a floor only where the few requests finished say less than those still queued wait
-        decided, bounds = (None, found) if isinstance(found, WaitBounds) else (found, None)
-        if found is not None:
-            inferred["window.scheduler.decided_wait_p99_s"] = found.how
-        elif span:
-            done = queue or e2e
-            left = done.count / span if done is not None else None
-            bounds = queue_wait_p99_bounds(queue, [g.waiting for g in gauges if g.waiting is not None], left, span,
-                                           period)
-            if bounds is not None:
-                inferred["window.scheduler.decided_wait_p99_s"] = bounds.how
-        still = self._steps.still_for(now.at, histogram_part(family("iteration_tokens"), "_count"),
-                                      bool(now.gauges.running or now.gauges.waiting))
-        decided, bounds = self._with_stalls(still, decided, bounds, now, before, inferred,
-                                            max(period or 0.0, ordinary or 0.0))
-        for q in ("p50", "p99"):
-            said = quantile_said(queue, 0.5 if q == "p50" else 0.99)
-            if said is not None and quantile(queue, 0.5 if q == "p50" else 0.99) is None:
-                inferred[f"window.scheduler.wait_{q}_s"] = f"{said}: as far as the queue-time buckets place it"
-        scheduler = SchedulerFigures(
-            running=_whole(now.gauges.running),
-            waiting=_whole(now.gauges.waiting),
-            steps=step_count,
-            busy_ratio=busy,
-            busy_ratio_while_waiting=busy if busy is not None and share_waiting == 1.0 else None,
-            tokens_per_s=_per_s(computed, span),
-            decode_tokens_per_s=_per_s(generated, span),
-            requests_finished=None if e2e is None else round(e2e.count),
-            wait_p50_s=quantile(queue, 0.50), wait_p99_s=quantile(queue, 0.99),
-            decided_wait_p99_s=None if decided is None else decided.value,
-            decided_wait_p99_at_least_s=None if bounds is None else bounds.at_least,
-            decided_wait_p99_at_most_s=None if bounds is None else bounds.at_most,
-            head_of_line_share=infer("window.scheduler.head_of_line_share", head_of_line_share(timelines, period)),
-            waiting_share=share_waiting,
-            wait_seconds_by_reason=by_reason,
-            step_time_mean_s=period, no_step_for_s=still)
-        if busy is not None:
-            inferred["window.scheduler.busy_ratio_while_waiting"] = (
-                f"GPU execution {busy:.0%} of the window (gpu_execution_seconds_total over {span:.1f} s"
-                + (", requests waiting at every scrape)" if share_waiting == 1.0 else ")"))
-        kv = KvFigures(fragmentation_ratio=infer("window.kv.fragmentation_ratio", fragmentation(gauges, capacity)),
-                       full_while_waiting_share=infer("window.kv.full_while_waiting_share",
-                                                      full_while_waiting(samples)),
-                       sequence_lengths=lengths)
-        if self.kv_events is not None:
-            blocks = self.kv_events.figures(since_monotonic=before.at if before else now.at - self.window_s)
-            kv.blocks_stored, kv.blocks_removed = blocks.blocks_stored, blocks.blocks_removed
-            kv.blocks_restored, kv.block_lifetime_p50_s = blocks.restored_blocks, blocks.lifetime_p50_s
-        cold = ColdPathFigures(waiting_on_model=_whole(now.gauges.deferred) if now.gauges.adapters else None)
-        tail = None
-        if timelines:
-            charged = charge_queued(timelines, by_reason, self._polled())
-            tail = WindowTail(ttft=attribution_tail(charged, "ttft"), latency=attribution_tail(charged, "latency"))
-            inferred["window.tail"] = (f"{len(charged)} requests' llm_request spans: queue, prefill and decode; "
-                                       f"their queue time charged by the window's mix of waiting reasons")
-
-        finish_reasons = by_label(family("finished"), "finished_reason")
-        succeeded = failed = health = None
-        if finish_reasons is not None:
-            succeeded = sum(v for k, v in finish_reasons.items() if k in FINISHED_OK)
-            failed = sum(finish_reasons.values()) - succeeded
-            health = Health(finish_reasons={k: int(v) for k, v in finish_reasons.items()})
-        counters = Counters(preemptions_total=total(family("preemptions")),
-                            requests_finished_total=succeeded, requests_failed_total=failed)
-
+    def _fill(self, w: ScrapeWindow) -> tuple[EngineSnapshot, Reading]:
+        """The snapshot of one window, from its builders (window.py, scheduler.py) and what lasts
+        across windows: a step outlasting the scrapes, the KV events, the waiting reasons the tail
+        is charged by."""
+        now = w.now
+        waits = window_waits(w)
+        self._by_reason = waits.by_reason
+        steps = histogram_part(w.family("iteration_tokens"), "_count")
+        still = self._steps.still_for(now.at, steps, bool(now.gauges.running or now.gauges.waiting))
+        waits = self._with_stalls(still, waits, now, w.before)
+        scheduler, inferred = scheduler_figures(w, waits, still)
+        kv, kv_how = kv_figures(w, self._blocks(w))
+        tail, tail_how = window_tail(w, waits.by_reason, self._polled())
+        engine, engine_how = engine_info(w, self.generation, self._model(now.exposition))
+        counters, health = counters_and_health(w)
+        inferred.update(kv_how | tail_how | engine_how)
+        window = Window(span_s=w.span, kv=kv, scheduler=scheduler, cold_path=cold_path(w),
+                        tail=tail)
         snap = EngineSnapshot(
-            clock=Clock(monotonic=now.at, wall=time.time()),
-            engine=EngineInfo(source=self.kind, generation=self.generation,
-                              model=self._model(ex),
-                              allocator="paged", block_size=None if capacity is None or self.kind == "sglang"
-                              else capacity.block_size,
-                              kv_capacity_tokens=None if capacity is None else capacity.tokens,
-                              kv_capacity_lever=None if capacity is None else capacity.lever,
-                              max_num_seqs=infer("engine.max_num_seqs", pinned_batch(gauges)),
-                              block_size_forced=None if capacity is None else capacity.forced_block_size),
-            usage=usage,
-            window=Window(span_s=span, kv=kv, scheduler=scheduler, cold_path=cold, tail=tail),
-            counters=counters, health=health, inferred=inferred or None, intake=self._intake())
-        quantiles = {f"{name}_{q}": (h, level) for name, h in (("ttft", ttft), ("inter_token", itl), ("e2e", e2e))
-                     for q, level in (("p50", 0.50), ("p99", 0.99))}
-        reading = Reading(
-            kv_usage_ratio=kv_ratio, kv_capacity_tokens=None if capacity is None else capacity.tokens,
-            waiting_by_reason=by_label(family("waiting_by_reason"), "reason"),
-            preemptions_in_window=delta_total("preemptions"),
-            ttft_p50_s=quantile(ttft, 0.50), ttft_p99_s=quantile(ttft, 0.99),
-            inter_token_p50_s=quantile(itl, 0.50), inter_token_p99_s=quantile(itl, 0.99),
-            e2e_p50_s=quantile(e2e, 0.50), e2e_p99_s=quantile(e2e, 0.99),
-            said={k: t for k, (h, level) in quantiles.items() if (t := quantile_said(h, level)) is not None} or None)
-        return snap, reading
+            clock=Clock(monotonic=now.at, wall=time.time()), engine=engine, usage=kv_usage(w),
+            window=window, counters=counters, health=health, inferred=inferred or None,
+            intake=self._intake())
+        return snap, reading(w)
 
-    def _with_stalls(self, still: float | None, decided: Inferred | None, bounds: WaitBounds | None, now: _Scrape,
-                     before: _Scrape | None, inferred: dict, ordinary: float,
-                     ) -> tuple[Inferred | None, WaitBounds | None]:
-        """The decided-wait P99 (or its bounds) with what a step outlasting the scrapes says (agent.sources.
-        step_stall): while no step finishes, the window's figures are a floor only, with a wait seen growing;
-        once steps move again, a wait seen growing in the window still bounds it from below."""
+    def _blocks(self, w: ScrapeWindow) -> KvEventFigures | None:
+        """What the engine's KV events said in the window; None without a subscriber."""
+        if self.kv_events is None:
+            return None
+        since = w.before.at if w.before else w.now.at - self.window_s
+        return self.kv_events.figures(since_monotonic=since)
+
+    def _with_stalls(self, still: float | None, waits: Waits, now: Scrape,
+                     before: Scrape | None) -> Waits:
+        """The window's waits with what a step outlasting the scrapes says of the decided-wait P99
+        (agent.sources.inference.step_stall): while no step finishes, the window's figures are a
+        floor only, with a wait seen growing; once steps move again, a wait seen growing in the
+        window still bounds it from below."""
+        decided, bounds = waits.decided, waits.bounds
         seen = decided if decided is not None else None if bounds is None or not bounds.at_least else \
             Inferred(bounds.at_least, bounds.how)
         if still is not None:
-            growing = growing_wait(still, now.gauges.waiting, ordinary, kv_full(now.gauges))
+            full = kv_full(now.gauges)
+            growing = growing_wait(still, now.gauges.waiting, waits.ordinary_step, full)
             if growing is not None:
                 self._steps.saw_growing(now.at, growing.value, growing.how)
         carried = self._steps.grown_since(before.at if before else now.at)
@@ -630,16 +457,10 @@ class VllmSource:
         elif carried is not None and carried.value > (seen.value if seen is not None else 0.0):
             floor = carried
         else:
-            return decided, bounds
-        inferred["window.scheduler.decided_wait_p99_s"] = floor.how
-        return None, (None if floor.value is None else WaitBounds(floor.value, None, floor.how))
-
-    def _busy(self, executed: float | None, span: float, ex: Exposition) -> float | None:
-        """SGLang's GPU execution seconds in the window over the window, per data-parallel rank."""
-        if executed is None or span <= 0:
-            return None
-        ranks = {s.labels.get("dp_rank") for s in values(ex.first(self._names("gpu_execution")))} or {None}
-        return min(1.0, executed / span / len(ranks))
+            return waits
+        floor_bounds = None if floor.value is None else WaitBounds(floor.value, None, floor.how)
+        return dataclasses.replace(waits, decided=None, bounds=floor_bounds,
+                                   inferred={**waits.inferred, DECIDED: floor.how})
 
     def _intake(self) -> dict[str, float] | None:
         """What the span receiver and the KV-events subscriber took in and dropped, and the scrapes' families
@@ -656,82 +477,6 @@ class VllmSource:
 
 
 # --- reading families ----------------------------------------------------------------------------------
-def _cache_config(family, v1: bool) -> KvCapacity | None:
-    """The KV cache's size from vLLM's cache_config_info labels, over all engines: blocks, the tokens they
-    hold (kv_cache_size_tokens where published, else blocks x block size), V1's reserved null block per
-    engine, and whether the model forced the block size (a hybrid model: its tokens are not blocks x block
-    size, or a mamba block size is published)."""
-    samples = values(family)
-    sizes = {size for s in samples if (size := _int(s.labels.get("block_size"))) is not None}
-    blocks = _every_int(samples, "num_gpu_blocks")
-    if len(sizes) != 1 or not blocks:
-        return None
-    block_size, num_blocks = sizes.pop(), sum(blocks)
-    published = _every_int(samples, "kv_cache_size_tokens")
-    tokens = sum(published) if published is not None else num_blocks * block_size
-    forced = tokens != num_blocks * block_size or any(_int(s.labels.get("mamba_block_size")) for s in samples)
-    return KvCapacity(num_blocks=num_blocks, tokens=tokens, block_size=block_size,
-                      reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced,
-                      lever=_capacity_lever(samples[0].labels))
-
-
-def _every_int(samples: list, name: str) -> list[int] | None:
-    """Each sample's label `name` as a whole number above 0 (_int); None where one has none."""
-    found = [_int(s.labels.get(name)) for s in samples]
-    return [v for v in found if v is not None] if None not in found else None
-
-
-def _capacity_lever(labels: dict[str, str]) -> str:
-    """The vLLM flag that set the KV cache's size, with its value: a block count forced by
-    --num-gpu-blocks-override outranks a memory size (--kv-cache-memory-bytes; a CPU build's
-    VLLM_CPU_KVCACHE_SPACE shows there too), which outranks the share of device memory."""
-    override = _int(labels.get("num_gpu_blocks_override"))
-    if override:
-        return f"--num-gpu-blocks-override {override}"
-    memory = _int(labels.get("kv_cache_memory_bytes"))
-    if memory:
-        return f"--kv-cache-memory-bytes {memory}"
-    return f"--gpu-memory-utilization {labels.get('gpu_memory_utilization') or '0.9'}"
-
-
-def _serves_adapters(family) -> bool:
-    """Whether vLLM serves LoRA adapters: lora_requests_info's max_lora above 0 (it publishes "0" without)."""
-    return bool(_int(label(family, "max_lora")))
-
-
-def _sum_or_none(*parts: float | None) -> float | None:
-    known = [p for p in parts if p is not None and not math.isinf(p)]
-    return sum(known) if len(known) == len(parts) else None
-
-
-def _share(part: float | None, whole: float | None) -> float | None:
-    return min(1.0, part / whole) if part is not None and whole else None
-
-
-def _delta_by_label(now, before, name: str) -> dict[str, float] | None:
-    """A counter's increase between two scrapes by the value of label `name`; a reset counts from zero."""
-    a, b = by_label(now, name), by_label(before, name)
-    if a is None or b is None:
-        return None
-    return {k: v - b.get(k, 0.0) if v >= b.get(k, 0.0) else v for k, v in a.items()}
-
-
-def _int(text) -> int | None:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        return None     # "None" before the KV cache is profiled
-    return value if value > 0 else None
-
-
-def _per_s(amount: float | None, span: float) -> float | None:
-    return amount / span if amount is not None and span > 0 else None
-
-
-def _whole(value: float | None) -> int | None:
-    return None if value is None else round(value)
-
-
 def _near_a_cap(size: int, series: int) -> str | None:
     """Why a body of `size` bytes and `series` sample lines is heavy (past NEAR_SHARE of a cap), or None."""
     if size > NEAR_SHARE * MAX_BODY_BYTES:

@@ -20,7 +20,7 @@ counted. Reads are thread-safe; the socket lives on the subscriber's own thread.
 figure, so each removal costs O(1) under the lock (a hash stored again holds its copies in a deque), a
 message is at most MAX_MESSAGE_BYTES (ZMQ drops a larger one) and its arrays MAX_ARRAY_LEN long (a longer one
 is malformed), the lifetimes kept are bounded like the history, and a sequence that jumps implausibly far
-(agent.sources.plausible) is a new numbering, not batches lost.
+(past MAX_SEQUENCE_GAP) is a new numbering, not batches lost.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from dataclasses import dataclass
 
 import msgpack
 import zmq
-
-from stagelens.sources.plausible import sequence_gap_is_new_numbering
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +53,7 @@ RECV_TIMEOUT_MS = 100
 # is ~30,000 blocks of 16 for an 8B model on an 80 GB GPU; past the bound the oldest are dropped and counted.
 MAX_LIVE_BLOCKS = 2**18
 MAX_MESSAGE_BYTES = 16 * 2**20    # vLLM's batches are a step's events: kilobytes
+MAX_SEQUENCE_GAP = 1_000_000      # KV-event batches: a day of a batch every 100 ms
 MAX_ARRAY_LEN = 2**18             # hashes (or events) in one array: a 1M-token prefill is 65,536 blocks of 16; 16 MiB
                                   # of one-byte hashes would unpack into a 16M-long list held under the lock
 # the counters kept since start(): KvEventFigures' totals, and `totals`
@@ -385,3 +384,9 @@ def _block_keys(ev: dict) -> list:
 
 
 __all__ = ["EVENT_FIELDS", "TOTALS", "KvEventFigures", "KvEventsSubscriber"]
+
+
+def sequence_gap_is_new_numbering(last: int, seq: int) -> bool:
+    """A KV-event sequence number that jumps ahead past MAX_SEQUENCE_GAP: the publisher numbered
+    anew."""
+    return seq - last - 1 > MAX_SEQUENCE_GAP

@@ -1,6 +1,7 @@
-"""OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (agent/sources/otlp_receiver.py), on a thread-per-
-connection server with the agent's bounds (engine_hooks/shared/bounded_http.py: connections, the headers'
-deadline, clients gone counted).
+"""OTLP/HTTP `POST /v1/traces` for the OtlpReceiver (receiver.py), on a thread-per-connection server
+with the agent's bounds (engine_hooks/shared/bounded_http.py: connections, the headers' deadline,
+clients gone counted). Each body goes to the receiver as its intake (intake.py), which this module
+does not import.
 
 A body is read only within the receiver's budget of body bytes in flight (`max_inflight_bytes`, all
 connections and gRPC calls together, at most 3/4 of it for one sending host): past it the request is
@@ -13,14 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from stagelens.engine_hooks.shared.bounded_http import BoundedHandler, BoundedHTTPServer
 from stagelens.engine_hooks.shared.fair_share import peer_key
-from stagelens.sources.otlp_decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
-
-if TYPE_CHECKING:
-    from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.otlp.decode import JSON, PROTOBUF, RequestRejected, content_kind, one_line
+from stagelens.sources.otlp.intake import SpanIntake
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +32,13 @@ _RPC_CODE = {400: 3, 408: 4, 411: 3, 413: 8, 415: 3, 503: 14}   # INVALID_ARGUME
 
 
 class HttpIntake(BoundedHTTPServer):
-    def __init__(self, address, receiver: OtlpReceiver) -> None:
-        self.receiver = receiver
-        super().__init__(address, _Handler, max_connections=receiver.max_connections,
-                         request_read_timeout_s=receiver.request_read_timeout_s)
+    def __init__(self, address, intake: SpanIntake) -> None:
+        self.intake = intake
+        super().__init__(address, _Handler, max_connections=intake.max_connections,
+                         request_read_timeout_s=intake.request_read_timeout_s)
 
     def on_busy_peer(self) -> None:
-        self.receiver.count("busy_peer")
+        self.intake.count("busy_peer")
 
 
 def error_body(status: int, kind: str | None, reason: str) -> tuple[bytes, str]:
@@ -66,19 +64,19 @@ class _Handler(BoundedHandler):
 
     def setup(self) -> None:
         # socketserver reads the timeout off the instance; typeshed declares it a ClassVar
-        self.timeout = self.server.receiver.idle_timeout_s   # type: ignore[misc]
+        self.timeout = self.server.intake.idle_timeout_s   # type: ignore[misc]
         super().setup()
 
     def log_message(self, format, *args) -> None:
         log.debug("OTLP/HTTP %s " + format, self.address_string(), *args)
 
     def do_POST(self) -> None:
-        receiver = self.server.receiver
+        intake = self.server.intake
         self._body = "pending"
         if self.path.split("?", 1)[0] != TRACES_PATH:
             self._refuse(404, f"no such path {self.path[:100]!r} (POST {TRACES_PATH})")
             return
-        receiver.count("received_requests")
+        intake.count("received_requests")
         content_type = self.headers.get("Content-Type", "")
         kind: str | None = None
         held, body, peer = 0, None, peer_key(self.client_address[0])
@@ -86,14 +84,15 @@ class _Handler(BoundedHandler):
         try:
             kind = content_kind(content_type)
             length = self._length()
-            if length > receiver.max_body_bytes:
-                raise RequestRejected(413, f"body of {length} bytes exceeds {receiver.max_body_bytes}")
-            receiver.hold_bytes(peer, length)
+            if length > intake.max_body_bytes:
+                raise RequestRejected(
+                    413, f"body of {length} bytes exceeds {intake.max_body_bytes}")
+            intake.hold_bytes(peer, length)
             held = length
             body = self._read_body(length)
-            answer = receiver.accept(body, content_type, self.headers.get("Content-Encoding"))
+            answer = intake.accept(body, content_type, self.headers.get("Content-Encoding"))
         except RequestRejected as e:
-            receiver.rejected(e)
+            intake.rejected(e)
             refusal = e.status, e.reason
         except Exception as e:                             # never a traceback to the engine
             log.warning("OTLP/HTTP request failed: %s: %s", type(e).__name__, one_line(e))
@@ -102,7 +101,7 @@ class _Handler(BoundedHandler):
             # given back before the answer: a sender's next body, sent once it has this answer, must find
             # the bytes free
             body = None
-            receiver.bodies.give(peer, held)
+            intake.bodies.give(peer, held)
         if refusal is not None:
             self._refuse(*refusal, kind)
         else:
@@ -162,9 +161,9 @@ class _Handler(BoundedHandler):
     def _receive(self, length: int, read_into) -> None:
         """`length` bytes of body, each read by `read_into(bytes left)` (the count it read), all within
         read_timeout_s (not per read: a slow sender is cut)."""
-        receiver = self.server.receiver
+        intake = self.server.intake
         self._body = "broken"       # until all of it is read: a connection cut short is not reused
-        deadline = time.monotonic() + receiver.read_timeout_s
+        deadline = time.monotonic() + intake.read_timeout_s
         left = length
         try:
             while left > 0:
@@ -178,9 +177,10 @@ class _Handler(BoundedHandler):
                 left -= got
             self._body = "read"
         except TimeoutError:
-            raise RequestRejected(408, f"body not received within {receiver.read_timeout_s:g} s") from None
+            raise RequestRejected(
+                408, f"body not received within {intake.read_timeout_s:g} s") from None
         finally:
-            self.connection.settimeout(receiver.idle_timeout_s)
+            self.connection.settimeout(intake.idle_timeout_s)
 
     def _send(self, status: int, body: bytes, content_type: str, close: bool = False,
               allow: str | None = None, retry_after: str | None = None) -> None:

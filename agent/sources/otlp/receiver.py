@@ -3,13 +3,13 @@
 Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per finished request. An
 `OtlpReceiver` listens for them:
 
-- OTLP/HTTP `POST /v1/traces` (agent/sources/otlp_http.py; give vLLM `http_url + "/v1/traces"` with
+- OTLP/HTTP `POST /v1/traces` (agent/sources/otlp/http.py; give vLLM `http_url + "/v1/traces"` with
   `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`): protobuf (`application/x-protobuf`) or the OTLP
   JSON mapping (`application/json`, hex trace and span ids), optionally gzip-compressed. 200 with an empty
   `ExportTraceServiceResponse` in the request's encoding; 400 for a body that does not parse, 408 for a
   body not received within `read_timeout_s` (all of it, not per read), 411 without a Content-Length
   (chunked bodies are refused), 413 past `max_body_bytes` (as sent or inflated) or past the bounds on
-  spans and items in one request (agent/sources/otlp_decode.py), 415 for another content type or
+  spans and items in one request (agent/sources/otlp/decode.py), 415 for another content type or
   encoding, 503 (Retry-After) while `max_inflight_bytes` of bodies are already being received or the
   sending host already holds its share of them (3/4: engine_hooks/shared/fair_share.py), 404 for
   another path, 405 for another method. An error carries a one-line reason: a `google.rpc.Status` in the
@@ -19,7 +19,7 @@ Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per f
   `request_read_timeout_s` of the connection or of the previous answer (the main server's deadline: a
   kept-alive connection idle that long is closed too; `idle_timeout_s` caps each read); `stop()` closes
   them all.
-- OTLP/gRPC (vLLM's default protocol) when `grpc_port` is not None (agent/sources/otlp_grpc.py):
+- OTLP/gRPC (vLLM's default protocol) when `grpc_port` is not None (agent/sources/otlp/grpc.py):
   `TraceService/Export` on gRPC's asyncio server, a call's message due within `read_timeout_s`; a body
   that does not parse is answered INVALID_ARGUMENT, one too large RESOURCE_EXHAUSTED; past the calls in
   flight, or the byte budget it shares with OTLP/HTTP, or the host's share of either, UNAVAILABLE with a
@@ -28,14 +28,16 @@ Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per f
 One request is decoded at a time (the decoding is CPU under the GIL anyway): with the bounds on bytes
 and items, what the intake can make the agent hold is bounded whatever is sent (see deploy/).
 
-Every `llm_request` span becomes a RequestTimeline (agent/sources/llm_request_spans.py) kept in a ring
+Every `llm_request` span becomes a RequestTimeline (agent/sources/otlp/llm_request_spans.py) kept in
+a ring
 of `capacity` (the oldest dropped and counted); other spans are counted and ignored; a span that cannot
 be read is dropped alone (counted), the rest of its request kept. Span times (epoch nanoseconds) are
 converted to this process's monotonic clock with one offset, `time.monotonic() - time.time()`, taken at
 `start()`: the engine and the agent must share a host clock, as they do on one node.
 
 With `forward_to` (an OTLP/HTTP traces URL, e.g. the site's collector), every accepted request body is
-sent on unchanged (agent/sources/otlp_forward.py: same bytes, content type and encoding; a gRPC one as the
+sent on unchanged (agent/sources/otlp/forward.py: same bytes, content type and encoding; a gRPC one
+as the
 protobuf it carried) from a background thread through a queue bounded in bodies and bytes: a slow or dead
 upstream never delays the answer to the engine; a body that does not fit is dropped (counted).
 
@@ -55,20 +57,24 @@ import math
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.engine_hooks.shared.bounded_http import MAX_CONNECTIONS, REQUEST_READ_TIMEOUT_S
 from stagelens.engine_hooks.shared.fair_share import SHARE, FairShare
-from stagelens.sources.llm_request_spans import LLM_REQUEST, timeline_from_span
-from stagelens.sources.otlp_decode import JSON, RequestRejected, content_kind, inflate, one_line, parse
-from stagelens.sources.otlp_forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
-
-if TYPE_CHECKING:   # imported where started: they import this module
-    from stagelens.sources.otlp_grpc import GrpcIntake
-    from stagelens.sources.otlp_http import HttpIntake
+from stagelens.sources.otlp.decode import (
+    JSON,
+    RequestRejected,
+    content_kind,
+    inflate,
+    one_line,
+    parse,
+)
+from stagelens.sources.otlp.forward import MAX_QUEUED, MAX_QUEUED_BYTES, Forwarder
+from stagelens.sources.otlp.grpc import GrpcIntake
+from stagelens.sources.otlp.http import HttpIntake
+from stagelens.sources.otlp.llm_request_spans import LLM_REQUEST, timeline_from_span
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,8 @@ COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", 
 
 
 class OtlpReceiver:
-    """An OTLP traces endpoint keeping vLLM's `llm_request` spans as request timelines."""
+    """An OTLP traces endpoint keeping vLLM's `llm_request` spans as request timelines: the intake
+    (agent/sources/otlp/intake.py, SpanIntake) its HTTP and gRPC transports hand their bodies to."""
 
     def __init__(self, host: str = "127.0.0.1", http_port: int | None = 0, grpc_port: int | None = None,
                  forward_to: str | None = None, capacity: int = 2048, *, max_body_bytes: int = MAX_BODY_BYTES,
@@ -124,15 +131,11 @@ class OtlpReceiver:
         self.clock_offset = time.monotonic() - time.time()
         try:
             if self._http_port is not None:
-                from stagelens.sources.otlp_http import HttpIntake
-
                 self._http = HttpIntake((self.host, self._http_port), self)
                 self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
                                                      name="otlp-http", daemon=True)
                 self._http_thread.start()
             if self._grpc_port is not None:
-                from stagelens.sources.otlp_grpc import GrpcIntake
-
                 grpc = GrpcIntake(self, _url_host(self.host), self._grpc_port)
                 grpc.start()
                 self._grpc = grpc

@@ -19,8 +19,8 @@ from stagelens.engine_hooks.records.attribution import components
 from stagelens.engine_hooks.records.stats import percentile
 from stagelens.engine_hooks.records.timeline import QUEUED, RequestTimeline
 from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO_FREE_BLOCKS
-from stagelens.sources.families import HistogramDelta, quantile_interpolated
-from stagelens.sources.wait_bounds import WaitBounds
+from stagelens.sources.inference.wait_bounds import WaitBounds
+from stagelens.sources.scrape.families import HistogramDelta, quantile_interpolated
 
 LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.hooks.recorder)
 LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked
@@ -497,7 +497,8 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ord
                      waiting_now: float | None = None) -> Inferred[float] | WaitBounds | None:
     """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
     P99 that at least two requests reach: sustained_p99); without them only bounds are known
-    (agent.sources.wait_bounds). Spans tell of a request only when it ends: the mean time queued in the window
+    (agent.sources.inference.wait_bounds). Spans tell of a request only when it ends: the mean time
+    queued in the window
     (`queued`, queued_mean_wait, over two requests at least) less the step in progress (at most the longer of
     `period` and `ordinary_step`: ordinary_step_bounds) bounds it from below. Where that bound is past what
     fewer than MIN_FINISHED finished requests show while requests still wait (`waiting_now`), those waiting

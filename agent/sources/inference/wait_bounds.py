@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stagelens.sources.families import HistogramDelta, histogram_mean, quantile_bounds
+from stagelens.sources.scrape.families import HistogramDelta, histogram_mean, quantile_bounds
 
 MARKOV_FACTOR = 100      # P(wait > 100 x mean) <= 1%: the P99 is at most 100 x the mean
 

@@ -18,7 +18,7 @@ from stagelens.engine_hooks.records.vllm_names import (
     NUM_REQUESTS_SWAPPED,
 )
 from stagelens.errors import CollectError
-from stagelens.sources.prometheus_text import Exposition
+from stagelens.sources.scrape.prometheus_text import Exposition
 
 PREFIX = {"vllm": "vllm:", "sglang": "sglang:"}
 ENGINE_NAME = {"vllm": "vLLM", "sglang": "SGLang"}

@@ -8,8 +8,9 @@ observed, never exported, and the refusal is counted and said once. The rules:
   cumulative, each label set's counts never falling as `le` grows (a glitch bucket read as data made a
   firing scheduler "not judged");
 - a count of requests stays under MAX_REQUESTS, a ratio under 1;
-- the KV cache's configuration labels are whole numbers in range (num_gpu_blocks 2e29 is no GPU's);
-- a KV-event sequence that jumps by more than MAX_SEQUENCE_GAP is a new numbering, not that many lost batches.
+- the KV cache's configuration labels are whole numbers in range (num_gpu_blocks 2e29 is no GPU's).
+(A KV-event sequence's plausible jump is the KV-event subscriber's:
+agent/sources/kv_events/subscriber.py.)
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from stagelens.sources.prometheus_text import Exposition, Family
+from stagelens.sources.scrape.prometheus_text import Exposition, Family
 
 MAX_REQUESTS = 1_000_000          # running or waiting on one server: far past any engine's max_num_seqs or queue
 MAX_RATIO = 1.0
 MAX_LABEL = {"block_size": 1 << 16, "num_gpu_blocks": 1 << 32}   # an H200's KV cache is ~1e6 blocks of 16
-MAX_SEQUENCE_GAP = 1_000_000      # KV-event batches: a day of a batch every 100 ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,8 @@ class Refusal:
 
 
 def rule_for(figure: str, kind: str) -> Rule:
-    """The rule a figure's family is held to, by its name in agent.sources.vllm.METRICS."""
+    """The rule a figure's family is held to, by its name in
+    agent.sources.scrape.engine_source.METRICS."""
     if figure in ("running", "waiting", "waiting_by_reason"):
         return Rule(kind, MAX_REQUESTS)
     if figure == "kv_usage":
@@ -116,8 +117,3 @@ def _whole_in_range(text: str, most: int) -> bool:
     except ValueError:
         return False
     return 1 <= value <= most
-
-
-def sequence_gap_is_new_numbering(last: int, seq: int) -> bool:
-    """A KV-event sequence number that jumps ahead past MAX_SEQUENCE_GAP: the publisher numbered anew."""
-    return seq - last - 1 > MAX_SEQUENCE_GAP

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from stagelens.sources.inference import Inferred
+from stagelens.sources.inference.figures import Inferred
 
 NO_STEP = "no engine step finished in the window"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from stagelens.sources.prometheus_text import Family, Sample
+from stagelens.sources.scrape.prometheus_text import Family, Sample
 
 # Labels that tell apart copies of one scheduler's figures: SGLang publishes them from every tensor- and
 # pipeline-parallel rank (and each rank's process id); its data-parallel ranks are separate schedulers.

@@ -1,4 +1,5 @@
-"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (agent/sources/otlp_receiver.py).
+"""OTLP/gRPC `TraceService/Export` for the OtlpReceiver (receiver.py), which it knows as its intake
+(intake.py).
 
 On gRPC's asyncio server, in a thread of its own: a call waiting for its request costs a coroutine, not
 one of four worker threads (four Exports that never sent their message blocked all intake). Each call
@@ -14,13 +15,10 @@ import asyncio
 import logging
 import threading
 from concurrent import futures
-from typing import TYPE_CHECKING
 
 from stagelens.engine_hooks.shared.fair_share import FairShare, grpc_peer_key
-from stagelens.sources.otlp_decode import PROTOBUF, RequestRejected, one_line
-
-if TYPE_CHECKING:
-    from stagelens.sources.otlp_receiver import OtlpReceiver
+from stagelens.sources.otlp.decode import PROTOBUF, RequestRejected, one_line
+from stagelens.sources.otlp.intake import SpanIntake
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +33,8 @@ EMPTY_RESPONSE = b""        # an ExportTraceServiceResponse with nothing in it, 
 
 
 class GrpcIntake:
-    def __init__(self, receiver: OtlpReceiver, host: str, port: int) -> None:
-        self.receiver = receiver
+    def __init__(self, intake: SpanIntake, host: str, port: int) -> None:
+        self.intake = intake
         self.address = f"{host}:{port}"
         self.port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -62,7 +60,7 @@ class GrpcIntake:
         import grpc
 
         server = grpc.aio.server(maximum_concurrent_rpcs=MAX_OPEN_CALLS, options=[
-            ("grpc.max_receive_message_length", self.receiver.max_body_bytes),
+            ("grpc.max_receive_message_length", self.intake.max_body_bytes),
             ("grpc.so_reuseport", 0)])
         # a stream of bytes in (no deserializer): the call's messages are read here, under a deadline, and
         # the very bytes received are what is decoded and forwarded
@@ -89,9 +87,9 @@ class GrpcIntake:
             finally:
                 self.calls.give(peer)
         else:
-            self.receiver.count("received_requests")
-            self.receiver.count(busy)
-            self.receiver.count("rejected")
+            self.intake.count("received_requests")
+            self.intake.count(busy)
+            self.intake.count("rejected")
             whose = "this host's share of " if busy == "busy_peer" else ""
             failure = _retry_later(f"busy: {whose}{MAX_CALLS} calls already in flight; retry")
         if failure is not None:
@@ -105,28 +103,30 @@ class GrpcIntake:
         """Receives and ingests the call's message; None when accepted, else `context.abort`'s arguments."""
         import grpc
 
-        receiver = self.receiver
+        intake = self.intake
         body: bytes | None      # dropped once decoded
         try:
-            body = await asyncio.wait_for(_one_message(messages), receiver.read_timeout_s)
+            body = await asyncio.wait_for(_one_message(messages), intake.read_timeout_s)
         except TimeoutError:
-            receiver.count("received_requests")
-            receiver.rejected(RequestRejected(408, "stalled"))
+            intake.count("received_requests")
+            intake.rejected(RequestRejected(408, "stalled"))
             return (grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"the request was not received within {receiver.read_timeout_s:g} s")
+                    f"the request was not received within {intake.read_timeout_s:g} s")
         except RequestRejected as e:
-            receiver.count("received_requests")
-            receiver.rejected(e)
+            intake.count("received_requests")
+            intake.rejected(e)
             return grpc.StatusCode.INVALID_ARGUMENT, e.reason
         size = len(body)
         try:
-            receiver.hold_bytes(peer, size)    # the byte budget HTTP bodies share, until it is decoded
+            # the byte budget HTTP bodies share, until it is decoded
+            intake.hold_bytes(peer, size)
         except RequestRejected as e:
-            receiver.count("received_requests")
-            receiver.rejected(e)
+            intake.count("received_requests")
+            intake.rejected(e)
             return _retry_later(e.reason)
         try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, receiver.ingest, body, PROTOBUF)
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._pool, intake.ingest, body, PROTOBUF)
         except RequestRejected as e:
             return (grpc.StatusCode.RESOURCE_EXHAUSTED if e.status == 413 else grpc.StatusCode.INVALID_ARGUMENT,
                     e.reason)
@@ -135,7 +135,7 @@ class GrpcIntake:
             return grpc.StatusCode.INTERNAL, f"internal error: {one_line(e)}"
         finally:
             body = None
-            receiver.bodies.give(peer, size)
+            intake.bodies.give(peer, size)
         return None
 
     def stop(self) -> None:

@@ -27,7 +27,8 @@ NEAR_SHARE = 0.5          # a body past half of a cap (bytes, series, the parse'
 
 
 class ReadPaused(CollectError):
-    """The engine is not read now: its last answer was too heavy (agent.sources.heavy_answers)."""
+    """The engine is not read now: its last answer was too heavy
+    (agent.sources.scrape.heavy_answers)."""
 
 
 class HeavyAnswers:
