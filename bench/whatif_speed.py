@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402
 
+from stagelens.bundle import BUNDLE_FORMAT  # noqa: E402
 from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline  # noqa: E402
 from stagelens.lab.bundled_engine import POLICIES  # noqa: E402
-from stagelens.record import BUNDLE_FORMAT  # noqa: E402
 from stagelens.whatif.fit import StepCost  # noqa: E402
 from stagelens.whatif.predict import predict  # noqa: E402
 from stagelens.whatif.report import what_if  # noqa: E402

@@ -12,7 +12,7 @@ import click
 from stagelens.bounded_read import read_bounded
 from stagelens.diagnosis import DiagnosisConfig, load_config
 from stagelens.errors import UserError
-from stagelens.http_get import redact_url
+from stagelens.http_client import redact_url
 from stagelens.lab.bundled_engine import ALLOCATORS, DTYPES, POLICIES, PRESETS
 from stagelens.lab.settings import BOUNDS
 from stagelens.numbers import Number

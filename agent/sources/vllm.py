@@ -61,7 +61,7 @@ from stagelens.engine_hooks.records.vllm_names import (
     total_name,
 )
 from stagelens.errors import CollectError, UserError
-from stagelens.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
+from stagelens.http_client import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
 from stagelens.printable import printable
 from stagelens.sources.engine_names import generation
 from stagelens.sources.families import (

@@ -111,7 +111,7 @@ _KINDS = {"int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a w
 
 
 def recorded_problem(cfg) -> str | None:
-    """What is wrong with a recorded engine_config (agent/record.py `engine_settings` wrote it), naming the field;
+    """What is wrong with a recorded engine_config (agent/bundle.py `engine_settings` wrote it), naming the field;
     None when the simulator can run on it: every setting there, of the type written, one the engine itself would
     take, and the KV bytes a token takes what its model holds one in (at 16 or 32 bits)."""
     if not isinstance(cfg, dict):

@@ -295,7 +295,7 @@ def _agent(window, frames):
 
 
 def _window_of(path) -> tuple[dict, list]:
-    from stagelens.record import read_bundle
+    from stagelens.bundle import read_bundle
 
     b = read_bundle(str(path))
     return ({"timelines": b.timelines, "engine_config": b.engine_config, "steps": b.steps, "loads": b.loads},
