@@ -57,8 +57,8 @@ from stagelens.lab.scenario_run import run_lab  # noqa: E402
 from stagelens.lab.scenarios import SCENARIOS  # noqa: E402
 from stagelens.lab.settings import build_configs  # noqa: E402
 from stagelens.whatif.figures import alike, relative_error, serving_figures  # noqa: E402
+from stagelens.whatif.predict_all import what_if  # noqa: E402
 from stagelens.whatif.recommended import recommended_changes  # noqa: E402
-from stagelens.whatif.report import what_if  # noqa: E402
 from stagelens.whatif.settings import as_set_flags  # noqa: E402
 from stagelens.whatif.spans import fit_spans  # noqa: E402
 from stagelens.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402

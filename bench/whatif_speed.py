@@ -31,7 +31,7 @@ from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimelin
 from stagelens.lab.bundled_engine import POLICIES  # noqa: E402
 from stagelens.whatif.fit import StepCost  # noqa: E402
 from stagelens.whatif.predict import predict  # noqa: E402
-from stagelens.whatif.report import what_if  # noqa: E402
+from stagelens.whatif.predict_all import what_if  # noqa: E402
 from stagelens.whatif.search import search  # noqa: E402
 from stagelens.whatif.settings import Settings  # noqa: E402
 from stagelens.whatif.workload import ServedRequest, from_bundle, scaled  # noqa: E402

@@ -40,9 +40,10 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
            model_config: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
     recent window of a running agent."""
+    from stagelens.whatif.predict_all import today_settings, what_if
     from stagelens.whatif.prior import read_model_config
     from stagelens.whatif.recommended import recommended_changes
-    from stagelens.whatif.report import render, today_settings, what_if
+    from stagelens.whatif.report import render_whatif
     from stagelens.whatif.search import parse_slo
     from stagelens.whatif.settings import parse_set
     from stagelens.whatif.wider import Wider
@@ -68,7 +69,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
         read_model_config(model_config)     # a bad config is refused before the work
     result = what_if(observed, candidates, settings, scale_rate=scale_rate, wider=wider)
     document = result.to_dict()
-    text = render(result)
+    text = render_whatif(result)
     if do_search:
         from stagelens.whatif.search import search
         from stagelens.whatif.search_report import render_search, search_dict
