@@ -1,6 +1,7 @@
 """`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE[,...] ...] [--recommended] [--json]`: the
 workload a node served, replayed through a simulator of the engine calibrated on its own steps, under today's
-flags and candidates (each `--set` one)."""
+flags and candidates (each `--set` one: `--set a=1,b=2` changes both in one candidate,
+`--set a=1 --set b=2` are two)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     from stagelens.whatif.recommended import recommended_changes
     from stagelens.whatif.report import render_whatif
     from stagelens.whatif.search import parse_slo
-    from stagelens.whatif.settings import parse_set
+    from stagelens.whatif.settings import check_candidates, parse_set
     from stagelens.whatif.wider import Wider
     from stagelens.whatif.workload import from_agent, from_bundle
 
@@ -61,6 +62,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     target = read_target(replay_path, url, live=False)
     observed = from_bundle(target.path) if isinstance(target, Replay) else from_agent(target.url)
     settings = today_settings(observed, today)
+    check_candidates(settings, sets, changes)
     candidates = list(changes)
     if recommended:
         candidates.append(recommended_changes(observed))
