@@ -1,6 +1,6 @@
-"""One `stagelens bench` invocation (steady, stress or sweep): its options checked, each point's engine and
-workload built and measured (on the bundled engine in this process, or against `--url`), and the results
-written: results.json, report.md and curve.png."""
+"""One `stagelens bench` invocation (steady, stress or sweep): its options checked, each point's
+engine and workload built and measured (on the bundled engine in this process, or against `--url`),
+and the results written: results.json, report.md and curve.png."""
 
 from __future__ import annotations
 
@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from stagelens.lab.workload import WorkloadConfig
     from stagelens.loadtest.runner import KneeRule
 
-# The share of --duration left out as warm-up unless --warmup says: the report keeps the last 20 of 30 minutes.
+# The share of --duration left out as warm-up unless --warmup says: the report keeps the last 20 of
+# 30 minutes.
 WARMUP_SHARE = {"steady": 1 / 3, "stress": 0.2, "sweep": 0.2}
-# Engine flags that still mean something against a remote endpoint (they bound the generated lengths).
+# Engine flags that still mean something against a remote endpoint (they bound the generated
+# lengths).
 REMOTE_ENGINE_FLAGS = ("max_model_len", "seed")
 
 
@@ -35,8 +37,8 @@ def _override(variable, value) -> dict:
 
 @dataclass(frozen=True)
 class _Setup:
-    """How a point's engine and workload are built: the flags over the scenario's defaults, the point's own
-    value over both, and the warm-up each point leaves out."""
+    """How a point's engine and workload are built: the flags over the scenario's defaults, the
+    point's own value over both, and the warm-up each point leaves out."""
     mode: str
     # engine and workload flags only
     flags: dict
@@ -79,12 +81,14 @@ class BenchRun:
     @classmethod
     def checked(cls, ctx: click.Context, mode: str, options: dict, step: float = 0.10,
                 swept: tuple[str, object] | None = None) -> BenchRun:
-        """`options` split into the engine and workload flags and the others, each checked; UserError on the
-        first that cannot be."""
-        opt = {k: options.pop(k) for k in list(options) if k not in ENGINE_FIELDS and k not in WORKLOAD_FIELDS}
+        """`options` split into the engine and workload flags and the others, each checked;
+        UserError on the first that cannot be."""
+        flags = (*ENGINE_FIELDS, *WORKLOAD_FIELDS)
+        opt = {k: options.pop(k) for k in list(options) if k not in flags}
         _refuse_against_url(opt["url"], opt["scenario"], options, swept)
         if options.get("rate") is not None and options.get("concurrency") is not None:
-            raise UserError("--rate and --concurrency: choose open-loop arrivals or a closed loop, not both")
+            raise UserError("--rate and --concurrency: choose open-loop arrivals or a closed loop, "
+                            "not both")
         defaults = dict(SCENARIOS[opt["scenario"]].defaults) if opt["scenario"] else {}
         setup = _Setup(mode, options, defaults, opt["warmup"])
         dconfig = diagnosis_config(opt.pop("config_path"), opt.pop("thresholds"))
@@ -104,19 +108,21 @@ class BenchRun:
         points, knee = _run_points(self, variable, values, max_steps)
         rule = self.rule.for_variable(variable) if self.mode == "sweep" else self.rule
         config = _results_config(self)
-        config[variable.name] = [p.value for p in points] if self.mode != "steady" else points[0].value
-        results = Results(self.mode, variable.name, self.url or "bundled engine (in process)", config,
-                          rule.to_dict(), points, knee)
+        values_run = [p.value for p in points]
+        config[variable.name] = values_run if self.mode != "steady" else values_run[0]
+        target = self.url or "bundled engine (in process)"
+        results = Results(self.mode, variable.name, target, config, rule.to_dict(), points, knee)
         _write(results, out)
         return 0
 
 
 def _refuse_against_url(url: str | None, scenario: str | None, flags: dict,
                         swept: tuple[str, object] | None) -> None:
-    """UserError for what only the bundled engine takes, given with --url: a scenario, an engine flag other
-    than those bounding the generated lengths, an engine setting swept."""
+    """UserError for what only the bundled engine takes, given with --url: a scenario, an engine
+    flag other than those bounding the generated lengths, an engine setting swept."""
     if url and scenario:
-        raise UserError("--scenario: a scenario sets up the bundled engine; it does not apply with --url")
+        raise UserError("--scenario: a scenario sets up the bundled engine; it does not apply with "
+                        "--url")
     if not url:
         return
     engine_given = [k for k, v in flags.items()
@@ -131,7 +137,7 @@ def _refuse_against_url(url: str | None, scenario: str | None, flags: dict,
 
 
 def _knee_rule(opt: dict, step: float) -> KneeRule:
-    """The knee's rule from --gain-threshold, --p99-factor, --p99-sla and --p99-metric, each checked."""
+    """The knee's rule from --gain-threshold, --p99-factor, --p99-sla and --p99-metric, checked."""
     if opt["p99_sla"] is not None and opt["p99_sla"] <= 0:
         raise UserError(f"--p99-sla: must be positive seconds, got {opt['p99_sla']}")
     if opt["gain_threshold"] < 0:
@@ -140,11 +146,13 @@ def _knee_rule(opt: dict, step: float) -> KneeRule:
         raise UserError(f"--p99-factor: must be above 1, got {opt['p99_factor']}")
     from stagelens.loadtest.runner import KneeRule
 
-    return KneeRule(opt["gain_threshold"], opt["p99_factor"], opt["p99_sla"], step, opt["p99_metric"])
+    return KneeRule(opt["gain_threshold"], opt["p99_factor"], opt["p99_sla"], step,
+                    opt["p99_metric"])
 
 
 def _measure(run: BenchRun, variable):
-    """measure(value) -> Point: one point at `variable` = value, on the bundled engine or against --url."""
+    """measure(value) -> Point: one point at `variable` = value, on the bundled engine or against
+    --url."""
     def one(value):
         engine, workload = run.setup.configs(_override(variable, value))
         if run.url:
@@ -174,7 +182,8 @@ def _run_points(run: BenchRun, variable, values, max_steps: int | None):
     from stagelens.loadtest.progress import ProgressBar
 
     measure = _measure(run, variable)
-    bar = ProgressBar(f"bench {run.mode}", max_steps or len(values), enabled=not run.opt["no_progress"])
+    total = max_steps or len(values)
+    bar = ProgressBar(f"bench {run.mode}", total, enabled=not run.opt["no_progress"])
     seconds = run.workload.duration
     try:
         if run.mode == "stress":
@@ -192,8 +201,8 @@ def _results_config(run: BenchRun) -> dict:
 
     cfg = config_dict(run.engine, run.workload)
     if run.url:
-        keep = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
-                "duration", "seed", "max_model_len")
+        keep = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share",
+                "long_prompt_len", "duration", "seed", "max_model_len")
         cfg = {k: cfg[k] for k in keep}
         cfg.update(served_model=run.opt["served_model"], vocab_size=run.opt["vocab_size"])
     cfg["warmup"] = run.workload.warmup
@@ -212,7 +221,8 @@ def _out_dir(path: str) -> Path:
 
 
 def _write(results, out: Path) -> None:
-    """results.json, report.md and (with matplotlib) curve.png into `out`; the table and the knee to stdout."""
+    """results.json, report.md and (with matplotlib) curve.png into `out`; the table and the knee to
+    stdout."""
     from stagelens.loadtest import report
 
     results.write(out / "results.json")
@@ -224,7 +234,7 @@ def _write(results, out: Path) -> None:
         plot(results, out / "curve.png")
         written.append("curve.png")
     except ImportError:
-        click.echo("stagelens: matplotlib is not installed: no curve.png (pip install 'stagelens[bench]')",
-                   err=True)
+        click.echo("stagelens: matplotlib is not installed: no curve.png "
+                   "(pip install 'stagelens[bench]')", err=True)
     click.echo(report.table(results) + "\n\n" + report.knee_line(results) + ".")
     click.echo(f"\nwrote {', '.join(str(out / name) for name in written)}")

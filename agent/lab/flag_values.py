@@ -1,10 +1,10 @@
-"""How the value of each engine and workload flag is read, one entry a flag. `lab`'s flags (and every
-command that takes them: agent/commands/flags.py) and what-if's `--set FLAG=VALUE` and `--today` read a
-value through the same entry, so the same bad value is refused in the same words on every command.
+"""How the value of each engine and workload flag is read, one entry a flag. `lab`'s flags (and
+every command that takes them: agent/commands/flags.py) and what-if's `--set FLAG=VALUE` and
+`--today` read a value through the same entry, so the same bad value is refused in the same words on
+every command.
 
-The bounds are the engine's and the workload's own (agent/lab/settings.py `BOUNDS`); their configs check
-them again for settings built other ways (scenarios, `--fixed`, the API, bench sweeps).
-"""
+The bounds are the engine's and the workload's own (agent/lab/settings.py `BOUNDS`); their configs
+check them again for settings built other ways (scenarios, `--fixed`, the API, bench sweeps)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ FLAG_VALUES: dict[str, CheckedType] = {
     "policy": OneOf(POLICIES),
     "dtype": OneOf(DTYPES),
     "kv_cache_memory": Size(),
-    # `lab` spells this one as a pair of switches (--enable-chunked-prefill / --no-...): read here where
-    # it comes with a value
+    # `lab` spells this one as a pair of switches (--enable-chunked-prefill / --no-...): read here
+    # where it comes with a value
     "enable_chunked_prefill": Switch(),
 }
 

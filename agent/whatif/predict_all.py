@@ -1,6 +1,6 @@
-"""What-if end to end on an observed run: the fit, today's prediction beside what was measured (the fidelity
-check), and each candidate's prediction (agent/whatif/predict.py makes one); `WhatIf.to_dict` is the
-`--json` document, agent/whatif/report.py the text."""
+"""What-if end to end on an observed run: the fit, today's prediction beside what was measured (the
+fidelity check), and each candidate's prediction (agent/whatif/predict.py makes one);
+`WhatIf.to_dict` is the `--json` document, agent/whatif/report.py the text."""
 
 from __future__ import annotations
 

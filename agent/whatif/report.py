@@ -1,5 +1,5 @@
-"""What-if's result as text (`stagelens whatif` without `--json`): the fit in words, today's prediction beside
-what was measured, each candidate's, and each stage's state."""
+"""What-if's result as text (`stagelens whatif` without `--json`): the fit in words, today's
+prediction beside what was measured, each candidate's, and each stage's state."""
 
 from __future__ import annotations
 

@@ -100,8 +100,8 @@ def test_a_request_the_engine_would_refuse_is_left_out_and_said_not_left_to_stal
         figures = prediction.to_dict()
         assert figures["requests_finished"] == 40 and figures["throughput_tokens_per_s"] > 0
         assert figures["requests_unfinished"] == 0 and figures["requests_never_run"] == 1
-    text = render_whatif(result)
-    assert "1 of 41 requests could never run: a prompt of max_model_len (2048 tokens) or more" in text
+    never_run = "1 of 41 requests could never run: a prompt of max_model_len (2048 tokens) or more"
+    assert never_run in render_whatif(result)
 
 
 def test_an_outside_engine_whose_kv_cache_is_not_known_holds_its_longest_request():
