@@ -16,8 +16,9 @@ import json
 
 from stagelens.printable import TooDeep, printable_data
 
-# An answer's items at most: real answers average ~18 bytes an item, so a 16 MiB one (http_get's cap) holds some
-# 900,000 of them; a thousand nodes' fleet answer ~200,000. Parsed, ~85 MB at most.
+# An answer's items at most: real answers average ~18 bytes an item, so a 16 MiB one (the cap of
+# agent/http_client.py) holds some 900,000 of them; a thousand nodes' fleet answer ~200,000.
+# Parsed, ~85 MB at most.
 MAX_ITEMS = 1_000_000
 
 

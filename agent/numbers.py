@@ -27,7 +27,24 @@ def checked_number(where: str, value, *, min: float | None = None, max: float | 
     return number
 
 
-class Number(click.ParamType):
+class CheckedType(click.ParamType):
+    """A click parameter type that refuses a value in one line, `FLAG: what is wrong`. `read` says
+    what is wrong without naming the flag, for a reader that names it its own way (what-if's
+    `--set`), so that the same value is refused in the same words wherever it is typed."""
+
+    def read(self, value) -> tuple[str | None, object]:
+        """(what is wrong or None, the value read)."""
+        raise NotImplementedError
+
+    def convert(self, value, param, ctx):
+        problem, read = self.read(value)
+        if problem:
+            flag = param.opts[0] if param is not None and param.opts else "value"
+            raise click.UsageError(f"{flag}: {problem}", ctx)
+        return read
+
+
+class Number(CheckedType):
     """A click parameter type: `checked_number` for a flag's value."""
 
     def __init__(self, min: float | None = None, max: float | None = None, *,
@@ -35,12 +52,8 @@ class Number(click.ParamType):
         self.min, self.max, self.integer, self.unit, self.min_open = min, max, integer, unit, min_open
         self.name = "integer" if integer else "number"
 
-    def convert(self, value, param, ctx):
-        problem, number = _check(value, self.min, self.max, self.integer, self.unit, self.min_open)
-        if problem:
-            flag = param.opts[0] if param is not None and param.opts else "value"
-            raise click.UsageError(f"{flag}: {problem}", ctx)
-        return number
+    def read(self, value) -> tuple[str | None, int | float]:
+        return _check(value, self.min, self.max, self.integer, self.unit, self.min_open)
 
 
 def _check(value, low, high, integer: bool, unit: str, low_open: bool) -> tuple[str | None, int | float]:

@@ -1,5 +1,5 @@
 """What a recording says of the engine and its requests, checked once where it comes in, by the same rules
-whichever door it comes through: a bundle's lines (agent/record.py) and a running agent's what-if window
+whichever door it comes through: a bundle's lines (agent/bundle.py) and a running agent's what-if window
 (`whatif --connect`, `/api/v1/whatif/window`). Replay, what-if and the diagnosis then compute on values they can
 trust: of the type written, finite and in range, in an order time allows (no step or load ends before it starts,
 no first token before its arrival: engine_hooks/records/timeline_reading.py). Each check returns what is wrong,

@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
-from stagelens.record import read_bundle  # noqa: E402
+from stagelens.bundle import read_bundle  # noqa: E402
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
 LAB = ("--model", "tiny", "--device", "cpu", "--kv-cache-memory", "2MiB", "--max-model-len", "256", "--rate", "20")

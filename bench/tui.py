@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 
 from _report import emit  # noqa: E402  (bench/ is the script's own directory)
 
+from stagelens.bundle import read_bundle  # noqa: E402
 from stagelens.engine_hooks.records.timeline import RequestTimeline  # noqa: E402
 from stagelens.probes.sample import NodeProbe, open_backend  # noqa: E402
-from stagelens.record import read_bundle  # noqa: E402
 from stagelens.tui.app import StagelensApp  # noqa: E402
 from stagelens.tui.feed import Feed, Poll  # noqa: E402
 

@@ -51,14 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _whatif_beyond as beyond  # noqa: E402  (bench/ is the script's own directory)
 from _report import emit  # noqa: E402
 
+from stagelens.bundle import BundleWriter  # noqa: E402
 from stagelens.engine_hooks.records.timeline import RequestTimeline  # noqa: E402
 from stagelens.lab.scenario_run import run_lab  # noqa: E402
 from stagelens.lab.scenarios import SCENARIOS  # noqa: E402
 from stagelens.lab.settings import build_configs  # noqa: E402
-from stagelens.record import BundleWriter  # noqa: E402
 from stagelens.whatif.figures import alike, relative_error, serving_figures  # noqa: E402
+from stagelens.whatif.predict_all import what_if  # noqa: E402
 from stagelens.whatif.recommended import recommended_changes  # noqa: E402
-from stagelens.whatif.report import what_if  # noqa: E402
 from stagelens.whatif.settings import as_set_flags  # noqa: E402
 from stagelens.whatif.spans import fit_spans  # noqa: E402
 from stagelens.whatif.workload import Observed, from_bundle, from_timelines  # noqa: E402

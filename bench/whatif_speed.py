@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _report import emit  # noqa: E402
 
+from stagelens.bundle import BUNDLE_FORMAT  # noqa: E402
 from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline  # noqa: E402
 from stagelens.lab.bundled_engine import POLICIES  # noqa: E402
-from stagelens.record import BUNDLE_FORMAT  # noqa: E402
 from stagelens.whatif.fit import StepCost  # noqa: E402
 from stagelens.whatif.predict import predict  # noqa: E402
-from stagelens.whatif.report import what_if  # noqa: E402
+from stagelens.whatif.predict_all import what_if  # noqa: E402
 from stagelens.whatif.search import search  # noqa: E402
 from stagelens.whatif.settings import Settings  # noqa: E402
 from stagelens.whatif.workload import ServedRequest, from_bundle, scaled  # noqa: E402

@@ -1,5 +1,6 @@
 """`stagelens bench`: the report's benchmark method — steady load, stress in 10% steps to the first knee,
-one-variable sweeps, and `compare` against a saved baseline for CI.
+one-variable sweeps, and `compare` against a saved baseline for CI. Its flags and subcommands are
+here; how one invocation runs, agent/commands/bench_run.py.
 
 On the bundled engine in this process (every engine flag, scenario defaults via --scenario), or against
 any OpenAI-compatible `/v1/completions` with `--url` (an HTTP load generator; the stage comes from the
@@ -8,22 +9,13 @@ endpoint's `/api/v1/diagnosis` when it is a stagelens agent). Writes results.jso
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
 import click
 
-from stagelens.commands.flags import diagnosis_config, diagnosis_options, engine_options, interval_option
+from stagelens.commands.bench_run import BenchRun
+from stagelens.commands.flags import diagnosis_options, engine_options, interval_option
 from stagelens.errors import UserError
 from stagelens.lab.scenarios import SCENARIOS
-from stagelens.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS, build_configs
 from stagelens.loadtest.variables import STRESSABLE, VARIABLES, pick_swept
-
-# The share of --duration left out as warm-up unless --warmup says: the report keeps the last 20 of 30 minutes.
-WARMUP_SHARE = {"steady": 1 / 3, "stress": 0.2, "sweep": 0.2}
-# Engine flags that still mean something against a remote endpoint (they bound the generated lengths).
-REMOTE_ENGINE_FLAGS = ("max_model_len", "seed")
-
 
 _COMMON = [
     click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
@@ -88,7 +80,7 @@ def bench() -> None:
 @click.pass_context
 def steady(ctx: click.Context, **options) -> int:
     """Fixed load: warm-up left out, the recorded window measured and diagnosed."""
-    run = _Run(ctx, "steady", options)
+    run = BenchRun.checked(ctx, "steady", options)
     variable = VARIABLES["concurrency" if run.workload.concurrency is not None else "rate"]
     return run.execute(variable, [getattr(run.workload, variable.name)])
 
@@ -107,7 +99,7 @@ def stress(ctx: click.Context, vary: str | None, step: float, max_steps: int, **
         raise UserError(f"--step: must lie in (0, 1], got {step}")
     if max_steps < 2:
         raise UserError(f"--max-steps: must be at least 2, got {max_steps}")
-    run = _Run(ctx, "stress", options, step=step)
+    run = BenchRun.checked(ctx, "stress", options, step=step)
     name = vary.replace("-", "_") if vary else ("concurrency" if run.workload.concurrency is not None else "rate")
     variable = VARIABLES[name]
     if run.url and variable.engine:
@@ -130,7 +122,7 @@ def sweep(ctx: click.Context, **options) -> int:
     given = {name: options.pop(name) for name in VARIABLES}
     variable, values, fixed = pick_swept(given)
     options.update(fixed)
-    run = _Run(ctx, "sweep", options, swept=(variable.name, values[0]))
+    run = BenchRun.checked(ctx, "sweep", options, swept=(variable.name, values[0]))
     return run.execute(variable, values)
 
 
@@ -143,151 +135,12 @@ def sweep(ctx: click.Context, **options) -> int:
 def compare(baseline: str, current: str, tolerance: float, p99_metric: str) -> int:
     """Compare a run with a saved baseline: exit 1 when P99 regressed beyond the tolerance at any point."""
     from stagelens.loadtest.compare import compare as compare_runs
-    from stagelens.loadtest.compare import render
+    from stagelens.loadtest.compare import render_comparison
     from stagelens.loadtest.results import load_results
 
     if tolerance < 0:
         raise UserError(f"--tolerance: must be >= 0, got {tolerance}")
     base, now = load_results(baseline), load_results(current)
     rows = compare_runs(base, now, tolerance, p99_metric)
-    click.echo(render(rows, base.flag, p99_metric))
+    click.echo(render_comparison(rows, base.flag, p99_metric))
     return 1 if any(r.regressed for r in rows) else 0
-
-
-def _override(variable, value) -> dict:
-    return {variable.name: value, **({"rate": None} if variable.name == "concurrency" else {})}
-
-
-class _Run:
-    """One bench invocation: the resolved configuration, the target, and how a point is measured."""
-
-    def __init__(self, ctx: click.Context, mode: str, options: dict, step: float = 0.10,
-                 swept: tuple[str, object] | None = None) -> None:
-        self.mode, self.ctx = mode, ctx
-        opt = {k: options.pop(k) for k in list(options) if k not in ENGINE_FIELDS and k not in WORKLOAD_FIELDS}
-        self.flags = options                       # engine and workload flags only
-        self.opt = opt
-        self.url: str | None = opt["url"]
-        scenario = opt["scenario"]
-        if self.url and scenario:
-            raise UserError("--scenario: a scenario sets up the bundled engine; it does not apply with --url")
-        if self.url:
-            engine_given = [k for k, v in self.flags.items()
-                            if v is not None and k in ENGINE_FIELDS and k not in REMOTE_ENGINE_FLAGS
-                            and k != "models" and (swept is None or k != swept[0])]
-            if engine_given:
-                raise UserError("--url: the remote endpoint's engine settings cannot be changed from here: "
-                                + ", ".join("--" + k.replace("_", "-") for k in engine_given))
-            if swept and VARIABLES[swept[0]].engine:
-                raise UserError(f"--url: {VARIABLES[swept[0]].flag} is an engine setting of the remote "
-                                "endpoint; sweep --rate or --concurrency instead")
-        if self.flags.get("rate") is not None and self.flags.get("concurrency") is not None:
-            raise UserError("--rate and --concurrency: choose open-loop arrivals or a closed loop, not both")
-        self.defaults = dict(SCENARIOS[scenario].defaults) if scenario else {}
-        self.dconfig = diagnosis_config(opt.pop("config_path"), opt.pop("thresholds"))
-        self.engine, self.workload = self.configs({})
-        if opt["p99_sla"] is not None and opt["p99_sla"] <= 0:
-            raise UserError(f"--p99-sla: must be positive seconds, got {opt['p99_sla']}")
-        if opt["gain_threshold"] < 0:
-            raise UserError(f"--gain-threshold: must be >= 0, got {opt['gain_threshold']}")
-        if opt["p99_factor"] <= 1:
-            raise UserError(f"--p99-factor: must be above 1, got {opt['p99_factor']}")
-        from stagelens.loadtest.runner import KneeRule
-
-        self.rule = KneeRule(opt["gain_threshold"], opt["p99_factor"], opt["p99_sla"], step, opt["p99_metric"])
-
-    def configs(self, override: dict):
-        engine, workload = build_configs({**self.flags, **override}, self.defaults)
-        warmup = self.opt["warmup"]
-        if warmup is None:
-            warmup = round(workload.duration * WARMUP_SHARE[self.mode], 3)
-        if not 0 <= warmup < workload.duration:
-            raise UserError(f"--warmup: must lie in [0, --duration), got {warmup}")
-        return engine, dataclasses.replace(workload, warmup=warmup)
-
-    def measure(self, variable):
-        snapshot = (self.ctx.find_root().obj or {}).get("nvml_snapshot")
-
-        def one(value):
-            engine, workload = self.configs(_override(variable, value))
-            if self.url:
-                from stagelens.loadtest.http_point import measure_remote
-                from stagelens.loadtest.loadgen import LoadOptions
-
-                o = self.opt
-                opts = LoadOptions(vocab_size=o["vocab_size"], max_model_len=engine.max_model_len,
-                                   served_model=o["served_model"], ignore_eos=o["ignore_eos"],
-                                   request_timeout=o["request_timeout"], drain_timeout=o["drain_timeout"],
-                                   max_requests=o["max_requests"])
-                return measure_remote(value, self.url, workload, opts)
-            from stagelens.loadtest.inprocess import measure_inprocess
-
-            return measure_inprocess(value, engine, workload, interval=self.opt["interval"],
-                                     diagnosis_config=self.dconfig, nvml_snapshot=snapshot)
-        return one
-
-    def config(self) -> dict:
-        from stagelens.commands.lab_config import config_dict
-
-        cfg = config_dict(self.engine, self.workload)
-        if self.url:
-            keep = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
-                    "duration", "seed", "max_model_len")
-            cfg = {k: cfg[k] for k in keep}
-            cfg.update(served_model=self.opt["served_model"], vocab_size=self.opt["vocab_size"])
-        cfg["warmup"] = self.workload.warmup
-        if self.opt["scenario"]:
-            cfg["scenario"] = self.opt["scenario"]
-        return cfg
-
-    def execute(self, variable, values, max_steps: int | None = None) -> int:
-        from stagelens.loadtest import runner
-        from stagelens.loadtest.progress import ProgressBar
-        from stagelens.loadtest.results import Results
-
-        out = Path(self.opt["out_dir"])
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"--out: cannot create {out}: {exc.strerror or exc}") from None
-        if self.mode == "sweep":
-            for value in values:        # a bad value fails now, not after the points before it ran
-                self.configs(_override(variable, value))
-        measure = self.measure(variable)
-        total = max_steps or len(values)
-        bar = ProgressBar(f"bench {self.mode}", total, enabled=not self.opt["no_progress"])
-        seconds = self.workload.duration
-        try:
-            if self.mode == "stress":
-                points, knee = runner.run_stress(variable, values, measure, self.rule, max_steps, seconds, bar)
-            elif self.mode == "sweep":
-                points, knee = runner.run_sweep(variable, values, measure, self.rule, seconds, bar)
-            else:
-                points, knee = runner.run_steady(variable, values[0], measure, seconds, bar)
-        finally:
-            bar.close()
-        rule = self.rule.for_variable(variable) if self.mode == "sweep" else self.rule
-        config = self.config()
-        config[variable.name] = [p.value for p in points] if self.mode != "steady" else points[0].value
-        results = Results(self.mode, variable.name, self.url or "bundled engine (in process)", config,
-                          rule.to_dict(), points, knee)
-        return self.write(results, out)
-
-    def write(self, results, out: Path) -> int:
-        from stagelens.loadtest import report
-
-        results.write(out / "results.json")
-        text = report.render(results)
-        (out / "report.md").write_text(text)
-        written = ["results.json", "report.md"]
-        try:
-            from stagelens.loadtest.plot import plot
-
-            plot(results, out / "curve.png")
-            written.append("curve.png")
-        except ImportError:
-            click.echo("stagelens: matplotlib is not installed: no curve.png (pip install 'stagelens[bench]')",
-                       err=True)
-        click.echo(report.table(results) + "\n\n" + report.knee_line(results) + ".")
-        click.echo(f"\nwrote {', '.join(str(out / name) for name in written)}")
-        return 0

@@ -53,8 +53,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
         return _print(fetch_diagnosis(target.url), as_json)
     timelines: list = []
     if isinstance(target, Replay):
+        from stagelens.bundle import read_bundle_warned
         from stagelens.engine_hooks.records.timeline import RequestTimeline
-        from stagelens.record import read_bundle_warned
 
         bundle = read_bundle_warned(target.path)
         if not bundle.frames:
@@ -89,8 +89,8 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
             document["fix"] = effect
         click.echo(json.dumps(document, indent=2))
     else:
+        from stagelens.diagnosis_text import render_diagnosis, render_run
         from stagelens.printable import printable_lines
-        from stagelens.render import render_diagnosis, render_run
 
         click.echo(printable_lines(render_diagnosis(result)))     # fetched from a server: its text is another's
         if effect is not None:
@@ -104,7 +104,7 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
 
 def fetch_diagnosis(url: str) -> Diagnosis:
     """The server's diagnosis; CollectError when its answer is none, or has nothing to say."""
-    from stagelens.http_get import get_json
+    from stagelens.http_client import get_json
 
     data = get_json(url, "/api/v1/diagnosis")
     try:

@@ -1,7 +1,7 @@
 """`stagelens fleet`: every node Prometheus scrapes an agent on, most severe first, from one query a refresh.
 
 The fleet screen by default (agent/tui/fleet/); `--once` prints the table once, `--json` the document
-(agent/fleet/render.py), each with the fleet's exit status.
+(agent/fleet/output.py), each with the fleet's exit status.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import click
 from stagelens.commands.flags import interval_option
 from stagelens.errors import EXIT_CRITICAL, EXIT_OK, EXIT_UNKNOWN, EXIT_WARNING, CollectError, UserError
 from stagelens.fleet.model import counts
+from stagelens.fleet.output import DEFAULT_LIMIT, fleet_document, render_fleet
 from stagelens.fleet.query import DEFAULT_SELECTOR, FleetQuery, parse_filters
-from stagelens.fleet.render import DEFAULT_LIMIT, fleet_document, render_fleet
 from stagelens.numbers import Number
 
 EXIT_STATUS = (f"Exit status with --once or --json: {EXIT_OK} every node up and none warns or fires, {EXIT_WARNING} a "

@@ -35,8 +35,8 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     dconfig = diagnosis_config(config_path, thresholds)
     engine_cfg, workload_cfg = build_configs(flags, defaults)
 
+    from stagelens.bundle import BundleWriter
     from stagelens.lab.scenario_run import run_lab  # imports torch: only once the flags are known to be good
-    from stagelens.record import BundleWriter
 
     snapshot = (ctx.obj or {}).get("nvml_snapshot")
     stop = threading.Event()    # a bundle that cannot be written (a full disk) ends the run
@@ -76,7 +76,7 @@ def _json(scenario, before, after, applied, engine_cfg, workload_cfg) -> dict:
 
 def _text(spec, before, after, applied) -> str:
     from stagelens.commands.lab_config import render_figures
-    from stagelens.render import render_before_after, render_diagnosis, render_run
+    from stagelens.diagnosis_text import render_before_after, render_diagnosis, render_run
 
     parts = []
     if spec:

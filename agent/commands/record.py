@@ -42,8 +42,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind: str, outside: OutsideFlags,
            interval: float, **flags) -> int:
     """Record frames and request timelines of an engine to a bundle that `--replay` reads."""
+    from stagelens.bundle import BundleWriter
     from stagelens.lab.scenario_run import run_lab
-    from stagelens.record import BundleWriter
 
     source = open_engine_source(engine_kind, outside)
     if source is not None:
@@ -69,8 +69,8 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
 
 def _record_outside(ctx: click.Context, source, out_path: str, interval: float, flags: dict) -> int:
     """Sample the node and the engine read from outside for --duration seconds (30 by default)."""
+    from stagelens.bundle import BundleWriter
     from stagelens.node_sampling import sample_for
-    from stagelens.record import BundleWriter
 
     given = sorted(k for k, v in flags.items() if v is not None and k != "duration")
     if ctx.params.get("scenario"):

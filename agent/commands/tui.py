@@ -21,7 +21,7 @@ from stagelens.commands.flags import (
 from stagelens.commands.target import Connect, Replay, Target, live_only, read_target, target_options
 from stagelens.diagnosis import load_config
 from stagelens.errors import UserError
-from stagelens.http_get import check_url
+from stagelens.http_client import check_url
 from stagelens.lab.scenarios import SCENARIOS
 from stagelens.tui.server_settings import server_settings
 
@@ -76,7 +76,7 @@ def _source(ctx: click.Context, target: Target, scenario, interval: float, flags
 
         return RemoteFeed(target.url, timeout=max(1.0, min(5.0, interval * 2)))
     if isinstance(target, Replay):
-        from stagelens.record import read_bundle_warned
+        from stagelens.bundle import read_bundle_warned
         from stagelens.tui.replay_feed import ReplayFeed
 
         bundle = read_bundle_warned(target.path)

@@ -1,6 +1,7 @@
 """`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE[,...] ...] [--recommended] [--json]`: the
 workload a node served, replayed through a simulator of the engine calibrated on its own steps, under today's
-flags and candidates (each `--set` one)."""
+flags and candidates (each `--set` one: `--set a=1,b=2` changes both in one candidate,
+`--set a=1 --set b=2` are two)."""
 
 from __future__ import annotations
 
@@ -40,11 +41,12 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
            model_config: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
     recent window of a running agent."""
+    from stagelens.whatif.predict_all import today_settings, what_if
     from stagelens.whatif.prior import read_model_config
     from stagelens.whatif.recommended import recommended_changes
-    from stagelens.whatif.report import render, today_settings, what_if
+    from stagelens.whatif.report import render_whatif
     from stagelens.whatif.search import parse_slo
-    from stagelens.whatif.settings import parse_set
+    from stagelens.whatif.settings import check_candidates, parse_set
     from stagelens.whatif.wider import Wider
     from stagelens.whatif.workload import from_agent, from_bundle
 
@@ -60,6 +62,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
     target = read_target(replay_path, url, live=False)
     observed = from_bundle(target.path) if isinstance(target, Replay) else from_agent(target.url)
     settings = today_settings(observed, today)
+    check_candidates(settings, sets, changes)
     candidates = list(changes)
     if recommended:
         candidates.append(recommended_changes(observed))
@@ -68,7 +71,7 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
         read_model_config(model_config)     # a bad config is refused before the work
     result = what_if(observed, candidates, settings, scale_rate=scale_rate, wider=wider)
     document = result.to_dict()
-    text = render(result)
+    text = render_whatif(result)
     if do_search:
         from stagelens.whatif.search import search
         from stagelens.whatif.search_report import render_search, search_dict

@@ -1,5 +1,5 @@
 """What the fleet view shows: one row a node, read from Prometheus (agent/fleet/query.py), rendered as text or
-JSON (agent/fleet/render.py) and on the fleet screen (agent/tui/fleet/).
+JSON (agent/fleet/output.py) and on the fleet screen (agent/tui/fleet/).
 
 A node is one scrape target of the agents' job: Prometheus's `instance` label. Its row holds what its agent
 last exported (agent/metrics/diagnosis.py: stage states -1 unknown, 0 ok, 1 warn, 2 firing) and whether that

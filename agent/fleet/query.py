@@ -28,7 +28,7 @@ from stagelens import catalogue as c
 from stagelens.diagnosis.signals import SIGNALS, SIGNALS_BY_ID
 from stagelens.errors import UserError
 from stagelens.fleet.model import STATE_OF_VALUE, Evidence, FleetView, NodeRow, by_severity, stage_cells
-from stagelens.http_get import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
+from stagelens.http_client import EXCHANGE_ERRORS, check_url, exchange_reason, redact_url, request
 from stagelens.json_answer import AnswerRefused, NotJson, parse_answer
 from stagelens.printable import printable
 from stagelens.vocabulary import STAGES, STATES

@@ -14,12 +14,13 @@ from stagelens.engine_hooks.engine.config import (
     ConfigError,
     EngineConfig,
     parse_bytes,
+    read_size,
 )
 from stagelens.engine_hooks.engine.presets import PRESETS
 from stagelens.engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
 
 __all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError", "EngineConfig",
-           "FinishReason", "SamplingParams", "make_allocator", "parse_bytes"]
+           "FinishReason", "SamplingParams", "make_allocator", "parse_bytes", "read_size"]
 
 
 def __getattr__(name: str):

@@ -60,7 +60,7 @@ class EngineHost:
 
     def whatif_window(self) -> dict:
         """What what-if replays of the hosted engine: its finished requests' timelines, settings, steps and loads."""
-        from stagelens.record import engine_records, engine_settings
+        from stagelens.bundle import engine_records, engine_settings
 
         recorder, engine = self.recorder, self.engine
         out = {"timelines": [t.to_dict() for t in self.recent_timelines()], "engine_config": None, "steps": [],

@@ -1,7 +1,7 @@
 """The bundled engine's step cost measured where a recording never went: its real forward, through the same
 hooks as the lab, run over a grid of batch sizes, context lengths and prefill sizes (as Vidur profiles a
 model's operators once and predicts from the table). The steps it took are kept, in the bundle's step format
-(agent/record.py STEP_FIELDS), cached per model, dtype, device and torch version: what-if fits them and
+(agent/bundle.py STEP_FIELDS), cached per model, dtype, device and torch version: what-if fits them and
 scales the fit to the recording's own steps (agent/whatif/fit.py `beyond`).
 """
 
@@ -13,8 +13,8 @@ import platform
 from importlib import metadata
 from pathlib import Path
 
+from stagelens.bundle import STEP_FIELDS
 from stagelens.errors import UserError
-from stagelens.record import STEP_FIELDS
 
 PROFILE_FORMAT = "stagelens-step-profile/1"
 # (requests at once, prompt tokens): decode batches at short, middle and long contexts, then prefills alone;

@@ -55,7 +55,7 @@ def compare(baseline: Results, current: Results, tolerance: float, metric: str =
     return rows
 
 
-def render(rows: list[Row], flag: str, metric: str) -> str:
+def render_comparison(rows: list[Row], flag: str, metric: str) -> str:
     def ms(v):
         return "—" if v is None else f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
 

@@ -56,7 +56,7 @@ async def _run(base_url, cfg, opts, on_progress) -> tuple[LoadRun, float | None]
 
 def fetch_diagnosis(base_url: str) -> dict | None:
     from stagelens.errors import CollectError
-    from stagelens.http_get import get_json
+    from stagelens.http_client import get_json
 
     try:
         d = get_json(base_url, "/api/v1/diagnosis")

@@ -60,7 +60,7 @@ def knee_line(results: Results) -> str:
     return line + (f". {past.stage}: {why.rstrip('.')}" if why else "")
 
 
-def render(results: Results) -> str:
+def render_report(results: Results) -> str:
     cfg = results.config
     settings = ", ".join(f"{k}={v}" for k, v in cfg.items() if v is not None)
     return "\n".join([

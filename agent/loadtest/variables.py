@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from stagelens.errors import UserError
 from stagelens.lab.bundled_engine import ALLOCATORS, POLICIES
-
-_SWITCH = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+from stagelens.lab.flag_values import SWITCH_WORDS as _SWITCH
 
 
 @dataclass(frozen=True)

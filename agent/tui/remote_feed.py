@@ -6,11 +6,11 @@ from __future__ import annotations
 from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.errors import CollectError
 from stagelens.frame import Frame, FrameError
-from stagelens.http_get import get_json, redact_url
+from stagelens.http_client import get_json, redact_url
 from stagelens.tui.feed import Feed, Poll
 
 # The first poll may bring the server's whole history: 900 frames of a busy 8-GPU node are ~46 MB and ~2.5
-# million JSON items (~2,800 a frame), past http_get.py's default caps. These hold it, and bound the parse
+# million JSON items (~2,800 a frame), past the HTTP client's caps. These hold it, and bound the parse
 # (agent.json_answer): ~400 MB at worst (measured, 4 million items of `{"a":{}},`), where 60 MiB of `{},`
 # once took it to 1.6 GB and 200 MiB past 3 GB.
 FRAMES_MAX_BYTES = 64 * 2**20

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import threading
 
+from stagelens.bundle import Bundle
 from stagelens.engine_hooks.records.timeline import RequestTimeline
-from stagelens.record import Bundle
 from stagelens.tui.feed import Feed, Poll
 
 
@@ -20,7 +20,7 @@ class ReplayFeed(Feed):
         self.bundle = bundle
         self.frames = bundle.frames
         self.history = history
-        # read as `diagnose --replay` reads them (agent/record.py checked what replay reads of each)
+        # read as `diagnose --replay` reads them (agent/bundle.py checked what replay reads of each)
         finished = (RequestTimeline.from_dict(t) for t in bundle.timelines if t.get("finished") is not None)
         self._timelines = sorted(finished, key=lambda t: t.finished)
         n = len(self.frames)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from stagelens.diagnosis import DiagnosisConfig
 from stagelens.diagnosis.config import apply_document
 from stagelens.errors import CollectError, UserError
-from stagelens.http_get import get_json
+from stagelens.http_client import get_json
 
 
 def server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:

@@ -123,7 +123,7 @@ class FitError(ValueError):
 
 def step_rows(steps: list[dict], busy_gap: float = BUSY_GAP_S,
               cold_after: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(features, seconds) of each recorded step (agent/record.py STEP_FIELDS) that did some work; a step's time
+    """(features, seconds) of each recorded step (agent/bundle.py STEP_FIELDS) that did some work; a step's time
     runs on to the next one's start when the pause between them is shorter than `busy_gap`. A prefill more than
     `cold_after` after the end of the last step that prefilled is cold (None: the steps are not a sequence)."""
     ordered = sorted(steps, key=lambda s: s["start"])

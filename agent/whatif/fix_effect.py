@@ -21,7 +21,7 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     `observe()` gives (agent.whatif.workload.Observed: a bundle, an agent's window), or {"unavailable": why};
     None when the diagnosis recommends nothing the simulator can change."""
     from stagelens.lab.fixes import fix_flags
-    from stagelens.whatif.report import today_settings, what_if
+    from stagelens.whatif.predict_all import today_settings, what_if
 
     if diagnosis is None or diagnosis.verdict not in ("warn", "firing"):
         return None

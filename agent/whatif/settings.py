@@ -4,10 +4,12 @@ checked by the bundled engine's own configuration so that a flag the engine refu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from stagelens.errors import UserError
 from stagelens.lab.bundled_engine import MAX_TOKENS, ConfigError, EngineConfig
-from stagelens.numbers import number_of_text, shown
+from stagelens.lab.flag_values import FLAG_VALUES
+from stagelens.numbers import shown
 
 # The settings a candidate may change: they decide what the scheduler, the KV cache and residency do
 TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
@@ -15,7 +17,6 @@ TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunk
            "max_resident_models")
 # What `--today` may say besides: of an engine read from outside, the longest request it takes
 TODAY_ONLY = ("max_model_len",)
-_BOOLEAN = {"true": True, "false": False, "on": True, "off": False, "1": True, "0": False, "yes": True, "no": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +112,7 @@ _KINDS = {"int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a w
 
 
 def recorded_problem(cfg) -> str | None:
-    """What is wrong with a recorded engine_config (agent/record.py `engine_settings` wrote it), naming the field;
+    """What is wrong with a recorded engine_config (agent/bundle.py `engine_settings` wrote it), naming the field;
     None when the simulator can run on it: every setting there, of the type written, one the engine itself would
     take, and the KV bytes a token takes what its model holds one in (at 16 or 32 bits)."""
     if not isinstance(cfg, dict):
@@ -144,9 +145,10 @@ def _per_token(model: str, element: int) -> int:
 
 
 def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict:
-    """`max-num-seqs=16,enable-chunked-prefill=true` (and more such texts) -> {"max_num_seqs": 16, ...}, all in
-    one; UserError on a flag it does not know, a flag given twice (which one was meant?) or a value it cannot
-    read."""
+    """`max-num-seqs=16,enable-chunked-prefill=true` (and more such texts) -> {"max_num_seqs": 16,
+    ...}, all in one; UserError on a flag it does not know, a flag given twice (which one was
+    meant?) or a value the lab's flag would refuse (read by the same entry of
+    agent/lab/flag_values.py, refused in the same words)."""
     out: dict = {}
     given: dict = {}
     for text in (part for whole in texts for part in whole.split(",")):
@@ -163,28 +165,33 @@ def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict
             raise UserError(f"{option} {name.strip()[:40]}: given twice ({given[key][:40]} and {text.strip()[:40]}): "
                             "give each flag once")
         given[key] = text.strip()
-        out[key] = _value(key, raw.strip(), name, option)
+        problem, out[key] = FLAG_VALUES[key].read(raw.strip())
+        if problem:
+            raise UserError(f"{option} {name.strip()[:40]}: {problem}")
     return out
 
 
-def _value(key: str, raw: str, name: str, option: str):
-    if key == "enable_chunked_prefill":
-        if raw.lower() not in _BOOLEAN:
-            raise UserError(f"{option} {name}: {raw[:40]!r} is not true or false")
-        return _BOOLEAN[raw.lower()]
-    if key in ("policy", "allocator"):
-        return raw
-    if key == "kv_cache_memory":
-        from stagelens.lab.bundled_engine import parse_bytes
-
+def check_candidates(settings: Settings, texts: Sequence[str], candidates: list[dict]) -> None:
+    """Each `--set` (`texts`, read into `candidates`) as the engine would take it on `settings`;
+    UserError naming the one refused. Where several `--set` change different flags, the line also
+    says that each is one candidate and how one `--set` changes them together: two `--set` are a new
+    user's first try at that."""
+    for text, changes in zip(texts, candidates, strict=True):
         try:
-            return parse_bytes(raw)
-        except ConfigError as exc:
-            raise UserError(str(exc)) from None
-    number = number_of_text(raw, integer=True)
-    if number is None:
-        raise UserError(f"{option} {name}: {raw[:40]!r} is not a whole number (ASCII digits, like 16)")
-    return number
+            settings.changed(changes)
+        except UserError as exc:
+            hint = _one_candidate_each(texts, candidates)
+            raise UserError(f"--set {text[:60]}: {exc}{hint}") from None
+
+
+def _one_candidate_each(texts: Sequence[str], candidates: list[dict]) -> str:
+    flags = [key for changes in candidates for key in changes]
+    # one --set, or one flag in two of them (two values of it compared): nothing to join
+    if len(texts) < 2 or len(flags) != len(set(flags)):
+        return ""
+    given = " ".join(f"--set {text}" for text in texts)
+    return (f"; each --set is one candidate ({given}: {len(texts)} candidates); "
+            f"one candidate changing them together: --set {','.join(texts)}")
 
 
 def as_set_flags(changes: dict) -> dict:

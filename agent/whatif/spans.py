@@ -25,7 +25,7 @@ MAX_LAGS = 256
 
 
 def pseudo_steps(timelines: list[RequestTimeline], chunk: int | None = None) -> list[dict]:
-    """Pseudo-steps (agent/record.py STEP_FIELDS) from span timelines; `chunk`: the token budget a prompt is
+    """Pseudo-steps (agent/bundle.py STEP_FIELDS) from span timelines; `chunk`: the token budget a prompt is
     chunked at (chunked prefill on), so that a longer prompt's prefill interval is that many steps. What each
     asks of the other requests is answered in O(log n) (agent/whatif/span_overlaps.py), not by a pass over them:
     a 10-minute recording at 50 requests a second is 30,000 of them."""

@@ -33,7 +33,7 @@ class Observed:
     """What replay needs of a recording."""
     source: str
     requests: list[ServedRequest]
-    engine_config: dict | None = None          # the bundled engine's settings (agent/record.py engine_config)
+    engine_config: dict | None = None          # the bundled engine's settings (bundle.py engine_config)
     steps: list[dict] = field(default_factory=list)
     loads: list[dict] = field(default_factory=list)
     kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
@@ -76,7 +76,7 @@ def from_timelines(source: str, timelines: list[RequestTimeline]) -> list[Served
 
 
 def from_bundle(path: str) -> Observed:
-    from stagelens.record import read_bundle_warned
+    from stagelens.bundle import read_bundle_warned
 
     return observed_in(read_bundle_warned(path))
 
@@ -84,7 +84,7 @@ def from_bundle(path: str) -> Observed:
 def from_agent(url: str) -> Observed:
     """The recent window of a running `stagelens serve` (its whatif window and its frames)."""
     from stagelens.frame import Frame, FrameError
-    from stagelens.http_get import get_json, redact_url
+    from stagelens.http_client import get_json, redact_url
 
     window = get_json(url, WINDOW_PATH, timeout=15.0)
     frames_data = get_json(url, "/api/v1/frames", timeout=15.0)
@@ -112,7 +112,7 @@ def observed_from_window(source: str, window: dict, frames: list) -> Observed:
 
 
 def observed_in(bundle) -> Observed:
-    """What replay needs of a bundle already read (agent.record.Bundle)."""
+    """What replay needs of a bundle already read (agent.bundle.Bundle)."""
     return _observed(bundle.path, read_timelines(bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
                      bundle.frames)
 

@@ -79,16 +79,26 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
 
 def parse_bytes(text: str | int) -> int:
     """'256MiB', '1.5GB', '4096' -> bytes."""
+    problem, size = read_size(text)
+    if problem:
+        raise ConfigError(f"--kv-cache-memory: {problem}")
+    return size
+
+
+def read_size(text: str | int) -> tuple[str | None, int]:
+    """(what is wrong, naming no flag, or None; the bytes) of '256MiB', '1.5GB', '4096': the one
+    reading of a size, for the engine's config and every flag that takes one (the agent's flag
+    table)."""
     if isinstance(text, int):
-        return text
+        return None, text
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"--kv-cache-memory: cannot read {text!r} as a size (examples: 268435456, 256MiB, 1GB)")
+        return f"cannot read {text!r} as a size (examples: 268435456, 256MiB, 1GB)", 0
     size = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if not size <= ENGINE_BOUNDS["kv_cache_memory"].high:   # also keeps a 400-digit number from overflowing int()
-        raise ConfigError(f"--kv-cache-memory: must be {ENGINE_BOUNDS['kv_cache_memory'].describe()}, "
-                          f"got {shown(text)}")
-    return int(size)
+    # the bound also keeps a 400-digit number from overflowing int()
+    if not size <= ENGINE_BOUNDS["kv_cache_memory"].high:
+        return f"must be {ENGINE_BOUNDS['kv_cache_memory'].describe()}, got {shown(text)}", 0
+    return None, int(size)
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 
 from stagelens.errors import CollectError
 from stagelens.fleet.query import FleetQuery
-from stagelens.http_get import get_json
+from stagelens.http_client import get_json
 from stagelens.json_answer import MAX_ITEMS, count_items, parse_answer
 from stagelens.tui.remote_feed import FRAMES_MAX_ITEMS, RemoteFeed
 from tests.helpers.cli_run import assert_one_line_error, stagelens

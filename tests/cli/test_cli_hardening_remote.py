@@ -13,9 +13,9 @@ import pytest
 
 from stagelens.diagnosis import diagnose
 from stagelens.diagnosis.model import Diagnosis
+from stagelens.diagnosis_text import render_diagnosis
 from stagelens.errors import EXIT_CRITICAL, CollectError
-from stagelens.http_get import MAX_ANSWER_BYTES, get_json
-from stagelens.render import render_diagnosis
+from stagelens.http_client import MAX_ANSWER_BYTES, get_json
 from stagelens.tui.remote_feed import RemoteFeed
 from tests.helpers.cli_run import assert_one_line_error, stagelens
 from tests.helpers.frame_builders import engine_snapshot, frame

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import MAX_LINE_BYTES, BundleWriter, engine_settings, read_bundle
 from stagelens.errors import EXIT_UNKNOWN, UserError
 from stagelens.frame import Frame, FrameError
 from stagelens.lab.bundled_engine import EngineConfig
-from stagelens.record import MAX_LINE_BYTES, BundleWriter, engine_settings, read_bundle
 from tests.helpers.frame_builders import engine_snapshot, frame, node_sample
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")

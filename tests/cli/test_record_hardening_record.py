@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.errors import EXIT_UNKNOWN
-from stagelens.record import read_bundle
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")
 # The smallest lab that runs: the tiny model on the CPU, a KV cache of a few blocks.

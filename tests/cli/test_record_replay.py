@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import BundleWriter, read_bundle
 from stagelens.diagnosis import diagnose
 from stagelens.errors import EXIT_UNKNOWN, UserError
-from stagelens.record import BundleWriter, read_bundle
 from tests.helpers.frame_builders import engine_snapshot, frame
 
 STAGELENS = str(Path(sys.executable).parent / "stagelens")

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.errors import UserError
-from stagelens.record import read_bundle
 from stagelens.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_MODELS, MAX_REPLAY_OUTPUT_TOKENS, MAX_REPLAY_REQUESTS
 from stagelens.whatif.workload import observed_from_window
 from tests.helpers.cli_run import assert_one_line_error, stagelens

@@ -69,7 +69,7 @@ def test_whatif_text_shows_the_error_beside_the_measurement(bundle, model_dir):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--set", "max-num-seqs=0"], "--max-num-seqs"),
+    (["--set", "max-num-seqs=0"], "--set max-num-seqs: must be a whole number in [1, 1024]"),
     (["--set", "warp-speed=9"], "warp-speed"),
     (["--set", "enable-chunked-prefill=maybe"], "true or false"),
     # without chunked prefill a step's budget must hold a whole prompt of max_model_len
@@ -295,7 +295,7 @@ def _agent(window, frames):
 
 
 def _window_of(path) -> tuple[dict, list]:
-    from stagelens.record import read_bundle
+    from stagelens.bundle import read_bundle
 
     b = read_bundle(str(path))
     return ({"timelines": b.timelines, "engine_config": b.engine_config, "steps": b.steps, "loads": b.loads},

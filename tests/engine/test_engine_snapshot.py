@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.diagnosis import diagnose
 from stagelens.diagnosis.signals import SIGNALS
 from stagelens.engine_hooks.records.snapshot import (
@@ -24,7 +25,6 @@ from stagelens.engine_hooks.records.snapshot import (
 )
 from stagelens.frame import Frame, FrameError
 from stagelens.metrics import MetricsExporter
-from stagelens.record import read_bundle
 from stagelens.tui.app import StagelensApp
 from stagelens.tui.feed import Poll
 from tests.helpers.exposition import parse

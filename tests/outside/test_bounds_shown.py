@@ -7,10 +7,10 @@ from rich.console import Console
 
 from stagelens.diagnosis.evaluate import diagnose
 from stagelens.diagnosis.model import Diagnosis
+from stagelens.diagnosis_text import render_diagnosis
 from stagelens.engine_hooks.records.snapshot import WINDOW_S
 from stagelens.metrics import diagnosis as diagnosis_metrics
 from stagelens.metrics.families import Scrape
-from stagelens.render import render_diagnosis
 from stagelens.sources.scrape.engine_source import VllmSource
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.scheduler_panel import figures_grid

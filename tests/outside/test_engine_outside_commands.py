@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.cli import main
 from stagelens.commands.flags import OutsideFlags, open_engine_source
 from stagelens.errors import UserError
-from stagelens.record import read_bundle
 from stagelens.tui.outside_feed import OutsideFeed
 from tests.helpers.engine_stub import DGX, Engine, closed_port_url, fixture
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from stagelens.record import read_bundle
+from stagelens.bundle import read_bundle
 from tests.helpers.cli_run import STAGELENS as STAGELENS_BIN
 from tests.helpers.prometheus_support import free_port
 from tests.helpers.real_vllm import (

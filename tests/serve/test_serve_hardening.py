@@ -147,7 +147,7 @@ def test_10_used_kv_blocks_read_zero_once_idle(server):
 def test_14_a_fix_that_conflicts_with_the_new_scenario_is_a_409_and_nothing_stops(model_dir):
     from fastapi.testclient import TestClient
 
-    from stagelens.record import read_bundle
+    from stagelens.bundle import read_bundle
     from stagelens.runtime import AgentRuntime, LabSettings
     from stagelens.server.app import create_app
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from stagelens.bundle import read_bundle
 from stagelens.diagnosis.whole_run import judge_run
 from stagelens.engine_hooks.records.timeline import RequestTimeline
-from stagelens.record import read_bundle
 from stagelens.runtime import AgentRuntime, LabSettings
 from stagelens.server.app import create_app
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.cli import main
 from stagelens.diagnosis import load_config
 from stagelens.diagnosis.evaluate import diagnose
@@ -17,7 +18,6 @@ from stagelens.fleet.query import build_rows
 from stagelens.frame import Frame
 from stagelens.printable import MAX_DEPTH, TooDeep, printable, printable_data
 from stagelens.probes.topology import Topology
-from stagelens.record import read_bundle
 from stagelens.tui.app import StagelensApp
 from stagelens.tui.feed import Feed, Poll
 from stagelens.tui.fleet import FleetApp

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stagelens import catalogue as c
-from stagelens.record import read_bundle
+from stagelens.bundle import read_bundle
 from stagelens.tui.figures import COMPARED, FINISHED, LATENCY_P99, SHOWN, TTFT_P50, frame_figures
 from stagelens.whatif.fix_effect import TUI_FIGURES
 

@@ -1,7 +1,7 @@
 """The fleet screen (agent/tui/fleet/) driven by Textual's pilot: FleetView objects built by hand and posted as the
 refresh thread posts them (`Fetched`), the thread off, and a tiny fake query standing in for Prometheus's answers
 where a test presses `r`. Snapshots at 80×24 and 160×48 (update with `pytest tests/tui/test_tui_fleet.py
---snapshot-update` after looking at the new SVGs). The query itself is tested in test_fleet_render.py."""
+--snapshot-update` after looking at the new SVGs). The query itself is tested in test_fleet_output.py."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.probes.sample import DriverStatus
 from stagelens.probes.topology import Topology
-from stagelens.record import read_bundle
 from stagelens.tui.app import StagelensApp
 from stagelens.tui.feed import Poll
 from stagelens.tui.remote_feed import RemoteFeed

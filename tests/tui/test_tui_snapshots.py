@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stagelens.record import read_bundle
+from stagelens.bundle import read_bundle
 from stagelens.tui.app import StagelensApp
 from stagelens.tui.replay_feed import ReplayFeed
 

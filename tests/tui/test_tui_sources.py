@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.cli import main
 from stagelens.diagnosis import load_config
 from stagelens.diagnosis.config import Threshold
 from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline, Wait
 from stagelens.probes.gpu import GpuSample
 from stagelens.probes.links import PcieSample
-from stagelens.record import read_bundle
+from stagelens.tui.drawing.waterfall import bar_cells, phase_at
 from stagelens.tui.remote_feed import RemoteFeed
-from stagelens.tui.render.waterfall import bar_cells, phase_at
 from stagelens.tui.replay_feed import ReplayFeed
 from stagelens.tui.server_settings import server_settings
 from stagelens.tui.state import TuiState

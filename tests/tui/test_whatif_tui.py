@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stagelens.record import read_bundle
+from stagelens.bundle import read_bundle
 from stagelens.tui.feed import Poll
 from tests.helpers.tui_pilot import HOL, FakeFeed, frames, inject, make_app, notes
 from tests.helpers.tui_support import text_of

@@ -8,10 +8,10 @@ import pathlib
 
 import pytest
 
+from stagelens.bundle import read_bundle
 from stagelens.diagnosis.model import Diagnosis, DiagnosisError, Evidence, Recommendation, StageDiagnosis
 from stagelens.diagnosis.whole_run import judge_run
 from stagelens.engine_hooks.records.timeline import RequestTimeline
-from stagelens.record import read_bundle
 from stagelens.runbook_files import stage_runbook
 from stagelens.vocabulary import STAGES, STATES
 

@@ -12,7 +12,7 @@ from stagelens.engine_hooks.records.timeline import QUEUED, STEP_BOUNDARY
 from stagelens.metrics import tail as tail_metrics
 from stagelens.metrics.families import Scrape
 from stagelens.sources.otlp.llm_request_spans import timeline_from_span
-from stagelens.tui.render.waterfall import blame
+from stagelens.tui.drawing.waterfall import blame
 from tests.helpers.frame_builders import engine_snapshot, frame
 
 START_NS = 1_700_000_000 * 10**9

@@ -4,10 +4,10 @@ to the RequestTimeline it was written from; a malformed one is a TimelineError n
 
 import pytest
 
+from stagelens.bundle import Bundle
 from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL, PrefillChunk, RequestTimeline, Wait
 from stagelens.engine_hooks.records.timeline_reading import TimelineError, read_timeline, read_timelines
 from stagelens.errors import CollectError
-from stagelens.record import Bundle
 from stagelens.whatif.workload import observed_from_window, observed_in
 
 
@@ -68,13 +68,13 @@ def test_whatif_skips_a_malformed_timeline_of_a_bundle_built_in_memory():
 
 
 def test_an_agents_window_with_a_malformed_timeline_is_refused_as_a_bundle_line_is():
-    # agent/record.py refuses such a line naming it: the window over HTTP is held to the same checks
+    # agent/bundle.py refuses such a line naming it: the window over HTTP is held to the same checks
     with pytest.raises(CollectError, match=r"^http://agent/w: timelines\[1\]: arrival: must be a finite number"):
         observed_from_window("http://agent/w", {"timelines": MALFORMED}, [])
 
 
 def test_a_timeline_without_its_model_reads_as_the_bundle_reader_lets_it():
-    # agent/record.py checks what replay reads, not the model: such a request is replayed as model-0, as before
+    # agent/bundle.py checks what replay reads, not the model: such a request is replayed as model-0, as before
     written = {k: v for k, v in timeline("a").to_dict().items() if k not in ("model", "preemptions")}
     assert read_timeline(written).model == "" and read_timeline(written).preemptions == 0
     (request,) = observed_in(Bundle("b.jsonl", "test", timelines=[written])).requests

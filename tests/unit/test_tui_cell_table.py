@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from stagelens.tui.render.bars import Bar, LinkStrip
-from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.drawing.bars import Bar, LinkStrip
+from stagelens.tui.drawing.cell_table import CellTable, Column
 
 
 def lines_at(table: CellTable, width: int) -> list[str]:

@@ -11,7 +11,8 @@ from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimelin
 from stagelens.errors import UserError
 from stagelens.whatif.fit import fit_steps
 from stagelens.whatif.predict import predict
-from stagelens.whatif.report import render, today_settings, what_if
+from stagelens.whatif.predict_all import today_settings, what_if
+from stagelens.whatif.report import render_whatif
 from stagelens.whatif.settings import Settings, parse_set
 from stagelens.whatif.workload import Observed, ServedRequest
 from tests.unit.test_whatif_fit import synthetic_steps
@@ -77,7 +78,7 @@ def test_todays_max_model_len_can_be_given_and_a_request_it_cuts_is_said():
     assert long.outputs == 4096 - 3000
     for prediction in (result.today, result.candidates[0][1]):
         assert prediction.to_dict()["requests_cut_at_max_model_len"] == 1
-    text = render(result)
+    text = render_whatif(result)
     assert ("an engine read from outside: max_model_len (4096 tokens); the longest request recorded held 8000 "
             "tokens") in text
     assert "1 of 41 requests cut at max_model_len (4096 tokens)" in text
@@ -99,7 +100,8 @@ def test_a_request_the_engine_would_refuse_is_left_out_and_said_not_left_to_stal
         figures = prediction.to_dict()
         assert figures["requests_finished"] == 40 and figures["throughput_tokens_per_s"] > 0
         assert figures["requests_unfinished"] == 0 and figures["requests_never_run"] == 1
-    assert "1 of 41 requests could never run: a prompt of max_model_len (2048 tokens) or more" in render(result)
+    never_run = "1 of 41 requests could never run: a prompt of max_model_len (2048 tokens) or more"
+    assert never_run in render_whatif(result)
 
 
 def test_an_outside_engine_whose_kv_cache_is_not_known_holds_its_longest_request():

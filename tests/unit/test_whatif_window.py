@@ -8,11 +8,11 @@ import math
 
 import pytest
 
+from stagelens.bundle import engine_settings
 from stagelens.engine_hooks.records.timeline import PrefillChunk, RequestTimeline
 from stagelens.errors import CollectError
 from stagelens.lab.bundled_engine import EngineConfig
-from stagelens.record import engine_settings
-from stagelens.whatif.report import today_settings, what_if
+from stagelens.whatif.predict_all import today_settings, what_if
 from stagelens.whatif.workload import observed_from_window
 from tests.unit.test_whatif_fit import synthetic_steps
 

@@ -15,7 +15,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 
-from stagelens.http_get import EXCHANGE_ERRORS, request
+from stagelens.http_client import EXCHANGE_ERRORS, request
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ from stagelens.engine_hooks.records.vllm_names import (
     total_name,
 )
 from stagelens.errors import CollectError, UserError
-from stagelens.http_get import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
+from stagelens.http_client import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
 from stagelens.printable import printable
 from stagelens.sources.inference.figures import Gauges, Inferred, charge_queued, kv_full
 from stagelens.sources.inference.step_stall import StepWatch, growing_wait, stalled_wait
@@ -318,7 +318,7 @@ class VllmSource:
 
     def _read_body(self) -> tuple[str, str | None]:
         """The body of /metrics, read within `timeout_s` in all (name lookup, connect, headers and body under one
-        deadline, agent.http_get.request: a server dripping its answer cannot hold the sampler past it), and
+        deadline, agent.http_client.request: a server dripping its answer cannot hold the sampler past it), and
         why it is heavy if it is near a cap (None if not). ReadPaused while a heavy answer's pause lasts."""
         self.heavy.check()
         target = self._parts.path.rstrip("/") + "/metrics"

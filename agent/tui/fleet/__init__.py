@@ -48,7 +48,7 @@ def open_node_tui(url: str) -> bool:
     import click
 
     from stagelens.diagnosis import load_config
-    from stagelens.http_get import check_url
+    from stagelens.http_client import check_url
     from stagelens.tui.fleet.node import NodeApp
     from stagelens.tui.remote_feed import RemoteFeed
     from stagelens.tui.server_settings import server_settings

@@ -9,8 +9,8 @@ import re
 from rich.text import Text
 
 from stagelens.fleet.model import FleetView, NodeRow, counts
+from stagelens.fleet.output import STATUS_MARK, age, health, tail_text
 from stagelens.fleet.query import matches
-from stagelens.fleet.render import STATUS_MARK, age, health, tail_text
 from stagelens.fmt import STATE_COLOR, STATE_MARK, STATE_STYLE, clock, evidence_value
 from stagelens.vocabulary import STAGE_NAMES, STAGES
 

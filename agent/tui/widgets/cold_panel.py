@@ -9,8 +9,8 @@ from rich.text import Text
 from stagelens.fmt import pct, rate_bytes, seconds, size
 from stagelens.frame import busier_direction
 from stagelens.probes.links import PcieSample
-from stagelens.tui.render.bars import Bar
-from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.drawing.bars import Bar
+from stagelens.tui.drawing.cell_table import CellTable, Column
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.panel import Panel
 from stagelens.tui.widgets.signal_rows import headline, signal_plot

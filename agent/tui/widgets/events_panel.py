@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from stagelens.fmt import STATE_COLOR, STATE_MARK, clock
-from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.drawing.cell_table import CellTable, Column
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.panel import Panel
 from stagelens.vocabulary import STAGE_NAMES

@@ -13,8 +13,8 @@ from stagelens.probes.gpu import GpuSample
 from stagelens.probes.links import PcieSample
 from stagelens.probes.sample import NodeSample
 from stagelens.probes.topology import Topology
-from stagelens.tui.render.bars import Bar, LinkStrip
-from stagelens.tui.render.cell_table import CellTable, Column
+from stagelens.tui.drawing.bars import Bar, LinkStrip
+from stagelens.tui.drawing.cell_table import CellTable, Column
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.panel import Panel
 

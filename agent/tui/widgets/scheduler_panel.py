@@ -10,9 +10,9 @@ from stagelens import catalogue as c
 from stagelens.diagnosis.signals import window_tail
 from stagelens.engine_hooks.records.snapshot import EngineInfo
 from stagelens.fmt import STATE_COLOR, pct, ratio, seconds
+from stagelens.tui.drawing.cell_table import CellTable, Column
+from stagelens.tui.drawing.waterfall import Waterfall
 from stagelens.tui.figures import COMPARED
-from stagelens.tui.render.cell_table import CellTable, Column
-from stagelens.tui.render.waterfall import Waterfall
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.panel import Panel
 from stagelens.tui.widgets.signal_rows import evidence_state, evidence_text

@@ -9,7 +9,7 @@ from rich.text import Text
 from stagelens.diagnosis.signals import SIGNALS_BY_ID
 from stagelens.engine_hooks.records.snapshot import Window
 from stagelens.fmt import STATE_COLOR, STATE_MARK, evidence_value, limit
-from stagelens.tui.render.plot import HistoryPlot
+from stagelens.tui.drawing.plot import HistoryPlot
 from stagelens.tui.state import TuiState
 
 

@@ -8,7 +8,7 @@ from rich.style import Style
 
 from stagelens.diagnosis.evaluate import threshold_level
 from stagelens.fmt import STATE_COLOR
-from stagelens.tui.render.bars import EIGHTHS, VBLOCKS
+from stagelens.tui.drawing.bars import EIGHTHS, VBLOCKS
 
 _STYLES = {color: Style(color=color) for color in ("green", "yellow", "red")}
 _LINE_STYLES = {color: Style(color=color, dim=True) for color in ("yellow", "red")}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
-from stagelens.tui.render.bars import Bar, LinkStrip
+from stagelens.tui.drawing.bars import Bar, LinkStrip
 
 
 @dataclass(frozen=True)

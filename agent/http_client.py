@@ -1,4 +1,6 @@
-"""Talking to a running `stagelens serve`: one GET, standard library only.
+"""The agent's HTTP client, standard library only: one exchange (`request`) for every server the
+agent asks (a `stagelens serve`, an engine's /metrics, Prometheus, an OTLP collector), and
+`get_json` for a serve's API.
 
 The whole exchange (name lookup, connect, headers, body) has one deadline, and the answer a size cap: a
 socket timeout alone bounds each read, so a server that sent a byte every few seconds held a command for

@@ -1,5 +1,5 @@
 """The fleet view's JSON document and text lines from FleetView objects built by hand, and the rows built from a
-Prometheus answer written out (agent/fleet/render.py, agent/fleet/query.py): pure, no server."""
+Prometheus answer written out (agent/fleet/output.py, agent/fleet/query.py): pure, no server."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from stagelens.errors import UserError
 from stagelens.fleet.model import Evidence, FleetView, NodeRow, stage_cells
+from stagelens.fleet.output import age, fleet_document, render_fleet
 from stagelens.fleet.query import build_rows, fleet_expression, matches, parse_filters, parse_selector
-from stagelens.fleet.render import age, fleet_document, render_fleet
 
 NOW = 1_700_000_000.0   # 2023-11-14T22:13:20Z
 

@@ -1,4 +1,6 @@
-"""Plain-text renderings shared by the commands: a diagnosis and a before/after table."""
+"""The diagnosis as plain text, for the commands: the verdict with each stage's evidence, a run's
+account (its tail and episodes), and the before/after table of its recommendations applied
+(`lab --fixed`)."""
 
 from __future__ import annotations
 

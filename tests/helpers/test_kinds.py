@@ -1,0 +1,50 @@
+"""What a test file needs, read from its source: `engine` where it runs the bundled engine (it imports the engine,
+its hooks or the lab that hosts it, or runs a command that starts it: `lab`, `--scenario`), `server` where it
+starts a server (the agent's HTTP API, a Prometheus, a real vLLM, a scripted one on loopback). tests/conftest.py
+marks each test with them, so `pytest -m "not engine and not server"` is the pure-CPU tier (`make test-unit`)."""
+
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+from tests.helpers.imports import ROOT, imported_modules
+
+ENGINE_MODULES = ("torch", "stagelens.lab", "stagelens.engine_hooks.engine", "stagelens.engine_hooks.hooks")
+SERVER_MODULES = ("uvicorn", "stagelens.server", "fastapi.testclient", "http.server", "socketserver",
+                  "tests.helpers.prometheus_support", "tests.helpers.hostile_servers", "tests.helpers.real_vllm",
+                  "tests.helpers.metrics_server", "tests.helpers.serve_support")
+# a command line the test runs that starts the bundled engine, or the agent's server
+ENGINE_WORDS = frozenset({"lab", "--scenario", "demo"})
+SERVER_WORDS = frozenset({"serve"})
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _words(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+@cache
+def kinds_of(path: Path) -> frozenset[str]:
+    """{"engine", "server"} or part of it, for a test module or a helper, through the helpers it imports."""
+    imported = imported_modules(path, ROOT, type_checking=False)
+    kinds: set[str] = set()
+    if any(_within(m, ENGINE_MODULES) for m in imported):
+        kinds.add("engine")
+    if any(_within(m, SERVER_MODULES) for m in imported):
+        kinds.add("server")
+    words = _words(path)
+    if words & ENGINE_WORDS:
+        kinds.add("engine")
+    if words & SERVER_WORDS:
+        kinds.add("server")
+    for module in imported:
+        helper = ROOT / (module.replace(".", "/") + ".py")
+        if module.startswith("tests.helpers.") and helper.exists() and helper != path:
+            kinds |= kinds_of(helper)
+    return frozenset(kinds)
