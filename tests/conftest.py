@@ -1,6 +1,14 @@
 import pytest
 
+from tests.helpers.needs import kinds_of
 from tests.helpers.tools import tool_path
+
+
+def pytest_collection_modifyitems(items):
+    """Each test marked `engine` and `server` as its file needs them (tests/helpers/needs.py)."""
+    for item in items:
+        for kind in sorted(kinds_of(item.path)):
+            item.add_marker(kind)
 
 
 def pytest_runtest_setup(item):
