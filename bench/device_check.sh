@@ -4,7 +4,7 @@
 #   bench/device_check.sh [--dry-run]          # OUT=DIR to choose the folder (default ./device-check-out)
 #
 # 1. the CUDA tests: paged attention against the float64 reference, both KV allocators, the hooks
-#    timing attention with CUDA events (tests/unit/test_engine_attention.py, tests/engine/test_cuda_device.py)
+#    timing attention with CUDA events (tests/engine/test_engine_attention.py, tests/engine/test_cuda_device.py)
 # 2. bench/engine.py --quick and bench/hooks_overhead.py --quick with the engine on the CUDA device
 # 3. `stagelens probe record` and `stagelens topo` against the real NVML (the snapshot is kept, and
 #    replayed once to show it reads back)
@@ -101,7 +101,7 @@ except Exception as exc:
 fi
 
 # --- 1. the CUDA tests --------------------------------------------------------------------------------------
-CUDA_TESTS=(tests/unit/test_engine_attention.py::test_paged_attention_on_cuda tests/engine/test_cuda_device.py)
+CUDA_TESTS=(tests/engine/test_engine_attention.py::test_paged_attention_on_cuda tests/engine/test_cuda_device.py)
 if [ -z "$NO_GPU" ]; then
     step cuda-tests 240 "$OUT/cuda-tests.log" "$PY" -m pytest -p no:cacheprovider -rs -q \
         --junitxml="$OUT/cuda-tests.xml" "${CUDA_TESTS[@]}"

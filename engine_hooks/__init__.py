@@ -7,7 +7,7 @@
   and the `EngineSource` protocol the bundled host and the outside sources implement.
 - `shared/`: bottom-layer helpers (the bounded HTTP server) any layer may use.
 
-tests/unit/test_layers.py checks that the imports keep to these layers.
+tests/project/test_layers.py checks that the imports keep to these layers.
 """
 
 from importlib import import_module

@@ -3,7 +3,7 @@
 `--engine vllm --engine-url` uses reads them (with its gauge poll between scrapes), the spans arriving at an
 OtlpReceiver as vLLM would send them.
 Nothing of the hooks reaches it. `run_lab(..., outside=True)` samples both in one run so that the two
-diagnoses of the same requests can be compared (tests/engine/test_scenarios.py, bench/accuracy.py).
+diagnoses of the same requests can be compared (tests/lab/test_scenarios.py, bench/accuracy.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The modules of the one import root and what each imports, read from the source (ast), for the
-rules on imports: the layers (tests/unit/test_layers.py) and the import graph's cycles
-(tests/unit/test_import_graph.py)."""
+rules on imports: the layers (tests/project/test_layers.py) and the import graph's cycles
+(tests/project/test_import_graph.py)."""
 
 from __future__ import annotations
 

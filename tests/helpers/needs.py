@@ -24,21 +24,29 @@ def _within(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def _words(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
-    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+def _command_words(path: Path) -> set[str]:
+    """The words of each command line `path` spells: a list, a tuple or a call's arguments holding a flag
+    (`["lab", "--duration", "5"]`, `stagelens("serve", "--listen", ...)`)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        items = node.elts if isinstance(node, ast.List | ast.Tuple) else node.args if isinstance(node, ast.Call) else []
+        words = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+        if any(w.startswith("--") for w in words):
+            found |= words
+    return found
 
 
 @cache
 def kinds_of(path: Path) -> frozenset[str]:
     """{"engine", "server"} or part of it, for a test module or a helper, through the helpers it imports."""
-    imported = imported_modules(path, ROOT, type_checking=False)
+    root = ROOT if path.is_relative_to(ROOT) else path.parent
+    imported = imported_modules(path, root, type_checking=False)
     kinds: set[str] = set()
     if any(_within(m, ENGINE_MODULES) for m in imported):
         kinds.add("engine")
     if any(_within(m, SERVER_MODULES) for m in imported):
         kinds.add("server")
-    words = _words(path)
+    words = _command_words(path)
     if words & ENGINE_WORDS:
         kinds.add("engine")
     if words & SERVER_WORDS:

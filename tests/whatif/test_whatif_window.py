@@ -14,7 +14,7 @@ from stagelens.errors import CollectError
 from stagelens.lab.bundled_engine import EngineConfig
 from stagelens.whatif.predict_all import today_settings, what_if
 from stagelens.whatif.workload import observed_from_window
-from tests.unit.test_whatif_fit import synthetic_steps
+from tests.whatif.test_whatif_fit import synthetic_steps
 
 SOURCE = "http://127.0.0.1:9/api/v1/whatif/window"
 SECONDS = "a finite number of seconds within 9.56e+10 of 0"

@@ -1,7 +1,7 @@
 """The gauge poll between scrapes (agent/sources/scrape/gauge_poll.py): a queue that comes and goes
 between two
 scrapes, as the requests a short model load defers, is counted in the window; a failed poll is counted and
-skipped. Served for real on loopback (tests/outside/test_engine_sources.py's Engine); polls are driven one by one."""
+skipped. Served for real on loopback (tests/sources/test_engine_sources.py's Engine); polls are driven one by one."""
 
 import time
 

@@ -15,7 +15,7 @@ from stagelens.whatif.predict_all import today_settings, what_if
 from stagelens.whatif.report import render_whatif
 from stagelens.whatif.settings import Settings, parse_set
 from stagelens.whatif.workload import Observed, ServedRequest
-from tests.unit.test_whatif_fit import synthetic_steps
+from tests.whatif.test_whatif_fit import synthetic_steps
 
 
 def _requests(model: str, n: int = 40) -> list[ServedRequest]:
