@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "device_check.sh"
 GPU_STEPS = ("cuda-tests", "bench-engine", "bench-hooks-overhead")
 
@@ -16,6 +18,7 @@ def test_the_script_parses():
     assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_dry_run_skips_the_gpu_steps_says_why_and_exits_0(tmp_path):
     out = tmp_path / "out"
     # 16 s of work on a quiet 2-core machine: the budget leaves room for a loaded one (`make test` runs two files

@@ -158,6 +158,7 @@ async def test_the_tui_shows_the_tails_split_for_the_slowest_requests():
     assert "cold 80%" in screen        # its latency: 2.0 s of model loads in 2.5 s
 
 
+@pytest.mark.slow
 def test_the_issues_cold_start_run_is_diagnosed_cold_path_with_its_tail_on_model_loads(model_dir):
     """`lab --models 2 --num-preload-models 0 --max-resident-models 1 ...` once printed `verdict: ok`
     beside a P99 TTFT 20x its median: the slow requests had waited on model loads early in the run."""

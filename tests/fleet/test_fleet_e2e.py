@@ -25,6 +25,8 @@ from tests.helpers.prometheus_support import Prometheus, free_port, prometheus_b
 from tests.helpers.serve_support import ServeProcess
 from tests.helpers.tcp_relay import FreezableRelay
 
+pytestmark = pytest.mark.slow
+
 SCENARIOS = {"healthy": (None, "ok"), "kv-fragmentation": ("kv_cache", "firing"),
              "hol-blocking": ("scheduler", "firing")}
 READY_DEADLINE_S = 120   # torch import and the tiny model's weights, three at once, on a 2-core runner

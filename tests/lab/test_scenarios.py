@@ -13,6 +13,8 @@ from stagelens.lab.scenario_run import run_lab
 from stagelens.lab.scenarios import SCENARIOS
 from stagelens.lab.settings import build_configs
 
+pytestmark = pytest.mark.slow
+
 DURATION = 12.0
 
 

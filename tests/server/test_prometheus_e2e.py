@@ -24,6 +24,8 @@ import yaml
 
 from tests.helpers.prometheus_support import RULES, Prometheus, free_port, prometheus_binary, stop_process
 
+pytestmark = pytest.mark.slow
+
 ALERTS_FILE = RULES / "stagelens-alerts.yml"
 RECORDING_FILE = RULES / "stagelens-recording.yml"
 STAGE_ALERTS = ("KVCacheStageFiring", "SchedulerStageFiring", "ColdPathStageFiring")

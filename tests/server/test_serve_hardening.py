@@ -214,6 +214,7 @@ def _stream_events(server, body: dict) -> list[dict]:
             if line.startswith("data: {")]
 
 
+@pytest.mark.slow
 def test_17_slowloris_connections_are_cut_and_others_are_served(server):
     socks = [_raw(server, b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n") for _ in range(50)]
     _serves_promptly(server)          # others are served meanwhile

@@ -42,6 +42,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @schema.parametrize()
 @settings(max_examples=FUZZ_EXAMPLES or 25, derandomize=not FUZZ_EXAMPLES, database=None, deadline=None,
           suppress_health_check=list(HealthCheck))
+@pytest.mark.slow
 def test_no_input_breaks_the_server(case, runtime):
     body = case.body
     if case.path == "/v1/completions" and isinstance(body, dict) and isinstance(body.get("max_tokens"), int):

@@ -82,6 +82,7 @@ def test_the_scrape_deadline_fits_a_busy_engine_not_the_sampling_interval():
         busy.close()
 
 
+@pytest.mark.slow
 def test_diagnose_on_a_dripping_engine_exits_unknown():
     with ScriptedServer(drip_body) as engine:
         done = _stagelens("diagnose", "--engine", "vllm", "--engine-url", engine.url, "--duration", "3")

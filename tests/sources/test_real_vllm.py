@@ -30,7 +30,7 @@ from tests.helpers.real_vllm import (
     vllm_missing,
 )
 
-pytestmark = pytest.mark.real_vllm
+pytestmark = [pytest.mark.real_vllm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ def profile(tmp_path_factory):
     return steps, path, measured, again, measured_again
 
 
+@pytest.mark.slow
 def test_a_profile_is_measured_once_then_read_from_its_cache(profile):
     steps, path, measured, again, measured_again = profile
     assert measured and not measured_again

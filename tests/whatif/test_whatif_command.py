@@ -175,6 +175,7 @@ def small_batch(model_dir, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_a_batch_past_the_recorded_ones_is_priced_by_the_engines_profile(small_batch, model_dir):
     proc = _run(["whatif", "--replay", str(small_batch), "--json", "--set", "max-num-seqs=32"], model_dir)
     assert proc.returncode == 0, proc.stderr
@@ -226,6 +227,7 @@ def test_plot_without_matplotlib_is_one_line_and_exit_3(monkeypatch, capsys, tmp
     assert err.splitlines() == [expected]
 
 
+@pytest.mark.slow
 def test_search_sweeps_the_batch_and_finds_the_kv_wall(model_dir, tmp_path):
     """A KV cache of ~5 requests, recorded at batches of 2 under a standing queue (150 a second against the ~45
     two seats serve, on any machine): raising the batch admits more than the cache holds, and the simulated
