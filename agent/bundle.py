@@ -28,21 +28,24 @@ from stagelens.recording_checks import LOAD_FIELDS, STEP_FIELDS, engine_config_p
 from stagelens.replay_limits import MAX_BUNDLE_BYTES, MAX_REPLAY_REQUESTS
 
 BUNDLE_FORMAT = "stagelens-bundle/1"
-MAX_LINE_BYTES = 64 * 2**20    # a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)
+# a frame is a few KiB: a longer line is not a bundle (`--replay /dev/zero`)
+MAX_LINE_BYTES = 64 * 2**20
 
 
 
 class BundleWriter:
-    """Each frame, with the timelines finished since the last, goes to disk in one write and one fsync.
-    The first write that fails (a full disk) ends the bundle: the writer keeps the reason, sets `stop`
-    so that the run ends early, takes no more frames, and `close()` raises the reason as one line."""
+    """Each frame, with the timelines finished since the last, goes to disk in one write and one
+    fsync. The first write that fails (a full disk) ends the bundle: the writer keeps the reason,
+    sets `stop` so that the run ends early, takes no more frames, and `close()` raises the reason
+    as one line."""
 
     def __init__(self, fd: int, path: str, stop: threading.Event | None = None) -> None:
         self._fd, self.path, self.stop = fd, path, stop
         self.frames = self.timelines = 0
         self.failed: str | None = None      # why the bundle ends early
         self._fsync = True
-        self._engine = None                 # an engine host whose steps and loads go with each frame
+        # an engine host whose steps and loads go with each frame
+        self._engine = None
         self._steps_since: float | None = None
 
     @classmethod
@@ -58,8 +61,8 @@ class BundleWriter:
         return writer
 
     def follow(self, host, engine_cfg) -> None:
-        """Also write the hosted engine's settings now, and its steps and loads with each frame (`run_lab`'s
-        `on_start`)."""
+        """Also write the hosted engine's settings now, and its steps and loads with each frame
+        (`run_lab`'s `on_start`)."""
         self._write([{"kind": "engine_config", "engine_config": engine_settings(engine_cfg)}])
         self._engine = host
 
@@ -75,7 +78,8 @@ class BundleWriter:
         return [{"kind": "steps", **engine_records(steps, loads)}]
 
     def on_frame(self, frame: Frame, timelines: list) -> None:
-        """A sampler listener: one frame (and the timelines finished since the last), on disk on return."""
+        """A sampler listener: one frame (and the timelines finished since the last), on disk on
+        return."""
         records = [{"kind": "timeline", "timeline": t.to_dict()} for t in timelines] + self._engine_records()
         if self._write([*records, {"kind": "frame", "frame": frame.to_dict()}]):
             self.timelines += len(timelines)
@@ -120,15 +124,18 @@ class Bundle:
     source: str
     frames: list[Frame] = field(default_factory=list)
     timelines: list[dict] = field(default_factory=list)
-    torn_tail: str | None = None      # a last record cut short (a crash while writing): file:line, what was lost
-    engine_config: dict | None = None  # the bundled engine's settings, when it was recorded with them
+    # a last record cut short (a crash while writing): file:line, what was lost
+    torn_tail: str | None = None
+    # the bundled engine's settings, when it was recorded with them
+    engine_config: dict | None = None
     steps: list[dict] = field(default_factory=list)
     loads: list[dict] = field(default_factory=list)
 
 
 def read_bundle(path: str) -> Bundle:
-    """Every whole record of the bundle. A last line cut short is what a crash leaves: it is left out,
-    said in `torn_tail` (`read_bundle_warned` prints it); any other line that cannot be read is a UserError."""
+    """Every whole record of the bundle. A last line cut short is what a crash leaves: it is left
+    out, said in `torn_tail` (`read_bundle_warned` prints it); any other line that cannot be read
+    is a UserError."""
     if os.path.isdir(path):
         raise UserError(f"{path}: is a directory, not a bundle")
     try:
@@ -160,7 +167,8 @@ def read_bundle(path: str) -> Bundle:
 
 
 def _lines(f, path: str):
-    """(number, bytes, whole) for each line; `whole` is False for a last line without its newline."""
+    """(number, bytes, whole) for each line; `whole` is False for a last line without its
+    newline."""
     number = read = 0
     while True:
         try:
@@ -212,7 +220,8 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
 
 
 def engine_settings(engine_cfg) -> dict:
-    """The bundled engine's settings as a bundle's `engine_config` record (and `/api/v1/whatif/window`) holds them."""
+    """The bundled engine's settings as a bundle's `engine_config` record (and
+    `/api/v1/whatif/window`) holds them."""
     settings = {k: v for k, v in dataclasses.asdict(engine_cfg).items() if k not in ("extra", "model_dir")}
     settings.update(kv_bytes_per_token=engine_cfg.kv_bytes_per_token(), num_blocks=engine_cfg.num_blocks(),
                     resolved_device=engine_cfg.resolved_device(), resolved_dtype=engine_cfg.resolved_dtype())
@@ -256,7 +265,8 @@ def _torn(path: str, number: int, line: bytes, frames: int) -> str:
 
 
 def read_bundle_warned(path: str) -> Bundle:
-    """`read_bundle` for a command: a torn tail is one warning line on stderr, and the replay goes on."""
+    """`read_bundle` for a command: a torn tail is one warning line on stderr, and the replay
+    goes on."""
     bundle = read_bundle(path)
     if bundle.torn_tail:
         print(f"stagelens: warning: {bundle.torn_tail}", file=sys.stderr)

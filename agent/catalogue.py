@@ -1,11 +1,11 @@
-"""Every figure stagelens exports, declared once: its metric name, type, help and unit, the engine snapshot
-field it reads (a dotted path in `EngineSnapshot`, as the signals' `reads` are written), the label a screen
-gives it and the signal that judges it.
+"""Every figure stagelens exports, declared once: its metric name, type, help and unit, the engine
+snapshot field it reads (a dotted path in `EngineSnapshot`, as the signals' `reads` are written),
+the label a screen gives it and the signal that judges it.
 
-The collectors (agent/metrics), the fleet's PromQL (agent/fleet/query.py), the TUI's and what-if's figures,
-the Grafana generator and the metrics reference (docs/metrics.md) read their names here; no other module
-spells a `stagelens_` name (tests/metrics/test_catalogue.py). A screen keys a figure by its field's last part,
-so the TUI, what-if and the snapshot call one figure by one name.
+The collectors (agent/metrics), the fleet's PromQL (agent/fleet/query.py), the TUI's and what-if's
+figures, the Grafana generator and the metrics reference (docs/metrics.md) read their names here; no
+other module spells a `stagelens_` name (tests/metrics/test_catalogue.py). A screen keys a figure by
+its field's last part, so the TUI, what-if and the snapshot call one figure by one name.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ PREFIX = "stagelens_"
 
 @dataclass(frozen=True, slots=True)
 class Figure:
-    """One figure. `kind`: gauge, counter, flag (a 0/1 gauge from a boolean), info (a gauge of 1 whose labels
-    are the value) or histogram. `field`: where an engine snapshot holds it, None for node, diagnosis and
-    agent figures. `metric`: None for a figure only screens show."""
+    """One figure. `kind`: gauge, counter, flag (a 0/1 gauge from a boolean), info (a gauge of 1
+    whose labels are the value) or histogram. `field`: where an engine snapshot holds it, None
+    for node, diagnosis and agent figures. `metric`: None for a figure only screens show."""
 
     metric: str | None
     kind: str
@@ -37,12 +37,14 @@ class Figure:
         return self.field.rsplit(".", 1)[-1] if self.field else None
 
     def read(self, snapshot):
-        """Its value in an engine snapshot; None where it has no field or a section on the path is missing."""
+        """Its value in an engine snapshot; None where it has no field or a section on the path
+        is missing."""
         return at_path(snapshot, self.field) if self.field else None
 
 
 def at_path(snapshot, path: str):
-    """The snapshot's figure at a dotted path (`window.kv.fragmentation_ratio`); None where there is none."""
+    """The snapshot's figure at a dotted path (`window.kv.fragmentation_ratio`); None where there
+    is none."""
     for name in path.split("."):
         snapshot = getattr(snapshot, name, None)
     return snapshot
@@ -66,13 +68,14 @@ def _info(name: str, help: str, labels: tuple[str, ...]) -> Figure:
     return Figure(PREFIX + name, INFO, help, "", labels)
 
 
-# the target label naming an agent's base URL where http://<instance> is not it (the fleet's link to a node)
+# the target label naming an agent's base URL where http://<instance> is not it (the fleet's link to
+# a node)
 TARGET_URL_LABEL = PREFIX + "url"
 STATE_DOC = "unknown -1, ok 0, warn 1, firing 2"
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
 LINK_LABELS = ("gpu", "link", "remote")
 
-# --- the agent's own health -----------------------------------------------------------------------------
+# --- the agent's own health -----------------------------------------------------------------------
 FRAME_TIMESTAMP = _gauge("frame_timestamp_seconds", "When the frame this scrape reads was sampled (Unix time).",
                          "seconds")
 COLLECTOR_SUCCESS = _flag("collector_success", "1 when the collector succeeded in the latest frame.",
@@ -118,7 +121,7 @@ TRACE_SPANS = {
                        labels=("exporter",)),
 }
 
-# --- the diagnosis ----------------------------------------------------------------------------------------
+# --- the diagnosis --------------------------------------------------------------------------------
 VERDICT_STATE = _gauge("diagnosis_verdict_state", f"The worst stage state ({STATE_DOC}).")
 ROOT_STAGE = _info("root_stage_info", "1 for the stage the diagnosis names as the root of the chain.", ("stage",))
 STAGE_STATE = _gauge("stage_state", f"State of the bottleneck stage ({STATE_DOC}).", labels=("stage",))
@@ -135,7 +138,7 @@ SIGNAL_STATE = _gauge("signal_state", f"State of a stage signal ({STATE_DOC}).",
 SIGNAL_THRESHOLD = _gauge("signal_threshold", "The agent's threshold of a signal for a level (warn, firing).",
                           labels=("signal", "level"))
 
-# --- the KV cache -----------------------------------------------------------------------------------------
+# --- the KV cache ---------------------------------------------------------------------------------
 KV_CAPACITY = _gauge("kv_cache_capacity_bytes", "Bytes of device memory given to the KV cache.", "bytes",
                      field="engine.kv_cache_bytes")
 KV_BLOCK_SIZE = _gauge("kv_block_size_tokens", "Tokens per KV block (--block-size).", "tokens",
@@ -197,7 +200,7 @@ KV_BLOCK_LIFETIME_P50 = _gauge(
     "Median store-to-removal time of the KV blocks removed in the window, from the engine's KV events.",
     "seconds", field="window.kv.block_lifetime_p50_s")
 
-# --- the scheduler ----------------------------------------------------------------------------------------
+# --- the scheduler --------------------------------------------------------------------------------
 MAX_NUM_BATCHED_TOKENS = _gauge("scheduler_max_num_batched_tokens",
                                 "Token budget of a step (--max-num-batched-tokens).", "tokens",
                                 field="engine.max_num_batched_tokens")
@@ -270,7 +273,7 @@ REQUEST_WAIT_BY_REASON = _counter("request_wait_seconds_total",
                                   "Scheduler wait of finished requests, by the reason the scheduler gave.",
                                   "seconds", labels=("reason",))
 
-# --- the cold path ----------------------------------------------------------------------------------------
+# --- the cold path --------------------------------------------------------------------------------
 MODEL_LOADS = _counter("model_loads_total", "Model loads finished.", "loads", field="counters.loads_total")
 MODEL_LOAD_BYTES = _counter("model_load_bytes_total", "Bytes of weights loaded.", "bytes",
                             field="counters.load_bytes_total")
@@ -296,7 +299,7 @@ WAITING_ON_MODEL = _gauge("cold_path_waiting_on_model_requests",
 WINDOW_LOADS = _gauge("cold_path_window_loads", "Model loads finished in the window.", "loads",
                       field="window.cold_path.loads_in_window")
 
-# --- the tail ---------------------------------------------------------------------------------------------
+# --- the tail -------------------------------------------------------------------------------------
 TAIL_SECONDS = _gauge("tail_seconds",
                       "The window's requests' TTFT or latency at the quantile (the tail starts at the 99th).",
                       "seconds", labels=("metric", "percentile"))
@@ -306,7 +309,7 @@ TAIL_SHARE = _gauge(
     "queued: queue time whose reason the engine did not publish, charged to no stage), over the window.",
     "ratio", labels=("metric", "percentile", "stage"))
 
-# --- GPUs, links, topology --------------------------------------------------------------------------------
+# --- GPUs, links, topology ------------------------------------------------------------------------
 GPU_INFO = _info("gpu_info", "1 for each GPU, with its identity labels (join per-link series on gpu).", GPU_LABELS)
 GPU_LOST = _flag("gpu_lost", "1 when NVML reports the GPU lost (fallen off the bus).", labels=GPU_LABELS)
 GPU_UTILIZATION = _gauge("gpu_utilization_ratio", "Share of time a kernel ran on the GPU (NVML).", "ratio",
@@ -355,7 +358,7 @@ GPU_TOPOLOGY = _info("gpu_topology_info",
                      ("gpu", "peer", "path"))
 GPU_NUMA_NODE = _gauge("gpu_numa_node", "The NUMA node closest to the GPU.", labels=("gpu",))
 
-# --- the host ---------------------------------------------------------------------------------------------
+# --- the host -------------------------------------------------------------------------------------
 HOST_IOWAIT = _gauge("host_cpu_iowait_ratio", "Share of CPU time in iowait since the previous sample.", "ratio")
 HOST_CPUS = _gauge("host_cpus", "Logical CPUs.", "cpus")
 HOST_MEMORY_TOTAL = _gauge("host_memory_total_bytes", "Host memory in all.", "bytes")

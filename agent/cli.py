@@ -57,17 +57,20 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(argv: list[str]) -> int:
-    """The exit status of one command line (agent.errors): whatever goes wrong ends as one line on stderr."""
+    """The exit status of one command line (agent.errors): whatever goes wrong ends as one line
+    on stderr."""
     try:
         _register()
         code = cli.main(args=hoist_global_options(argv), prog_name="stagelens", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("stagelens: interrupted", err=True)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:   # the reader went away (`| head`): nothing left to say, and no one to say it to
+    # the reader went away (`| head`): nothing left to say, and no one to say it to
+    except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    except click.ClickException as exc:   # click's usage errors exit 2 by default: CRITICAL to a monitor
+    # click's usage errors exit 2 by default: CRITICAL to a monitor
+    except click.ClickException as exc:
         return _error(exc.format_message())
     except (UserError, CollectError) as exc:
         return _error(str(exc))
@@ -83,8 +86,9 @@ def run(argv: list[str]) -> int:
 
 
 def _error(message: str) -> int:
-    """The one line on stderr; what it quotes may have come from another process (a server's `error`, an engine's
-    reason phrase): made printable, so no terminal escape reaches the user's terminal."""
+    """The one line on stderr; what it quotes may have come from another process (a server's
+    `error`, an engine's reason phrase): made printable, so no terminal escape reaches the user's
+    terminal."""
     click.echo(f"stagelens: error: {printable(_one_line(message))}", err=True)
     return EXIT_UNKNOWN
 

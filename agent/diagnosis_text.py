@@ -41,8 +41,8 @@ def render_diagnosis(d: Diagnosis, verbose: bool = True) -> str:
 
 
 def render_run(run) -> str:
-    """A run's account (agent.diagnosis.whole_run.RunDiagnosis): its tail, its episodes, and, where the verdict
-    comes from the tail, the last window's state."""
+    """A run's account (agent.diagnosis.whole_run.RunDiagnosis): its tail, its episodes, and,
+    where the verdict comes from the tail, the last window's state."""
     import datetime as dt
 
     def clock(t: float) -> str:

@@ -1,4 +1,5 @@
-"""Numbers and states as short strings and colours, shared by the TUI's panels and the fleet's table."""
+"""Numbers and states as short strings and colours, shared by the TUI's panels and the fleet's
+table."""
 
 from __future__ import annotations
 

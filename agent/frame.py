@@ -2,10 +2,11 @@
 
 The sampler makes frames; diagnosis, the Prometheus collector, the HTTP API, the TUI and
 record/replay all read them. Typed end to end, JSON both ways, versioned: the node sample
-(probes.sample.NodeSample) and the engine snapshot (engine_hooks.records.snapshot) each read and check their
-own JSON, and so does the frame its collector statuses (probes.sample.CollectorStatus). A frame read back came
-from a file or another process: every string in it is made printable first (agent.printable), so a topology,
-a model name or an error that held terminal escapes shows them as visible characters, on every surface.
+(probes.sample.NodeSample) and the engine snapshot (engine_hooks.records.snapshot) each read and
+check their own JSON, and so does the frame its collector statuses (probes.sample.CollectorStatus).
+A frame read back came from a file or another process: every string in it is made printable first
+(agent.printable), so a topology, a model name or an error that held terminal escapes shows them as
+visible characters, on every surface.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from stagelens.probes.sample import CollectorStatus, NodeSample
 from stagelens.probes.sample_json import NodeSampleError
 
 FRAME_VERSION = 1
-MAX_TIME_UNIX = 95_617_584_000     # 5000-01-01: far past any recording, well inside what datetime can show
+# 5000-01-01: far past any recording, well inside what datetime can show
+MAX_TIME_UNIX = 95_617_584_000
 
 
 def busier_direction(link: PcieSample | NvlinkSample | None) -> float | None:
-    """A link's use of its cap in its busier direction (tx or rx); None when neither was measured."""
+    """A link's use of its cap in its busier direction (tx or rx); None when neither was
+    measured."""
     if link is None:
         return None
     known = [r for r in (link.tx_util_ratio, link.rx_util_ratio) if r is not None]
@@ -42,13 +45,16 @@ class Frame:
     time_monotonic: float
     node: str
     node_sample: NodeSample | None = None   # the probe's sample, or None when not probed
-    engine: EngineSnapshot | None = None  # the engine snapshot (stagelens-engine/1), or None without an engine
-    collectors: list[CollectorStatus] = field(default_factory=list)   # how each collector fared this tick
+    # the engine snapshot (stagelens-engine/1), or None without an engine
+    engine: EngineSnapshot | None = None
+    # how each collector fared this tick
+    collectors: list[CollectorStatus] = field(default_factory=list)
     version: int = FRAME_VERSION
 
     def to_dict(self) -> dict:
-        """The frame as JSON data. The node sample's JSON is made once and shared, not copied (its topology
-        alone is tens of KB on an 8-GPU node): callers serialise the result, they do not change it."""
+        """The frame as JSON data. The node sample's JSON is made once and shared, not copied
+        (its topology alone is tens of KB on an 8-GPU node): callers serialise the result, they
+        do not change it."""
         return {"time_unix": self.time_unix, "time_monotonic": self.time_monotonic, "node": self.node,
                 "node_sample": self.node_sample.to_dict() if self.node_sample is not None else None,
                 "engine": self.engine.to_dict() if self.engine is not None else None,
@@ -56,14 +62,17 @@ class Frame:
 
     @classmethod
     def from_dict(cls, data: dict) -> Frame:
-        """A frame read back (a bundle, the HTTP API); FrameError naming the field that is not as written."""
+        """A frame read back (a bundle, the HTTP API); FrameError naming the field that is not as
+        written."""
         if not isinstance(data, dict):
             raise FrameError("a frame must be a JSON object")
         try:
-            data = printable_data(data)   # a bundle's or a server's text: no terminal escape reaches a screen
+            # a bundle's or a server's text: no terminal escape reaches a screen
+            data = printable_data(data)
         except TooDeep as exc:
             raise FrameError(f"a frame {exc}") from None
-        if type(data.get("version")) is not int or data["version"] != FRAME_VERSION:   # True == 1 in Python
+        # True == 1 in Python
+        if type(data.get("version")) is not int or data["version"] != FRAME_VERSION:
             raise FrameError(f"frame version {data.get('version')!r} is not {FRAME_VERSION}")
         missing = [k for k in ("time_unix", "time_monotonic", "node") if k not in data]
         if missing:
@@ -78,13 +87,14 @@ class Frame:
             known["collectors"] = [_read_collector(c, i) for i, c in enumerate(known["collectors"])]
         return cls(**known)
 
-    # --- convenient readers; None when the frame lacks the data -------------------------------------
+    # --- convenient readers; None when the frame lacks the data -----------------------------------
     @property
     def window(self) -> Window | None:
         return self.engine.window if self.engine is not None else None
 
     def collector(self, name: str) -> CollectorStatus | None:
-        """The named collector's status this tick (node, nvml, ..., engine); None when it did not run."""
+        """The named collector's status this tick (node, nvml, ..., engine); None when it did not
+        run."""
         return next((c for c in self.collectors if c.name == name), None)
 
     def failed_collectors(self) -> list[CollectorStatus]:
@@ -98,8 +108,9 @@ class Frame:
 
 
 def _check_shape(data: dict) -> None:
-    """What the readers of a frame rely on without looking: finite times, objects where they index by
-    key, lists where they iterate; the rest is left to its reader (the engine snapshot to its type's)."""
+    """What the readers of a frame rely on without looking: finite times, objects where they
+    index by key, lists where they iterate; the rest is left to its reader (the engine snapshot
+    to its type's)."""
     for key in ("time_unix", "time_monotonic"):
         _check_number(data[key], key)
     if not 0 <= data["time_unix"] < MAX_TIME_UNIX:
@@ -121,7 +132,8 @@ def _read_node_sample(data: dict) -> NodeSample:
 
 
 def _read_engine(data: dict) -> EngineSnapshot:
-    """The typed snapshot, checked by engine_hooks.records.snapshot: its error named from the frame down."""
+    """The typed snapshot, checked by engine_hooks.records.snapshot: its error named from the
+    frame down."""
     try:
         return EngineSnapshot.from_dict(data)
     except SnapshotError as exc:

@@ -2,10 +2,11 @@
 agent asks (a `stagelens serve`, an engine's /metrics, Prometheus, an OTLP collector), and
 `get_json` for a serve's API.
 
-The whole exchange (name lookup, connect, headers, body) has one deadline, and the answer a size cap: a
-socket timeout alone bounds each read, so a server that sent a byte every few seconds held a command for
-minutes, and one that never stopped sending filled memory. The name lookup has no timeout of its own (the
-resolver's, often 5 s a server and attempt), so it runs in a daemon thread the caller stops waiting for.
+The whole exchange (name lookup, connect, headers, body) has one deadline, and the answer a size
+cap: a socket timeout alone bounds each read, so a server that sent a byte every few seconds held a
+command for minutes, and one that never stopped sending filled memory. The name lookup has no
+timeout of its own (the resolver's, often 5 s a server and attempt), so it runs in a daemon thread
+the caller stops waiting for.
 """
 
 from __future__ import annotations
@@ -33,17 +34,19 @@ _USERINFO = re.compile(r"^((?:[a-zA-Z][a-zA-Z0-9+.-]*:)?//)[^/?#]*@")
 
 
 def redact_url(url: str) -> str:
-    """`url` as it may be shown: its userinfo (`user:password@`) replaced by `***@`. Credentials in a URL are
-    used (`request` sends them as Basic auth) but never written to stderr, a frame or a label."""
+    """`url` as it may be shown: its userinfo (`user:password@`) replaced by `***@`. Credentials
+    in a URL are used (`request` sends them as Basic auth) but never written to stderr, a frame
+    or a label."""
     return _USERINFO.sub(r"\1***@", url)
 
 
 def check_url(base_url: str, message: str | None = None) -> urllib.parse.SplitResult:
-    """`base_url` split, if it is an http(s) URL with a host; UserError naming it otherwise, or saying `message`
-    (for a URL that is not a `stagelens serve`'s)."""
+    """`base_url` split, if it is an http(s) URL with a host; UserError naming it otherwise, or
+    saying `message` (for a URL that is not a `stagelens serve`'s)."""
     try:
         parts = urllib.parse.urlsplit(base_url)
-        usable = parts.scheme in ("http", "https") and parts.hostname and parts.port != 0   # .port may raise
+        # .port may raise
+        usable = parts.scheme in ("http", "https") and parts.hostname and parts.port != 0
     except ValueError as exc:
         if message:
             raise UserError(message) from None
@@ -56,9 +59,10 @@ def check_url(base_url: str, message: str | None = None) -> urllib.parse.SplitRe
 
 def get_json(base_url: str, path: str, timeout: float = 5.0, token: str | None = None,
              max_bytes: int = MAX_ANSWER_BYTES, max_items: int = MAX_ITEMS):
-    """GET `base_url` + `path` as JSON within `timeout` seconds in all, parsed once, bounded and made printable
-    (agent.json_answer); CollectError when the server does not answer in time, answers an error, too much (bytes
-    or items) or not JSON; UserError for a URL that is not http(s)."""
+    """GET `base_url` + `path` as JSON within `timeout` seconds in all, parsed once, bounded and
+    made printable (agent.json_answer); CollectError when the server does not answer in time,
+    answers an error, too much (bytes or items) or not JSON; UserError for a URL that is not
+    http(s)."""
     url = base_url.rstrip("/") + path
     parts = check_url(url)
     headers = {"Accept": "application/json"}
@@ -81,12 +85,13 @@ class AnswerTooLarge(Exception):
     """An answer past the size its caller allows."""
 
 
-EXCHANGE_ERRORS = (AnswerTooLarge, OSError, http.client.HTTPException)   # what `request` raises (TimeoutError: OSError)
+# what `request` raises (TimeoutError: OSError)
+EXCHANGE_ERRORS = (AnswerTooLarge, OSError, http.client.HTTPException)
 
 
 def exchange_reason(exc: Exception, timeout_s: float, max_bytes: int, os_error: str = "{}") -> str:
-    """Why `request` failed with `exc` (one of EXCHANGE_ERRORS), in one line; `os_error` says how a socket
-    error's own reason is put ("could not connect: {}")."""
+    """Why `request` failed with `exc` (one of EXCHANGE_ERRORS), in one line; `os_error` says how
+    a socket error's own reason is put ("could not connect: {}")."""
     if isinstance(exc, AnswerTooLarge):
         return f"the answer is larger than {max_bytes} bytes"
     if isinstance(exc, TimeoutError):
@@ -113,7 +118,8 @@ class _DeadlineReader(io.RawIOBase):
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         super().__init__()
         self._sock, self._deadline = sock, deadline
-        self._raw = sock.makefile("rb", buffering=0)   # holds the socket open, as http.client's own reader
+        # holds the socket open, as http.client's own reader
+        self._raw = sock.makefile("rb", buffering=0)
 
     def readable(self) -> bool:
         return True
@@ -144,20 +150,22 @@ def _get(parts: urllib.parse.SplitResult, headers: dict, deadline: float, max_by
 
 def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: dict, deadline: float,
             max_bytes: int, body: bytes | None = None) -> tuple[int, str, bytearray]:
-    """(status, reason, body) of one HTTP exchange, connect, headers and body all within `deadline`
-    (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or HTTPException otherwise.
-    A redirect is an answer like any other (its status), never followed: the URL asked is the one blamed.
-    The URL's userinfo, if any, goes as Basic auth."""
+    """(status, reason, body) of one HTTP exchange, connect, headers and body all within
+    `deadline` (monotonic); TimeoutError past it, AnswerTooLarge past `max_bytes`, OSError or
+    HTTPException otherwise. A redirect is an answer like any other (its status), never followed:
+    the URL asked is the one blamed. The URL's userinfo, if any, goes as Basic auth."""
     if parts.username is not None and "Authorization" not in headers:
         headers = {**headers, "Authorization": basic_auth(parts)}
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = kind(parts.hostname, parts.port, timeout=_left(deadline))
-    # http.client's own hook for opening the socket (socket.create_connection): the lookup waits no longer
+    # http.client's own hook for opening the socket (socket.create_connection): the lookup waits no
+    # longer
     conn._create_connection = lambda address, timeout, source: connect_within(address, deadline)
     conn.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
     response = None
     try:
-        conn.request(method, target, body=body, headers=headers)   # connects, with the time left as its timeout
+        # connects, with the time left as its timeout
+        conn.request(method, target, body=body, headers=headers)
         response = conn.getresponse()
         length = response.getheader("Content-Length", "")
         if length.isdigit() and int(length) > max_bytes:
@@ -167,7 +175,8 @@ def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: 
             answer += chunk
             if len(answer) > max_bytes:
                 raise AnswerTooLarge
-        return response.status, response.reason, answer    # not bytes(answer): a copy doubled the cap's cost
+        # not bytes(answer): a copy doubled the cap's cost
+        return response.status, response.reason, answer
     finally:
         if response is not None:
             response.close()
@@ -181,7 +190,8 @@ def basic_auth(parts: urllib.parse.SplitResult) -> str:
 
 
 def connect_within(address: tuple[str, int], deadline: float) -> socket.socket:
-    """A TCP connection to (host, port), the name lookup and each address's connect within `deadline`."""
+    """A TCP connection to (host, port), the name lookup and each address's connect within
+    `deadline`."""
     host, port = address
     error: OSError = OSError(f"{host}: no address to connect to")
     for family, kind, proto, _, sockaddr in _resolve(host, port, deadline):
@@ -190,7 +200,8 @@ def connect_within(address: tuple[str, int], deadline: float) -> socket.socket:
             sock.settimeout(_left(deadline))
             sock.connect(sockaddr)
             return sock
-        except OSError as exc:     # TimeoutError too: the next address would have no time left either
+        # TimeoutError too: the next address would have no time left either
+        except OSError as exc:
             sock.close()
             if isinstance(exc, TimeoutError):
                 raise
@@ -199,10 +210,12 @@ def connect_within(address: tuple[str, int], deadline: float) -> socket.socket:
 
 
 def _resolve(host: str, port: int, deadline: float) -> list:
-    """getaddrinfo's answer, or TimeoutError at the deadline while the lookup goes on in its thread."""
+    """getaddrinfo's answer, or TimeoutError at the deadline while the lookup goes on in its
+    thread."""
     try:
         ipaddress.ip_address(host)
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)   # a literal: nothing to look up
+        # a literal: nothing to look up
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except ValueError:
         pass
     answer: dict = {}

@@ -1,9 +1,11 @@
-"""This node sampled with its engine: the probes, an engine source and the sampler that joins them, with one
-lifecycle. The runtime, the TUI's in-process feeds, the lab's runs and `sample_for` all sample through it.
+"""This node sampled with its engine: the probes, an engine source and the sampler that joins them,
+with one lifecycle. The runtime, the TUI's in-process feeds, the lab's runs and `sample_for` all
+sample through it.
 
-The engine source is any `EngineSource` (engine_hooks/records/source.py): the hosted lab engine, whose own
-lifecycle is the lab's, or one read from outside (agent/sources), which runs services of its own (span
-receiver, KV-events subscriber, gauge poll): those are started and closed with the sampling.
+The engine source is any `EngineSource` (engine_hooks/records/source.py): the hosted lab engine,
+whose own lifecycle is the lab's, or one read from outside (agent/sources), which runs services of
+its own (span receiver, KV-events subscriber, gauge poll): those are started and closed with the
+sampling.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ THIS_PROCESS = os.getpid()
 
 @runtime_checkable
 class SourceServices(Protocol):
-    """An engine source with services of its own, started before the first sample and closed after the last."""
+    """An engine source with services of its own, started before the first sample and closed
+    after the last."""
 
     def start(self) -> None: ...
 
@@ -35,8 +38,9 @@ class NodeSampling:
     def __init__(self, engine_source: EngineSource | None = None, nvml_snapshot: str | None = None,
                  interval: float = 1.0, history: int = 900, pid: int | None = THIS_PROCESS,
                  listeners: tuple[Listener, ...] = (), run_source_services: bool = True) -> None:
-        """UserError for an NVML snapshot that cannot be read. `pid`: the process whose share of the host the
-        probe reports (None: none). `run_source_services=False` leaves the source's services to the caller."""
+        """UserError for an NVML snapshot that cannot be read. `pid`: the process whose share of
+        the host the probe reports (None: none). `run_source_services=False` leaves the source's
+        services to the caller."""
         from stagelens.probes.sample import NodeProbe, open_backend
 
         try:
@@ -65,21 +69,22 @@ class NodeSampling:
         self.sampler.start()
 
     def tick(self) -> tuple[Frame, list]:
-        """One sample now, for feeds that poll: the frame and the request timelines finished since the previous
-        sample. Nothing is kept for them between two: a sampler on its own thread (serve) has no one to take
-        them, and kept they piled up for as long as it ran."""
+        """One sample now, for feeds that poll: the frame and the request timelines finished
+        since the previous sample. Nothing is kept for them between two: a sampler on its own
+        thread (serve) has no one to take them, and kept they piled up for as long as it ran."""
         return self.sampler.sample()
 
     def frames(self, since: float | None = None) -> list[Frame]:
         return self.sampler.frames(since)
 
     def recent_timelines(self) -> list:
-        """The request timelines the engine source keeps (an engine read from outside: from its spans)."""
+        """The request timelines the engine source keeps (an engine read from outside: from its
+        spans)."""
         return [] if self.engine_source is None else self.engine_source.recent_timelines()
 
     def whatif_window(self) -> dict:
-        """What `whatif --connect` replays: of the hosted engine its timelines, settings, steps and model loads;
-        of an engine read from outside, its spans' timelines only."""
+        """What `whatif --connect` replays: of the hosted engine its timelines, settings, steps
+        and model loads; of an engine read from outside, its spans' timelines only."""
         window = getattr(self.engine_source, "whatif_window", None)
         if window is not None:
             return window()
@@ -87,8 +92,9 @@ class NodeSampling:
         return {"timelines": [t.to_dict() for t in timelines], "engine_config": None, "steps": [], "loads": []}
 
     def stop(self, before_last_frame: Callable[[], None] | None = None) -> None:
-        """Stop the sampling thread and take one last frame (the requests that ended meanwhile reach the
-        listeners); `before_last_frame` runs first (flush what the last frame should hold)."""
+        """Stop the sampling thread and take one last frame (the requests that ended meanwhile
+        reach the listeners); `before_last_frame` runs first (flush what the last frame should
+        hold)."""
         self.sampler.stop()
         if before_last_frame is not None:
             before_last_frame()
@@ -101,9 +107,10 @@ class NodeSampling:
         self.probe.close()
 
     def run_for(self, duration: float, stop: threading.Event | None = None) -> list[Frame]:
-        """Sample every interval on this thread for `duration`, or until `stop` is set; then close. The frames.
-        A tick starts an interval after the one before started, or when that one ends if it took longer (a busy
-        engine answering slowly): the next comes as the engine answers, not an interval after."""
+        """Sample every interval on this thread for `duration`, or until `stop` is set; then
+        close. The frames. A tick starts an interval after the one before started, or when that
+        one ends if it took longer (a busy engine answering slowly): the next comes as the engine
+        answers, not an interval after."""
         stop = stop or threading.Event()
         try:
             self.start_source()
@@ -122,8 +129,9 @@ class NodeSampling:
 def sample_for(nvml_snapshot: str | None, duration: float, interval: float = 1.0,
                engine_source: EngineSource | None = None, listeners: tuple[Listener, ...] = (),
                stop: threading.Event | None = None) -> list[Frame]:
-    """The node (with `engine_source`: its engine too) sampled every `interval` seconds for `duration`, or until
-    `stop` is set; the history's frames. An engine read from outside runs its span receiver and KV-events
-    subscriber only meanwhile. UserError for an NVML snapshot that cannot be read."""
+    """The node (with `engine_source`: its engine too) sampled every `interval` seconds for
+    `duration`, or until `stop` is set; the history's frames. An engine read from outside runs
+    its span receiver and KV-events subscriber only meanwhile. UserError for an NVML snapshot
+    that cannot be read."""
     sampling = NodeSampling(engine_source, nvml_snapshot, interval, pid=None, listeners=listeners)
     return sampling.run_for(duration, stop)

@@ -20,7 +20,8 @@ from stagelens.errors import UserError
 
 def checked_number(where: str, value, *, min: float | None = None, max: float | None = None,
                    integer: bool = False, unit: str = "", min_open: bool = False) -> int | float:
-    """`value` (a number, or its text) as an int or float; UserError starting with `where` otherwise."""
+    """`value` (a number, or its text) as an int or float; UserError starting with `where`
+    otherwise."""
     problem, number = _check(value, min, max, integer, unit, min_open)
     if problem:
         raise UserError(f"{where}: {problem}")
@@ -78,9 +79,10 @@ _REAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?
 
 
 def number_of_text(text: str, integer: bool = False) -> int | float | None:
-    """The number `text` writes with ASCII digits (a sign, a point, an exponent; inf and nan by name, for the
-    caller to refuse in its own words), or None. int() and float() read more than that: another script's digits
-    (`٣` is 3) and underscores (`1_0` is 10), which no flag or setting of ours means."""
+    """The number `text` writes with ASCII digits (a sign, a point, an exponent; inf and nan by
+    name, for the caller to refuse in its own words), or None. int() and float() read more than
+    that: another script's digits (`٣` is 3) and underscores (`1_0` is 10), which no flag or
+    setting of ours means."""
     text = text.strip()
     if not (_INTEGER if integer else _REAL).fullmatch(text):
         return None
@@ -91,7 +93,8 @@ def number_of_text(text: str, integer: bool = False) -> int | float | None:
 
 
 def _describe(low, high, integer: bool, unit: str, low_open: bool) -> str:
-    """'a whole number in [1, 64] models', 'a number (ratio)': the words engine_hooks' Bound uses too."""
+    """'a whole number in [1, 64] models', 'a number (ratio)': the words engine_hooks' Bound uses
+    too."""
     number = "a whole number" if integer else "a number"
     if low is not None and high is not None:
         return f"{number} in {'(' if low_open else '['}{_text(low)}, {_text(high)}]{' ' + unit if unit else ''}"
@@ -109,8 +112,9 @@ def _text(x) -> str:
 
 
 def is_finite_number(value) -> bool:
-    """A number arithmetic can use: not a boolean, not NaN or an infinity (Python's json reads both), not a whole
-    number too large for a float (10**400: the comparison, unlike `math.isfinite`, does not overflow)."""
+    """A number arithmetic can use: not a boolean, not NaN or an infinity (Python's json reads
+    both), not a whole number too large for a float (10**400: the comparison, unlike
+    `math.isfinite`, does not overflow)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return -sys.float_info.max <= value <= sys.float_info.max

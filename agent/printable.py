@@ -1,11 +1,12 @@
 """Text that came from another process, made safe to show on a terminal.
 
-Label values from Prometheus, an engine's model name, an HTTP reason phrase, a server's `error` field: any of
-them can hold terminal escapes (OSC 52 writes the user's clipboard, OSC 0 the window title, CSI 2J clears the
-screen). Every place such text is shown passes it through `printable`, which swaps each character that is not
-printable for one visible character of its own, so the text keeps its length (a span of styled text stays
-where it was) and the user still sees that something odd was sent: a C0 control for its Unicode control
-picture (ESC -> "␛"), anything else not printable (DEL, C1 controls, bidi overrides, line separators) for "�".
+Label values from Prometheus, an engine's model name, an HTTP reason phrase, a server's `error`
+field: any of them can hold terminal escapes (OSC 52 writes the user's clipboard, OSC 0 the window
+title, CSI 2J clears the screen). Every place such text is shown passes it through `printable`,
+which swaps each character that is not printable for one visible character of its own, so the text
+keeps its length (a span of styled text stays where it was) and the user still sees that something
+odd was sent: a C0 control for its Unicode control picture (ESC -> "␛"), anything else not printable
+(DEL, C1 controls, bidi overrides, line separators) for "�".
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def printable_lines(text: str) -> str:
     return "\n".join(map(printable, text.split("\n")))
 
 
-MAX_DEPTH = 64      # no document stagelens reads nests past a dozen levels; past this it is refused, not walked
+# no document stagelens reads nests past a dozen levels; past this it is refused, not walked
+MAX_DEPTH = 64
 
 
 class TooDeep(ValueError):
@@ -40,9 +42,10 @@ class TooDeep(ValueError):
 
 
 def printable_data(value):
-    """JSON data (what json.loads returns) with every string in it, keys too, made printable: the data itself
-    when nothing needs it (the common case, checked without copying), else a copy. TooDeep past MAX_DEPTH
-    levels, so that whoever walks the data next does not recurse past Python's limit."""
+    """JSON data (what json.loads returns) with every string in it, keys too, made printable: the
+    data itself when nothing needs it (the common case, checked without copying), else a copy.
+    TooDeep past MAX_DEPTH levels, so that whoever walks the data next does not recurse past
+    Python's limit."""
     kind = type(value)
     if kind is str:
         return printable(value)
@@ -52,8 +55,8 @@ def printable_data(value):
 
 
 def _is_printable(value, depth: int) -> bool:
-    """Whether every string in `value` (a list or an object) is printable; scalars are looked at inline, not
-    by a call each (most of a frame is lists of numbers)."""
+    """Whether every string in `value` (a list or an object) is printable; scalars are looked at
+    inline, not by a call each (most of a frame is lists of numbers)."""
     if depth >= MAX_DEPTH:
         raise TooDeep(f"nested deeper than {MAX_DEPTH} levels")
     is_dict = type(value) is dict

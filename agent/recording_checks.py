@@ -1,9 +1,10 @@
-"""What a recording says of the engine and its requests, checked once where it comes in, by the same rules
-whichever door it comes through: a bundle's lines (agent/bundle.py) and a running agent's what-if window
-(`whatif --connect`, `/api/v1/whatif/window`). Replay, what-if and the diagnosis then compute on values they can
-trust: of the type written, finite and in range, in an order time allows (no step or load ends before it starts,
-no first token before its arrival: engine_hooks/records/timeline_reading.py). Each check returns what is wrong,
-naming the field (`steps[3].end: ...`), or None."""
+"""What a recording says of the engine and its requests, checked once where it comes in, by the
+same rules whichever door it comes through: a bundle's lines (agent/bundle.py) and a running
+agent's what-if window (`whatif --connect`, `/api/v1/whatif/window`). Replay, what-if and the
+diagnosis then compute on values they can trust: of the type written, finite and in range, in an
+order time allows (no step or load ends before it starts, no first token before its arrival:
+engine_hooks/records/timeline_reading.py). Each check returns what is wrong, naming the field
+(`steps[3].end: ...`), or None."""
 
 from __future__ import annotations
 
@@ -11,17 +12,20 @@ from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.engine_hooks.records.timeline_reading import TIME_WORDS, TimelineError, is_time, read_timeline
 from stagelens.numbers import shown
 
-# What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its time
+# What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its
+# time
 STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
                "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading",
                "forwards")
 LOAD_FIELDS = ("model", "start", "end", "seconds", "ok")
-MAX_FIGURE = 2**53      # a step's counts (tokens, pairs, sequences): exact in a float, and squared still finite
+# a step's counts (tokens, pairs, sequences): exact in a float, and squared still finite
+MAX_FIGURE = 2**53
 
 _TIMES = ("start", "end")
 _FLAGS = ("loading", "ok")
 _TEXTS = ("model",)
-# Timeline fields the bundle's dicts carry beside what `read_timeline` reads (derived, kept for older readers)
+# Timeline fields the bundle's dicts carry beside what `read_timeline` reads (derived, kept for
+# older readers)
 _DERIVED_TIMES = ("ttft_s", "latency_s")
 
 
@@ -52,8 +56,8 @@ def checked_timeline(t) -> RequestTimeline:
 
 
 def steps_problem(steps, loads) -> str | None:
-    """The steps and model loads of a `steps` record (or an agent's window): lists (or null) of objects with every
-    field, each of its type and range, none ending before it starts."""
+    """The steps and model loads of a `steps` record (or an agent's window): lists (or null) of
+    objects with every field, each of its type and range, none ending before it starts."""
     for key, fields, items in (("steps", STEP_FIELDS, steps), ("loads", LOAD_FIELDS, loads)):
         if items is None:
             continue
@@ -89,16 +93,17 @@ def _item_problem(item: dict, fields: tuple[str, ...]) -> str | None:
 
 
 def engine_config_problem(cfg) -> str | None:
-    """The bundled engine's settings as recorded: what the simulator runs on (agent/whatif/settings.py)."""
+    """The bundled engine's settings as recorded: what the simulator runs on
+    (agent/whatif/settings.py)."""
     from stagelens.whatif.settings import recorded_problem
 
     return recorded_problem(cfg)
 
 
 def window_timelines(window) -> list[RequestTimeline]:
-    """An agent's what-if window (agent/lab/host.py `whatif_window`) checked as a bundle's records must be:
-    timelines, and the hosted engine's settings, steps and loads; its timelines, each read once.
-    RecordingProblem naming the first field that is wrong."""
+    """An agent's what-if window (agent/lab/host.py `whatif_window`) checked as a bundle's
+    records must be: timelines, and the hosted engine's settings, steps and loads; its timelines,
+    each read once. RecordingProblem naming the first field that is wrong."""
     if not isinstance(window, dict):
         raise RecordingProblem(f"must be an object, got {shown(window)}")
     items = window.get("timelines")

@@ -1,9 +1,10 @@
-"""The runbooks: one Markdown file per alert, `runbooks/<AlertName>.md`, read as the `runbooks` package's data.
+"""The runbooks: one Markdown file per alert, `runbooks/<AlertName>.md`, read as the `runbooks`
+package's data.
 
-The alert rules' `runbook_url`s point at that folder in the repository; the wheel carries the same files as
-package data, so `stagelens runbook NAME` and the TUI read them in any install (importlib.resources).
-How a runbook is named is written here only: `runbook_ref` and `stage_runbook` give it, `runbook_stem` reads
-it back.
+The alert rules' `runbook_url`s point at that folder in the repository; the wheel carries the same
+files as package data, so `stagelens runbook NAME` and the TUI read them in any install
+(importlib.resources). How a runbook is named is written here only: `runbook_ref` and
+`stage_runbook` give it, `runbook_stem` reads it back.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def runbook_file(alert: str) -> str:
 
 
 def runbook_ref(alert: str) -> str:
-    """An alert's runbook as the diagnosis, the dashboard and the alert rules name it: runbooks/<alert>.md,
-    relative to the repository (and the installed `stagelens.runbooks` package's folder)."""
+    """An alert's runbook as the diagnosis, the dashboard and the alert rules name it:
+    runbooks/<alert>.md, relative to the repository (and the installed `stagelens.runbooks`
+    package's folder)."""
     return f"{FOLDER}/{runbook_file(alert)}"
 
 
@@ -41,8 +43,8 @@ def runbook_dir() -> Traversable:
     try:
         return resources.files(PACKAGE)
     except ModuleNotFoundError:
-        # An editable install made before runbooks/ became a package does not map it: the runbooks are the
-        # checkout's folder beside agent/ (`make venv` refreshes the install).
+        # An editable install made before runbooks/ became a package does not map it: the runbooks
+        # are the checkout's folder beside agent/ (`make venv` refreshes the install).
         return Path(__file__).resolve().parents[1] / FOLDER
 
 
@@ -52,8 +54,9 @@ def runbooks() -> dict[str, Traversable]:
 
 
 def find_runbook(name: str) -> Traversable | None:
-    """The runbook NAME (or NAME.md, or a path ending in it), or None. Looked up among the runbooks there
-    are: the name never becomes a path of its own, so no name (too long, a NUL, `..`) reaches the filesystem."""
+    """The runbook NAME (or NAME.md, or a path ending in it), or None. Looked up among the
+    runbooks there are: the name never becomes a path of its own, so no name (too long, a NUL,
+    `..`) reaches the filesystem."""
     return runbooks().get(runbook_stem(name))
 
 

@@ -22,7 +22,8 @@ from stagelens.metrics.exporter import MetricsExporter
 from stagelens.node_sampling import NodeSampling
 
 log = logging.getLogger(__name__)
-TRACE_MEMORY = 4096      # request id -> trace id / traceparent, for exemplars and HTTP clients' parents
+# request id -> trace id / traceparent, for exemplars and HTTP clients' parents
+TRACE_MEMORY = 4096
 STALE_AFTER_INTERVALS = 5   # a frame older than this many intervals means the sampler is stuck
 PREDICTION_TTL_S = 10.0     # the fix's predicted effect is simulated again at most this often
 
@@ -43,7 +44,8 @@ class AgentRuntime:
         self.interval = interval
         self.request_timeout = request_timeout   # seconds a hosted engine request may live
         self.lab_settings = lab
-        self.lab = None            # the hosted engine (agent.lab.host.EngineHost), when there is one
+        # the hosted engine (agent.lab.host.EngineHost), when there is one
+        self.lab = None
         if lab is not None:
             from stagelens.lab.host import EngineHost
 
@@ -55,42 +57,45 @@ class AgentRuntime:
         self.tracer = tracer
         self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
         self._lock = threading.Lock()
-        # The latest frame and its diagnosis, published together (one assignment): a scrape or an API call never
-        # sees a new frame with the previous frame's diagnosis.
+        # The latest frame and its diagnosis, published together (one assignment): a scrape or an
+        # API call never sees a new frame with the previous frame's diagnosis.
         self._published: tuple[Frame | None, Diagnosis | None] = (None, None)
         self._live = LiveDiagnosis(self.diagnosis_config)
-        self._prediction: tuple | None = None     # (the fix, when, its predicted effect): see predicted_fix
+        # (the fix, when, its predicted effect): see predicted_fix
+        self._prediction: tuple | None = None
         self._predicting = threading.Lock()        # held while one is computed
         self._trace_ids: OrderedDict[str, str] = OrderedDict()
         self._traceparents: OrderedDict[str, str] = OrderedDict()
         self.sampler.listeners += [self._export_traces, self.metrics.on_frame, self._publish]
 
-    # --- lifecycle ---------------------------------------------------------------------------------
+    # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         if self.lab_settings:
             self.start_lab(self.lab_settings.scenario)
         self.sampling.start()
 
     def start_lab(self, scenario: str | None, overrides: dict | None = None) -> None:
-        """(Re)start the hosted engine with the base flags, a scenario's defaults (its workload then runs in
-        the background) and `overrides`. Settings that cannot run raise UserError before the running engine
-        is touched; its requests in flight get a grace to finish (agent.lab.host)."""
+        """(Re)start the hosted engine with the base flags, a scenario's defaults (its workload
+        then runs in the background) and `overrides`. Settings that cannot run raise UserError
+        before the running engine is touched; its requests in flight get a grace to finish
+        (agent.lab.host)."""
         from stagelens.lab.settings import scenario_configs
 
         engine_cfg, workload_cfg = scenario_configs(self.lab_settings.flags, scenario, overrides)
         self.lab.start(engine_cfg, workload_cfg if scenario else None)
 
     def stop(self, grace_s: float = 0.0) -> None:
-        """Requests in flight get `grace_s` to finish; the last frame's timelines are exported, then the
-        tracer drains and the probes close."""
+        """Requests in flight get `grace_s` to finish; the last frame's timelines are exported,
+        then the tracer drains and the probes close."""
         if self.lab:
             self.lab.stop(grace_s)
-        self.sampling.stop()     # its last frame: the requests that ended while stopping reach the traces and record
+        # its last frame: the requests that ended while stopping reach the traces and record
+        self.sampling.stop()
         self.sampling.close()
         if self.tracer:
             self.tracer.shutdown()
 
-    # --- what every surface reads ----------------------------------------------------------------------
+    # --- what every surface reads -----------------------------------------------------------------
     def latest_frame(self) -> Frame | None:
         return self._published[0]
 
@@ -106,15 +111,17 @@ class AgentRuntime:
         return [with_stages(t.to_dict()) for t in timelines[:n]]
 
     def whatif_window(self) -> dict:
-        """What `whatif --connect` replays: the recent request timelines, and of the hosted engine its settings,
-        steps and model loads (an engine read from outside has only its spans' timelines)."""
+        """What `whatif --connect` replays: the recent request timelines, and of the hosted
+        engine its settings, steps and model loads (an engine read from outside has only its
+        spans' timelines)."""
         return self.sampling.whatif_window()
 
     def predicted_fix(self, diagnosis: Diagnosis) -> dict | None:
-        """The diagnosis's fix with its predicted effect on the recent window (agent.whatif.fix_effect), as last
-        computed for the same fix. A simulation costs a few hundred ms, so it never runs on the caller's thread:
-        a missing or older than PREDICTION_TTL_S prediction is computed again on a thread of its own, and the
-        answer is the last one (None until the first is ready)."""
+        """The diagnosis's fix with its predicted effect on the recent window
+        (agent.whatif.fix_effect), as last computed for the same fix. A simulation costs a few
+        hundred ms, so it never runs on the caller's thread: a missing or older than
+        PREDICTION_TTL_S prediction is computed again on a thread of its own, and the answer is
+        the last one (None until the first is ready)."""
         from stagelens.lab.fixes import fix_flags
 
         key = tuple(sorted((k, str(v)) for k, v in fix_flags(diagnosis).items()))
@@ -153,7 +160,7 @@ class AgentRuntime:
             return False, trouble
         return True, "ready"
 
-    # --- per request -------------------------------------------------------------------------------------
+    # --- per request ------------------------------------------------------------------------------
     def remember_traceparent(self, request_id: str, traceparent: str | None) -> None:
         if traceparent:
             with self._lock:
@@ -163,7 +170,7 @@ class AgentRuntime:
         with self._lock:
             return self._trace_ids.get(timeline.request_id)
 
-    # --- sampler listeners -----------------------------------------------------------------------------
+    # --- sampler listeners ------------------------------------------------------------------------
     def _export_traces(self, frame: Frame, timelines: list) -> None:
         if self.tracer is None:
             return

@@ -18,7 +18,8 @@ from stagelens.probes.sample import CollectorStatus
 
 log = logging.getLogger(__name__)
 
-Listener = Callable[[Frame, list], None]   # (frame, request timelines finished since the last frame)
+# (frame, request timelines finished since the last frame)
+Listener = Callable[[Frame, list], None]
 
 
 class Sampler:
@@ -27,7 +28,8 @@ class Sampler:
         if interval <= 0:
             raise ValueError(f"the sampling interval must be positive, got {interval}")
         self.node_probe = node_probe
-        self.engine_source = engine_source   # a recorder, the lab's host, or a source read from outside
+        # a recorder, the lab's host, or a source read from outside
+        self.engine_source = engine_source
         self.interval = interval
         self.history: deque[Frame] = deque(maxlen=history)
         self.listeners: list[Listener] = []
@@ -43,16 +45,16 @@ class Sampler:
         return self.sample()[0]
 
     def sample(self) -> tuple[Frame, list]:
-        """One frame, kept and handed to the listeners, with the request timelines finished since the previous
-        one (the same the listeners got)."""
+        """One frame, kept and handed to the listeners, with the request timelines finished since
+        the previous one (the same the listeners got)."""
         now_unix, now_mono = time.time(), time.monotonic()
         frame = Frame(now_unix, now_mono, self._hostname)
         timelines: list = []
         if self.node_probe is not None:
             t = time.perf_counter()
             try:
-                # the probe keeps one Topology while the GPUs stay the same, and it writes its JSON once:
-                # every frame shares it instead of holding its own (a quarter of a DGX frame)
+                # the probe keeps one Topology while the GPUs stay the same, and it writes its JSON
+                # once: every frame shares it instead of holding its own (a quarter of a DGX frame)
                 sample = self.node_probe.sample()
                 frame.node_sample = sample
                 frame.collectors.extend(sample.collectors)
@@ -67,7 +69,8 @@ class Sampler:
                     self._last_timeline_end = max(tl.finished for tl in timelines)
                 frame.collectors.append(_status("engine", True, t))
                 self._engine_trouble = None
-            except CollectError as exc:     # an engine that does not answer: its reason when it changes, no traceback
+            # an engine that does not answer: its reason when it changes, no traceback
+            except CollectError as exc:
                 if str(exc) != self._engine_trouble:
                     log.warning("engine: %s", exc)
                 self._engine_trouble = str(exc)

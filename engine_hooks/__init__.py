@@ -1,9 +1,12 @@
 """The bundled engine and what observes it, in three rooms and a shared floor:
 
-- `engine/`: the engine itself (pure torch, it knows nothing of who observes it), with `engine/vllm_face/`,
+- `engine/`: the engine itself (pure torch, it knows nothing of who observes it), with
+  `engine/vllm_face/`,
   the vLLM-compatible interfaces through which it speaks.
-- `hooks/`: what is injected into the engine from outside (`instrument(engine)` returns the flight recorder).
-- `records/`: the records every engine source fills (snapshot, timeline, attribution, wait reasons, stats)
+- `hooks/`: what is injected into the engine from outside (`instrument(engine)` returns the flight
+  recorder).
+- `records/`: the records every engine source fills (snapshot, timeline, attribution, wait reasons,
+  stats)
   and the `EngineSource` protocol the bundled host and the outside sources implement.
 - `shared/`: bottom-layer helpers (the bounded HTTP server) any layer may use.
 

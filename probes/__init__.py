@@ -1,6 +1,8 @@
-"""Read-only node probes: NVML (real and snapshot backends), topology, links, GPU, host, copy bandwidth.
+"""Read-only node probes: NVML (real and snapshot backends), topology, links, GPU, host, copy
+bandwidth.
 
-This package imports nothing else of stagelens; torch is imported lazily by the copy-bandwidth measurement only.
+This package imports nothing else of stagelens; torch is imported lazily by the copy-bandwidth
+measurement only.
 """
 
 from stagelens.probes.bandwidth import BandwidthReference, get_reference_bandwidth, measure_copy_bandwidth

@@ -1,11 +1,12 @@
-"""The node's plain copy bandwidth: bytes a large tensor copy reads and writes per second, per device.
+"""The node's plain copy bandwidth: bytes a large tensor copy reads and writes per second, per
+device.
 
 Measured once per node and device (best of a few runs) and cached as JSON under the user cache dir,
-with the date it was measured. Only `POST /api/v1/bandwidth-probe` (agent/server/control.py) reads it,
-to report what the device's memory does on a simple copy. The diagnosis does not judge attention by
-it: `effective_bandwidth_ratio` compares attention against the engine's own attention on an ideal KV
-layout (engine_hooks/hooks/calibrate.py, engine_hooks/hooks/reference.py), which isolates what the layout costs.
-torch is imported here only, and only when a measurement is actually needed.
+with the date it was measured. Only `POST /api/v1/bandwidth-probe` (agent/server/control.py) reads
+it, to report what the device's memory does on a simple copy. The diagnosis does not judge attention
+by it: `effective_bandwidth_ratio` compares attention against the engine's own attention on an ideal
+KV layout (engine_hooks/hooks/calibrate.py, engine_hooks/hooks/reference.py), which isolates what
+the layout costs. torch is imported here only, and only when a measurement is actually needed.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def _device_name(device: str) -> str:
 
 
 def measure_copy_bandwidth(device: str = "cpu", size_bytes: int = DEFAULT_SIZE_BYTES, runs: int = 3) -> float:
-    """Bytes moved (read + written) per second by the fastest of `runs` copies of a `size_bytes` tensor."""
+    """Bytes moved (read + written) per second by the fastest of `runs` copies of a `size_bytes`
+    tensor."""
     import torch  # lazy: the agent runs without torch unless a reference has to be measured
 
     dev = torch.device(device)
@@ -96,8 +98,10 @@ def _store(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-_measuring = threading.Lock()     # one measurement at a time: each holds buffers of `size_bytes` twice
-_fresh: dict[str, tuple[float, BandwidthReference]] = {}   # key -> (when measured, monotonic), this process
+# one measurement at a time: each holds buffers of `size_bytes` twice
+_measuring = threading.Lock()
+# key -> (when measured, monotonic), this process
+_fresh: dict[str, tuple[float, BandwidthReference]] = {}
 
 
 def get_reference_bandwidth(

@@ -1,4 +1,5 @@
-"""Static facts about each GPU (identity, placement, NVLink wiring), read once and cached by the sampler."""
+"""Static facts about each GPU (identity, placement, NVLink wiring), read once and cached by the
+sampler."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ class NoDriverError(ProbeError):
 
 
 class SnapshotError(ProbeError, ValueError):
-    """A stagelens-nvml/1 snapshot file that cannot be replayed; the message names the file (and line)."""
+    """A stagelens-nvml/1 snapshot file that cannot be replayed; the message names the file (and
+    line)."""
 
     def __init__(self, path: str, message: str, line: int | None = None) -> None:
         self.path = path

@@ -52,7 +52,8 @@ class GpuSample:
     temperature_celsius: int | None = None
     pcie: PcieSample | None = None  # filled by the links collector
     nvlinks: list[NvlinkSample] = field(default_factory=list)
-    unsupported: list[str] = field(default_factory=list)  # NVML functions that answered NotSupported
+    # NVML functions that answered NotSupported
+    unsupported: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # NVML function -> error, other failures
 
 

@@ -21,7 +21,8 @@ class ProcessSample:
     pid: int
     name: str | None = None
     threads: int = 0
-    thread_states: dict[str, int] = field(default_factory=dict)  # state letter (R, S, D, ...) -> threads
+    # state letter (R, S, D, ...) -> threads
+    thread_states: dict[str, int] = field(default_factory=dict)
     threads_uninterruptible: int = 0
     uninterruptible_ratio: float | None = None
     ctx_switches_voluntary: int | None = None  # cumulative, summed over threads
@@ -56,7 +57,8 @@ def _linux_threads(pid: int, s: ProcessSample) -> None:
         stat = _read(f"{_PROC}/{pid}/task/{tid}/stat")
         if stat is None:
             continue
-        state = stat[stat.rfind(")") + 2 :][:1]  # the comm field may itself hold spaces and parentheses
+        # the comm field may itself hold spaces and parentheses
+        state = stat[stat.rfind(")") + 2 :][:1]
         s.thread_states[state] = s.thread_states.get(state, 0) + 1
         # /proc/<pid>/status counts only the main thread's switches: sum the threads' own.
         for line in (_read(f"{_PROC}/{pid}/task/{tid}/status") or "").splitlines():

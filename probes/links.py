@@ -1,4 +1,5 @@
-"""PCIe and NVLink state per GPU: negotiated vs maximum link, throughput and utilisation, error counters.
+"""PCIe and NVLink state per GPU: negotiated vs maximum link, throughput and utilisation, error
+counters.
 
 Rates that NVML only gives as cumulative counters (NVLink KiB, replay and error counts) are taken
 as deltas between ticks, so `LinkState` keeps the previous tick's counters.
@@ -16,7 +17,8 @@ from stagelens.probes.nvml_reader import NvmlReader
 
 # Usable GB/s per lane and direction, after line encoding (8b/10b up to Gen2, 128b/130b from Gen3).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-# GB/s per link and direction by NVLink version (NVLink 3 and 4: 25 GB/s, e.g. A100 12 x 25 = 300 GB/s).
+# GB/s per link and direction by NVLink version (NVLink 3 and 4: 25 GB/s, e.g. A100 12 x 25 = 300
+# GB/s).
 NVLINK_LINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
 
 
@@ -56,8 +58,10 @@ class NvlinkSample:
     rx_bytes_per_second: float | None = None
     tx_util_ratio: float | None = None
     rx_util_ratio: float | None = None
-    errors: dict[str, int] = field(default_factory=dict)  # counter -> cumulative count, where supported
-    error_increments: dict[str, int] = field(default_factory=dict)  # since the previous read of the counters
+    # counter -> cumulative count, where supported
+    errors: dict[str, int] = field(default_factory=dict)
+    # since the previous read of the counters
+    error_increments: dict[str, int] = field(default_factory=dict)
 
 
 def pcie_findings(label: str, gen, gen_max, width, width_max) -> list[str]:

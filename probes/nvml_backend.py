@@ -1,4 +1,5 @@
-"""The narrow NVML surface the probes use, shared by the real (driver) and snapshot (replay) backends.
+"""The narrow NVML surface the probes use, shared by the real (driver) and snapshot (replay)
+backends.
 
 Both backends answer by device index and raise pynvml's own NVMLError subclasses, so the error
 policy in `probes.nvml_reader` is exercised identically by replay and by a real driver.
@@ -71,7 +72,8 @@ class NvmlBackend(Protocol):
     live: bool  # True when a driver answers (the recorder then really waits between ticks)
     source: str  # for messages: "NVIDIA driver" or the snapshot path
 
-    def begin_tick(self) -> None: ...  # a new sampling tick starts (the snapshot advances its series)
+    # a new sampling tick starts (the snapshot advances its series)
+    def begin_tick(self) -> None: ...
     def timestamp(self) -> float: ...  # monotonic seconds of the current tick
     def close(self) -> None: ...
 
@@ -102,8 +104,10 @@ class NvmlBackend(Protocol):
     def nvlink_active(self, i: int, link: int) -> bool: ...
     def nvlink_version(self, i: int, link: int) -> int: ...
     def nvlink_remote(self, i: int, link: int) -> str: ...  # "switch" or the peer's PCI bus id
-    def nvlink_error_counter(self, i: int, link: int, counter: str) -> int: ...  # NVLINK_ERROR_COUNTERS
-    # Like nvmlDeviceGetFieldValues: one answer per (field id, scope); a failed value is an NVMLError.
+    # NVLINK_ERROR_COUNTERS
+    def nvlink_error_counter(self, i: int, link: int, counter: str) -> int: ...
+    # Like nvmlDeviceGetFieldValues: one answer per (field id, scope); a failed value is an
+    # NVMLError.
     def field_values(self, i: int, fields: list[tuple[int, int]]) -> list[FieldValue]: ...
 
     def common_ancestor(self, i: int, j: int) -> str: ...  # a TOPOLOGY_LEVELS name
@@ -122,7 +126,8 @@ def error_class(name: str) -> type[pynvml.NVMLError] | None:
 
 
 def normalise_bus_id(bus_id: str) -> str:
-    """NVML spells the domain with 8 digits, sysfs with 4: compare on "0000:07:00.0" upper-cased hex."""
+    """NVML spells the domain with 8 digits, sysfs with 4: compare on "0000:07:00.0" upper-cased
+    hex."""
     bus_id = bus_id.strip().upper()
     domain, sep, rest = bus_id.partition(":")
     if sep and len(domain) > 4:

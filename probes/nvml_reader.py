@@ -41,11 +41,13 @@ def no_driver_error(exc: pynvml.NVMLError, source: str) -> NoDriverError:
 
 
 class NvmlReader:
-    """Calls backend methods under the error policy; remembers what failed, per device, for the sample."""
+    """Calls backend methods under the error policy; remembers what failed, per device, for the
+    sample."""
 
     def __init__(self, backend: NvmlBackend) -> None:
         self.backend = backend
-        self.errors: dict[int | None, dict[str, str]] = {}  # device (None: system) -> function -> error
+        # device (None: system) -> function -> error
+        self.errors: dict[int | None, dict[str, str]] = {}
 
     def clear(self) -> None:
         self.errors = {}
@@ -61,7 +63,8 @@ class NvmlReader:
             return self.handle(device, method, exc)
 
     def handle(self, device: int | None, method: str, exc: pynvml.NVMLError) -> None:
-        """Apply the policy to one error: raise for lost device / no driver, else record and return None."""
+        """Apply the policy to one error: raise for lost device / no driver, else record and
+        return None."""
         function = NVML_FUNCTION.get(method, method)
         if isinstance(exc, _NO_DRIVER):
             raise no_driver_error(exc, self.backend.source) from exc
@@ -74,7 +77,8 @@ class NvmlReader:
         return None
 
     def device_errors(self, device: int) -> dict[str, str]:
-        """Failures of this device's calls other than NotSupported (which is just an absent value)."""
+        """Failures of this device's calls other than NotSupported (which is just an absent
+        value)."""
         return {f: e for f, e in self.errors.get(device, {}).items() if e != "NotSupported"}
 
     def unsupported(self, device: int) -> list[str]:

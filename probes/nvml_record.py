@@ -1,4 +1,5 @@
-"""`probe record`: ask a backend the questions the probes ask, and write the answers as stagelens-nvml/1.
+"""`probe record`: ask a backend the questions the probes ask, and write the answers as
+stagelens-nvml/1.
 
 The snapshot records NVML's answers, not our conclusions, so topology and link logic is exercised
 again on replay. A value that answers NotSupported is simply left out (replay answers NotSupported
@@ -132,7 +133,8 @@ def record_snapshot(
     interval_s: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """A stagelens-nvml/1 snapshot of `ticks` samples. Raises NoDriverError on a node without a driver."""
+    """A stagelens-nvml/1 snapshot of `ticks` samples. Raises NoDriverError on a node without a
+    driver."""
     rec = _Recorder(backend)
     backend.begin_tick()
     start = backend.timestamp()
@@ -194,7 +196,8 @@ def _ancestors(rec: _Recorder, devices: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def dump_snapshot(snap: dict[str, Any]) -> str:
-    """JSON for people too: one key per line, short lists and objects of plain values kept on one line."""
+    """JSON for people too: one key per line, short lists and objects of plain values kept on one
+    line."""
     return _dump(snap, 0) + "\n"
 
 

@@ -1,4 +1,5 @@
-"""The NVML backend that replays a `stagelens-nvml/1` snapshot (docs/design.md, "NVML snapshot format").
+"""The NVML backend that replays a `stagelens-nvml/1` snapshot (docs/design.md, "NVML snapshot
+format").
 
 Series advance one element per `begin_tick()` and hold their last element after the end. Errors
 are raised as pynvml's own NVMLError subclasses, so replay goes through the same error policy as
@@ -37,7 +38,8 @@ LINK_SERIES = (
 _REQUIRED = {"name": "nvmlDeviceGetName", "uuid": "nvmlDeviceGetUUID", "pci_bus_id": "nvmlDeviceGetPciInfo"}
 _PCIE_KEYS = ("gen", "gen_max", "width", "width_max")
 _PAIR = re.compile(r"^(\d+)-(\d+)$")
-MAX_SNAPSHOT_BYTES = 256 * 2**20   # a DGX snapshot of many ticks is a few MB; more is not a snapshot
+# a DGX snapshot of many ticks is a few MB; more is not a snapshot
+MAX_SNAPSHOT_BYTES = 256 * 2**20
 
 
 def _num(x: Any) -> bool:
@@ -70,7 +72,8 @@ class _Checker:
                 raise self.fail(f"{where}.{fn}: unknown NVML error {name!r} (e.g. NotSupported, GpuIsLost)")
 
     def text(self, where: str, value: Any) -> None:
-        """A string NVML would answer: printable (a terminal escape in it would reach `topo`'s reader)."""
+        """A string NVML would answer: printable (a terminal escape in it would reach `topo`'s
+        reader)."""
         if not isinstance(value, str):
             raise self.fail(f"{where}: expected a string")
         bad = next((i for i, char in enumerate(value) if not char.isprintable()), None)
@@ -168,7 +171,8 @@ class _Checker:
 
 
 def load_snapshot(path: str) -> dict[str, Any]:
-    """Read and validate a snapshot file; SnapshotError (naming the file, and the line) if it is unusable."""
+    """Read and validate a snapshot file; SnapshotError (naming the file, and the line) if it is
+    unusable."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_SNAPSHOT_BYTES + 1)
@@ -191,7 +195,8 @@ def load_snapshot(path: str) -> dict[str, Any]:
 
 
 class SnapshotBackend:
-    """Replays a snapshot. Construct with `from_file(path)` or directly from an already parsed dict."""
+    """Replays a snapshot. Construct with `from_file(path)` or directly from an already parsed
+    dict."""
 
     live = False
 

@@ -62,8 +62,8 @@ class NodeSample:
     collectors: list[CollectorStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The sample's JSON, made once and shared by every frame serialiser (a DGX sample is ~100 values a
-        GPU): treat a sample as read-only once the probe returned it."""
+        """The sample's JSON, made once and shared by every frame serialiser (a DGX sample is
+        ~100 values a GPU): treat a sample as read-only once the probe returned it."""
         cached = self.__dict__.get("_dict")
         if cached is None:
             cached = self.__dict__["_dict"] = plain_fields(self)
@@ -71,7 +71,8 @@ class NodeSample:
 
     @classmethod
     def from_dict(cls, data: Any) -> NodeSample:
-        """The sample of its JSON (a bundle, the HTTP API); NodeSampleError naming the field not as written."""
+        """The sample of its JSON (a bundle, the HTTP API); NodeSampleError naming the field not
+        as written."""
         sample = read(cls, data)
         if type(sample.version) is not int or sample.version != SAMPLE_VERSION:
             raise NodeSampleError(f"version: must be {SAMPLE_VERSION}, got {sample.version!r}")
@@ -82,7 +83,8 @@ class NodeSample:
 
 
 def open_backend(snapshot_path: str | None = None) -> NvmlBackend:
-    """The snapshot backend for a file (SnapshotError if unusable), else the driver (initialised lazily)."""
+    """The snapshot backend for a file (SnapshotError if unusable), else the driver (initialised
+    lazily)."""
     if snapshot_path is not None:
         from stagelens.probes.nvml_snapshot import SnapshotBackend
 
@@ -93,7 +95,8 @@ def open_backend(snapshot_path: str | None = None) -> NvmlBackend:
 
 
 class NodeProbe:
-    """Samples a node. Keeps static device facts and the previous tick's counters between samples."""
+    """Samples a node. Keeps static device facts and the previous tick's counters between
+    samples."""
 
     def __init__(
         self,
@@ -186,7 +189,8 @@ class NodeProbe:
         sample.collectors.append(CollectorStatus(name, error is None, time.perf_counter() - start, error))
 
     def sample(self) -> NodeSample:
-        """One node sample: per-GPU state with its links, the topology, the host, collector status."""
+        """One node sample: per-GPU state with its links, the topology, the host, collector
+        status."""
         self.backend.begin_tick()
         self.reader.clear()
         sample = NodeSample(

@@ -1,10 +1,10 @@
-"""The node sample's JSON both ways: `plain()` writes a probe dataclass as JSON data, `read()` reads it back
-and checks it the way engine_hooks.records.snapshot reads the engine's, raising NodeSampleError whose
-message starts with the field (`gpus[0].pcie.tx_util_ratio: ...`).
+"""The node sample's JSON both ways: `plain()` writes a probe dataclass as JSON data, `read()` reads
+it back and checks it the way engine_hooks.records.snapshot reads the engine's, raising
+NodeSampleError whose message starts with the field (`gpus[0].pcie.tx_util_ratio: ...`).
 
-Each field is read by its annotation. Keys it does not know are ignored (new ones may come under the same
-version); a field with a default reads null or absent as that default. Values are checked, never converted:
-what is read writes back as it was written, byte for byte.
+Each field is read by its annotation. Keys it does not know are ignored (new ones may come under the
+same version); a field with a default reads null or absent as that default. Values are checked,
+never converted: what is read writes back as it was written, byte for byte.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ Reader = Callable[[Any, str], Any]
 
 
 class NodeSampleError(ValueError):
-    """A node sample that cannot be read; the message starts with the field that is not as written."""
+    """A node sample that cannot be read; the message starts with the field that is not as
+    written."""
 
 
 def plain(value: Any) -> Any:
-    """dataclasses.asdict without its deep copies (our dataclasses hold plain values): ~10x cheaper. A value
-    with its own `to_dict` (the topology, made once and shared) writes itself."""
+    """dataclasses.asdict without its deep copies (our dataclasses hold plain values): ~10x
+    cheaper. A value with its own `to_dict` (the topology, made once and shared) writes itself."""
     kind = type(value)
     if kind in _SCALARS:
         return value
@@ -47,7 +48,8 @@ _HOW: dict[type, str] = {}
 
 
 def _how(kind: type) -> str:
-    """How `plain` writes a value of this type (asked once a type: a DGX sample holds ~100 a GPU)."""
+    """How `plain` writes a value of this type (asked once a type: a DGX sample holds ~100 a
+    GPU)."""
     if hasattr(kind, "to_dict"):
         return "own"
     if not hasattr(kind, "__dataclass_fields__"):
@@ -56,7 +58,8 @@ def _how(kind: type) -> str:
 
 
 def plain_fields(value: Any) -> dict[str, Any]:
-    """A dataclass's fields as JSON data, in declaration order (what a `to_dict` of its own builds on)."""
+    """A dataclass's fields as JSON data, in declaration order (what a `to_dict` of its own
+    builds on)."""
     return {k: plain(getattr(value, k)) for k in type(value).__dataclass_fields__}
 
 
@@ -65,7 +68,7 @@ def read(cls: type, data: Any, where: str = "") -> Any:
     return _dataclass_reader(cls)(data, where)
 
 
-# --- one reader per annotation ---------------------------------------------------------------------------
+# --- one reader per annotation --------------------------------------------------------------------
 def _shown(value: Any) -> str:
     """A value as an error message quotes it: JSON's null, and short."""
     text = "null" if value is None else repr(value)
@@ -89,7 +92,8 @@ def _scalar(test: Callable[[Any], bool], what: str, optional: bool) -> Reader:
 
 
 def _container(kind: type, what: str, optional: bool, build: Callable[[Any, str], Any]) -> Reader:
-    """A reader of a JSON list or object: null where optional, the wrong kind refused, else `build` on it."""
+    """A reader of a JSON list or object: null where optional, the wrong kind refused, else
+    `build` on it."""
     def read_container(value, where):
         if value is None and optional:
             return None

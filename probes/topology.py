@@ -1,8 +1,8 @@
 """The GPU topology matrix of `nvidia-smi topo -m`, with CPU/NUMA affinity and the link table.
 
-Matrix rule (docs/design.md, "NVML snapshot format"): NV# = active links from one GPU whose remote is
-the other; when both reach the NVSwitch fabric, NV# = the smaller count of their active switch links;
-otherwise the PCIe level of their common ancestor.
+Matrix rule (docs/design.md, "NVML snapshot format"): NV# = active links from one GPU whose remote
+is the other; when both reach the NVSwitch fabric, NV# = the smaller count of their active switch
+links; otherwise the PCIe level of their common ancestor.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ class Topology:
     links: list[dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
-        """The `topo --json` document. Built once and shared by every sample: treat it as read-only."""
+        """The `topo --json` document. Built once and shared by every sample: treat it as
+        read-only."""
         cached = self.__dict__.get("_dict")
         if cached is None:
             cached = self.__dict__["_dict"] = asdict(self)
@@ -67,7 +68,8 @@ def needs_ancestor(a: DeviceInfo, b: DeviceInfo) -> bool:
 
 
 def build_matrix(infos: list[DeviceInfo], ancestors: dict[tuple[int, int], str | None]) -> list[list[str]]:
-    """The matrix from static device facts and the PCIe common-ancestor level of each pair (i < j)."""
+    """The matrix from static device facts and the PCIe common-ancestor level of each pair (i <
+    j)."""
     return [
         [matrix_cell(a, b, ancestors.get((min(a.index, b.index), max(a.index, b.index)))) for b in infos]
         for a in infos
@@ -75,7 +77,8 @@ def build_matrix(infos: list[DeviceInfo], ancestors: dict[tuple[int, int], str |
 
 
 def read_ancestors(reader: NvmlReader, infos: list[DeviceInfo]) -> dict[tuple[int, int], str | None]:
-    """Only the pairs NVLink does not already decide: each call walks the PCIe tree in the driver."""
+    """Only the pairs NVLink does not already decide: each call walks the PCIe tree in the
+    driver."""
     out: dict[tuple[int, int], str | None] = {}
     for a in infos:
         for b in infos[a.index + 1 :]:
@@ -134,7 +137,8 @@ def build_topology(reader: NvmlReader, infos: list[DeviceInfo]) -> Topology:
 
 
 def collect_topology(backend: NvmlBackend) -> Topology:
-    """Read the topology straight from a backend. Raises NoDriverError on a node without a driver."""
+    """Read the topology straight from a backend. Raises NoDriverError on a node without a
+    driver."""
     reader = NvmlReader(backend)
     backend.begin_tick()
     count = reader.get("device_count") or 0

@@ -1,10 +1,11 @@
-"""`stagelens bench`: the report's benchmark method — steady load, stress in 10% steps to the first knee,
-one-variable sweeps, and `compare` against a saved baseline for CI. Its flags and subcommands are
-here; how one invocation runs, agent/commands/bench_run.py.
+"""`stagelens bench`: the report's benchmark method — steady load, stress in 10% steps to the first
+knee, one-variable sweeps, and `compare` against a saved baseline for CI. Its flags and subcommands
+are here; how one invocation runs, agent/commands/bench_run.py.
 
-On the bundled engine in this process (every engine flag, scenario defaults via --scenario), or against
-any OpenAI-compatible `/v1/completions` with `--url` (an HTTP load generator; the stage comes from the
-endpoint's `/api/v1/diagnosis` when it is a stagelens agent). Writes results.json, curve.png and report.md.
+On the bundled engine in this process (every engine flag, scenario defaults via --scenario), or
+against any OpenAI-compatible `/v1/completions` with `--url` (an HTTP load generator; the stage
+comes from the endpoint's `/api/v1/diagnosis` when it is a stagelens agent). Writes results.json,
+curve.png and report.md.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def steady(ctx: click.Context, **options) -> int:
 @common_options
 @click.pass_context
 def stress(ctx: click.Context, vary: str | None, step: float, max_steps: int, **options) -> int:
-    """Raise the load in steps of 10% until the first knee (throughput flat, P99 jumping, or past an SLA)."""
+    """Raise the load in steps of 10% until the first knee (throughput flat, P99 jumping, or past
+    an SLA)."""
     if not 0 < step <= 1:
         raise UserError(f"--step: must lie in (0, 1], got {step}")
     if max_steps < 2:
@@ -133,7 +135,8 @@ def sweep(ctx: click.Context, **options) -> int:
               help="P99 may grow by this share before it is a regression.")
 @click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency", show_default=True)
 def compare(baseline: str, current: str, tolerance: float, p99_metric: str) -> int:
-    """Compare a run with a saved baseline: exit 1 when P99 regressed beyond the tolerance at any point."""
+    """Compare a run with a saved baseline: exit 1 when P99 regressed beyond the tolerance at any
+    point."""
     from stagelens.loadtest.compare import compare as compare_runs
     from stagelens.loadtest.compare import render_comparison
     from stagelens.loadtest.results import load_results

@@ -81,8 +81,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
 
 
 def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = None) -> int:
-    """The diagnosis (and the run's account and the fix's predicted effect, from a bundle) as JSON or text,
-    whether judged here or fetched from a server; its verdict's exit status."""
+    """The diagnosis (and the run's account and the fix's predicted effect, from a bundle) as
+    JSON or text, whether judged here or fetched from a server; its verdict's exit status."""
     if as_json:
         document = result.to_dict() if run is None else {**result.to_dict(), "run": run.to_dict()}
         if effect is not None:
@@ -92,7 +92,8 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
         from stagelens.diagnosis_text import render_diagnosis, render_run
         from stagelens.printable import printable_lines
 
-        click.echo(printable_lines(render_diagnosis(result)))     # fetched from a server: its text is another's
+        # fetched from a server: its text is another's
+        click.echo(printable_lines(render_diagnosis(result)))
         if effect is not None:
             from stagelens.whatif.fix_effect import render_effect
 
@@ -118,9 +119,9 @@ def fetch_diagnosis(url: str) -> Diagnosis:
 
 
 def _answered_kinds() -> frozenset[str]:
-    """The collector errors of an engine that answered, with what is not read (a frame keeps the error's type
-    by name): an HTTP error, a gzip body, an HTML page, too many series, a parse past its deadline, a pause
-    after such an answer."""
+    """The collector errors of an engine that answered, with what is not read (a frame keeps the
+    error's type by name): an HTTP error, a gzip body, an HTML page, too many series, a parse
+    past its deadline, a pause after such an answer."""
     from stagelens.sources.scrape.engine_source import ANSWER_REFUSED
     from stagelens.sources.scrape.heavy_answers import ReadPaused
     from stagelens.sources.scrape.prometheus_text import ExpositionTooCostly
@@ -129,20 +130,24 @@ def _answered_kinds() -> frozenset[str]:
 
 
 def engine_frames(frames: list, engine_source) -> list:
-    """The frames to judge: with an engine named on the command line, those in which it answered. A busy engine
-    past the scrape's deadline now and then leaves its window to the scrapes it answered (a frame without it
-    would read "no engine is observed"). An engine that never answered is a failure to collect, said as such, and
-    so is one that answered once: a window is the change between two of its scrapes."""
+    """The frames to judge: with an engine named on the command line, those in which it answered.
+    A busy engine past the scrape's deadline now and then leaves its window to the scrapes it
+    answered (a frame without it would read "no engine is observed"). An engine that never
+    answered is a failure to collect, said as such, and so is one that answered once: a window is
+    the change between two of its scrapes."""
     if engine_source is None:
         return frames
     failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
     answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
-    kind, _, reason = (failed[-1] if failed else "").partition(": ")    # the reason without the exception's type
+    # the reason without the exception's type
+    kind, _, reason = (failed[-1] if failed else "").partition(": ")
     refused_kinds = _answered_kinds()
-    if not answered and kind == "EngineMismatchError":    # it answered, with none of the engine's metrics
+    # it answered, with none of the engine's metrics
+    if not answered and kind == "EngineMismatchError":
         raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
                            f"{reason}")
-    if not answered and kind in refused_kinds:   # it answered, with what is not read: say what and why
+    # it answered, with what is not read: say what and why
+    if not answered and kind in refused_kinds:
         raise CollectError(f"the engine at {engine_source.url} answered, but its answer was refused: "
                            f"{reason or kind}")
     if not answered:

@@ -1,5 +1,6 @@
-"""The flags the commands share, each with what reads it: HOST:PORT, `--interval`, the diagnosis's, the
-engine's and workload's, `serve`'s bearer token, and `--engine-url` with what comes with it."""
+"""The flags the commands share, each with what reads it: HOST:PORT, `--interval`, the
+diagnosis's, the engine's and workload's, `serve`'s bearer token, and `--engine-url` with what
+comes with it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-# `--interval`: seconds between samples (the TUI: between refreshes), for every command that samples.
+# `--interval`: seconds between samples (the TUI: between refreshes), for every command that
+# samples.
 
 # Faster than 10 a second the sampler's own work shows in the engine's figures; slower than an hour
 # no window of the diagnosis would ever hold two samples.
@@ -57,8 +59,8 @@ def diagnosis_config(config_path: str | None, thresholds: tuple[str, ...]) -> Di
 
 
 # The engine and workload flags, shared by `lab`, `serve --engine lab`, `record`, `tui` and `bench`;
-# the settings they build are agent/lab/settings.py's. Named like vLLM's and the report's. Every default is
-# None here, so a scenario can supply its own and whatever the user typed wins over both.
+# the settings they build are agent/lab/settings.py's. Named like vLLM's and the report's. Every
+# default is None here, so a scenario can supply its own and whatever the user typed wins over both.
 
 def _typed(flag: str, help: str):
     """A flag whose value is read by its entry in the flag table (agent/lab/flag_values.py): a bad
@@ -104,8 +106,8 @@ def engine_options(func):
     return func
 
 
-# `serve`'s bearer token: from STAGELENS_TOKEN or a file, so it never has to be on the command line, where
-# every user of the machine reads it in `ps` (and /proc/PID/cmdline).
+# `serve`'s bearer token: from STAGELENS_TOKEN or a file, so it never has to be on the command line,
+# where every user of the machine reads it in `ps` (and /proc/PID/cmdline).
 
 MAX_TOKEN_FILE_BYTES = 4096
 
@@ -130,8 +132,9 @@ def token_options(func):
 
 
 def resolve_token(token: str | None, token_file: str | None) -> str | None:
-    """The token given, read from its file where one is named; UserError for both given, an unreadable or empty
-    file. A token typed on the command line is taken, with a warning that others can read it."""
+    """The token given, read from its file where one is named; UserError for both given, an
+    unreadable or empty file. A token typed on the command line is taken, with a warning that
+    others can read it."""
     ctx = click.get_current_context(silent=True)
     if token_file is not None:
         if token:
@@ -156,9 +159,10 @@ def _read_token_file(path: str) -> str:
     return token
 
 
-# `--engine-url` and what comes with it: attach to an engine serving on its own (vLLM, SGLang) and read it
-# from outside (agent/sources): its /metrics each tick, its per-request spans where it exports them to the
-# agent (`--otlp-receiver`), its KV events where it publishes them (`--kv-events`).
+# `--engine-url` and what comes with it: attach to an engine serving on its own (vLLM, SGLang) and
+# read it from outside (agent/sources): its /metrics each tick, its per-request spans where it
+# exports them to the agent (`--otlp-receiver`), its KV events where it publishes them
+# (`--kv-events`).
 
 OUTSIDE_ENGINES = ("vllm", "sglang")
 
@@ -190,7 +194,8 @@ _ENGINE_URL_OPTIONS = (
 
 
 def engine_url_option(func):
-    """The options of an engine read from outside, handed to the command as one `outside: OutsideFlags`."""
+    """The options of an engine read from outside, handed to the command as one `outside:
+    OutsideFlags`."""
     @functools.wraps(func)
     def command(*args, **kwargs):
         kwargs["outside"] = OutsideFlags(**{f.name: kwargs.pop(f.name) for f in fields(OutsideFlags)})
@@ -202,10 +207,11 @@ def engine_url_option(func):
 
 
 def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
-    """The engine source for `--engine KIND --engine-url URL` (and its span receiver and KV-events
-    subscriber, started with the source); None for an engine not read from outside. UserError for a flag
-    missing, given without what it needs, or malformed. Its scrape has a deadline of its own, fit for a busy
-    engine (agent.sources.scrape.engine_source.SCRAPE_TIMEOUT_S), not the sampling interval: a frame
+    """The engine source for `--engine KIND --engine-url URL` (and its span receiver and
+    KV-events subscriber, started with the source); None for an engine not read from outside.
+    UserError for a flag missing, given without what it needs, or malformed. Its scrape has a
+    deadline of its own, fit for a busy engine
+    (agent.sources.scrape.engine_source.SCRAPE_TIMEOUT_S), not the sampling interval: a frame
     waits for the engine's answer, at most that long."""
     o = outside
     if kind not in OUTSIDE_ENGINES:
@@ -252,8 +258,8 @@ def _receiver(http: str | None, grpc: str | None, forward: str | None):
 
 
 def check_http_url(flag: str, url: str) -> None:
-    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed; `user:password@` too, used
-    and never shown)."""
+    """UserError naming `flag` unless `url` is http(s)://HOST[:PORT] (a path allowed;
+    `user:password@` too, used and never shown)."""
     parts = urlsplit(url)
     try:
         parts.port    # noqa: B018  (reading it checks it)
@@ -264,6 +270,7 @@ def check_http_url(flag: str, url: str) -> None:
 
 
 def check_zmq_endpoint(flag: str, endpoint: str) -> None:
-    """UserError naming `flag` unless `endpoint` is a ZMQ endpoint KV events travel on (tcp:// or ipc://)."""
+    """UserError naming `flag` unless `endpoint` is a ZMQ endpoint KV events travel on (tcp:// or
+    ipc://)."""
     if not endpoint.startswith(("tcp://", "ipc://")):
         raise UserError(f"{flag}: expected tcp://HOST:PORT or ipc://PATH, got {endpoint!r}")

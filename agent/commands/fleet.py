@@ -1,7 +1,8 @@
-"""`stagelens fleet`: every node Prometheus scrapes an agent on, most severe first, from one query a refresh.
+"""`stagelens fleet`: every node Prometheus scrapes an agent on, most severe first, from one query a
+refresh.
 
-The fleet screen by default (agent/tui/fleet/); `--once` prints the table once, `--json` the document
-(agent/fleet/output.py), each with the fleet's exit status.
+The fleet screen by default (agent/tui/fleet/); `--once` prints the table once, `--json` the
+document (agent/fleet/output.py), each with the fleet's exit status.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: i
 
 
 def fleet_status(rows) -> int:
-    """The fleet as a monitoring check's status: CRITICAL when a node fires or is down, WARNING when one warns."""
+    """The fleet as a monitoring check's status: CRITICAL when a node fires or is down, WARNING
+    when one warns."""
     n = counts(rows)
     if n["down"] or n["firing"]:
         return EXIT_CRITICAL

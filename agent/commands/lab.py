@@ -29,14 +29,17 @@ from stagelens.lab.settings import build_configs
 @click.pass_context
 def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thresholds, interval: float,
         record_path: str | None, as_json: bool, **flags) -> int:
-    """Run the bundled engine: throughput, TTFT, TPOT, P50/P99 latency, preemptions, and the diagnosis."""
+    """Run the bundled engine: throughput, TTFT, TPOT, P50/P99 latency, preemptions, and the
+    diagnosis."""
     spec = SCENARIOS.get(scenario) if scenario else None
     defaults = dict(spec.defaults) if spec else {}
     dconfig = diagnosis_config(config_path, thresholds)
     engine_cfg, workload_cfg = build_configs(flags, defaults)
 
     from stagelens.bundle import BundleWriter
-    from stagelens.lab.scenario_run import run_lab  # imports torch: only once the flags are known to be good
+
+    # imports torch: only once the flags are known to be good
+    from stagelens.lab.scenario_run import run_lab
 
     snapshot = (ctx.obj or {}).get("nvml_snapshot")
     stop = threading.Event()    # a bundle that cannot be written (a full disk) ends the run

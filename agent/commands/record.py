@@ -1,5 +1,5 @@
-"""`stagelens record --out FILE`: the lab engine with its agent, or with `--engine vllm|sglang --engine-url`
-an engine read from outside for `--duration` seconds, written to a bundle as it runs.
+"""`stagelens record --out FILE`: the lab engine with its agent, or with `--engine vllm|sglang
+--engine-url` an engine read from outside for `--duration` seconds, written to a bundle as it runs.
 
 SIGTERM or SIGINT ends the run early and cleanly (arrivals stop, the requests in flight finish, a
 last frame is written, exit 0); a second one acts as it would have without us. A bundle that cannot
@@ -107,9 +107,9 @@ def stop_on_signals(stop: threading.Event):
     """Within: the first SIGTERM or SIGINT sets `stop` and gives the signals back their previous
     handlers. Yields the list that receives the signal's name."""
     caught: list[str] = []
-    # A handler runs on the main thread between any two bytecodes, maybe inside `stop.wait()` holding
-    # the event's lock: setting the event there could deadlock. SimpleQueue.put is safe in a handler;
-    # a thread sets the event.
+    # A handler runs on the main thread between any two bytecodes, maybe inside `stop.wait()`
+    # holding the event's lock: setting the event there could deadlock. SimpleQueue.put is safe in a
+    # handler; a thread sets the event.
     signals: queue.SimpleQueue = queue.SimpleQueue()
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
 

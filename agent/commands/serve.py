@@ -94,7 +94,8 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
                            request_timeout=request_timeout, history=history)
     runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
     runtime.start()
-    settle_collector()         # what serving needs is loaded and started: out of every collection from now on
+    # what serving needs is loaded and started: out of every collection from now on
+    settle_collector()
     click.echo(f"stagelens serving on http://{host}:{port} (engine: {engine_kind}"
                f"{', scenario ' + scenario if scenario else ''}; docs at /docs)", err=True)
     serve_until_stopped(create_app(runtime, token), sock, runtime, shutdown_grace, max_connections)

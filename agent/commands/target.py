@@ -1,5 +1,6 @@
-"""What a command reads: a recorded bundle (`--replay FILE`), a running `stagelens serve` (`--connect URL`), or
-this node live. `diagnose`, `whatif` and `tui` take the same two options and check them here, in the same words."""
+"""What a command reads: a recorded bundle (`--replay FILE`), a running `stagelens serve`
+(`--connect URL`), or this node live. `diagnose`, `whatif` and `tui` take the same two options
+and check them here, in the same words."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def target_options(replay_help: str, connect_help: str):
 
 
 def read_target(replay_path: str | None, url: str | None, live: bool = True) -> Target:
-    """The one the options name; `live`: whether the command has a live mode when neither is given."""
+    """The one the options name; `live`: whether the command has a live mode when neither is
+    given."""
     if replay_path and url:
         raise UserError("--replay FILE and --connect URL are alternatives: give one")
     if replay_path:

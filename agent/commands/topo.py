@@ -1,4 +1,5 @@
-"""`stagelens topo [--json]`: the `nvidia-smi topo -m` matrix, CPU/NUMA affinity and the link table."""
+"""`stagelens topo [--json]`: the `nvidia-smi topo -m` matrix, CPU/NUMA affinity and the link
+table."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import click
 
 from stagelens.errors import CollectError, UserError
 
-# Submodule imports, not `from probes import ...`: an editable install made before probes/__init__.py
-# existed maps probes as a namespace package, and the console script would then miss the re-exports.
+# Submodule imports, not `from probes import ...`: an editable install made before
+# probes/__init__.py existed maps probes as a namespace package, and the console script would then
+# miss the re-exports.
 from stagelens.probes.errors import NoDriverError, SnapshotError
 from stagelens.probes.nvml_backend import NvmlBackend
 from stagelens.probes.sample import open_backend
@@ -29,7 +31,8 @@ def backend_from_ctx(ctx: click.Context) -> NvmlBackend:
 @click.option("--json", "as_json", is_flag=True, help="Print it as JSON: gpus, matrix, affinity, links.")
 @click.pass_context
 def topo(ctx: click.Context, as_json: bool) -> None:
-    """GPU interconnect matrix like `nvidia-smi topo -m`, with CPU/NUMA affinity and PCIe/NVLink links."""
+    """GPU interconnect matrix like `nvidia-smi topo -m`, with CPU/NUMA affinity and PCIe/NVLink
+    links."""
     backend = backend_from_ctx(ctx)
     try:
         data = topology_json(backend)

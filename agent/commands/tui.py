@@ -1,8 +1,8 @@
 """`stagelens tui`: the firing stage, its evidence and its runbook at a glance.
 
 Local by default (the agent in-process with the bundled lab engine, optionally a scenario),
-`--engine vllm|sglang --engine-url URL` for an engine read from outside, `--connect URL` for a running
-`stagelens serve`, `--replay FILE` for a recorded bundle.
+`--engine vllm|sglang --engine-url URL` for an engine read from outside, `--connect URL` for a
+running `stagelens serve`, `--replay FILE` for a recorded bundle.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ from stagelens.tui.server_settings import server_settings
 @click.pass_context
 def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float, engine_kind: str,
         outside: OutsideFlags, scenario: str | None, screenshot_dir: str, config_path, thresholds, **flags) -> int:
-    """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local mode."""
+    """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local
+    mode."""
     target = read_target(replay_path, url)
     if isinstance(target, Connect):
-        check_url(target.url)   # a URL that can never answer fails here, not as a screen that stays STALE
+        # a URL that can never answer fails here, not as a screen that stays STALE
+        check_url(target.url)
     given = ["--" + k.replace("_", "-") for k in sorted(flags) if flags[k] is not None] + (
         ["--scenario"] if scenario else [])
     live_only(target, given, "engine and scenario flags apply to the local lab engine")

@@ -1,7 +1,7 @@
-"""`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE[,...] ...] [--recommended] [--json]`: the
-workload a node served, replayed through a simulator of the engine calibrated on its own steps, under today's
-flags and candidates (each `--set` one: `--set a=1,b=2` changes both in one candidate,
-`--set a=1 --set b=2` are two)."""
+"""`stagelens whatif --replay FILE | --connect URL [--set FLAG=VALUE[,...] ...] [--recommended]
+[--json]`: the workload a node served, replayed through a simulator of the engine calibrated on
+its own steps, under today's flags and candidates (each `--set` one: `--set a=1,b=2` changes both
+in one candidate, `--set a=1 --set b=2` are two)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from stagelens.printable import printable_lines
 def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
            recommended: bool, scale_rate: float, do_search: bool, slos: tuple[str, ...], plot_path: str | None,
            model_config: str | None, as_json: bool) -> int:
-    """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a recorded run or the
-    recent window of a running agent."""
+    """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a
+    recorded run or the recent window of a running agent."""
     from stagelens.whatif.predict_all import today_settings, what_if
     from stagelens.whatif.prior import read_model_config
     from stagelens.whatif.recommended import recommended_changes
@@ -80,7 +80,8 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
         found = search(settings, cost, result.replayed, slo_figures)
         document["search"] = search_dict(found)
         text += "\n\n" + render_search(found)
-    # the text quotes the recording (its engine's settings, its models): none of its controls reach the terminal
+    # the text quotes the recording (its engine's settings, its models): none of its controls reach
+    # the terminal
     click.echo(json.dumps(document, indent=2) if as_json else printable_lines(text))
     if plot_path:      # after the results: a plot that cannot be written loses none of them
         _plot(found, plot_path, image_format)
@@ -90,7 +91,8 @@ def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], toda
 def _plot(found, path: str, image_format: str) -> None:
     from stagelens.whatif.plot import plot
 
-    sys.stdout.flush()     # the results reach their reader before the one line that says the plot did not
+    # the results reach their reader before the one line that says the plot did not
+    sys.stdout.flush()
     try:
         plot(found, path, image_format)
     except OSError as exc:

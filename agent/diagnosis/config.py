@@ -1,4 +1,5 @@
-"""Diagnosis settings: thresholds (defaults in docs/stages.md), hysteresis and window, from a TOML file and flags.
+"""Diagnosis settings: thresholds (defaults in docs/stages.md), hysteresis and window, from a TOML
+file and flags.
 
     [diagnosis]
     window_s = 10        # frames the share-of-samples signals look back over
@@ -21,7 +22,8 @@ from stagelens.diagnosis.signals import SIGNALS_BY_ID
 from stagelens.errors import UserError
 from stagelens.numbers import checked_number
 
-MAX_CONFIG_BYTES = 2**20   # a config file is a few lines; this refuses a device or a wrong file whole
+# a config file is a few lines; this refuses a device or a wrong file whole
+MAX_CONFIG_BYTES = 2**20
 # The [diagnosis] settings and their bounds: a window the sampler's history can hold (900 samples),
 # hysteresis of at most a hundred samples.
 SETTINGS: dict[str, dict[str, Any]] = {"window_s": dict(min=0, min_open=True, max=3600, unit="s"),
@@ -37,7 +39,8 @@ class Threshold:
     def __post_init__(self) -> None:
         for name in ("warn", "firing"):
             value = getattr(self, name)
-            if isinstance(value, str):   # a reader parses text first; a Threshold holds numbers only
+            # a reader parses text first; a Threshold holds numbers only
+            if isinstance(value, str):
                 raise UserError(f"threshold {name}: must be a number, got {value[:40]!r}")
             if value is not None:
                 checked_number(f"threshold {name}", value, min=0)
@@ -95,7 +98,8 @@ def _apply_file(config: DiagnosisConfig, path: str) -> None:
 
 
 def apply_document(config: DiagnosisConfig, source: str, data: dict) -> None:
-    """Settings in the config file's shape onto `config`; `source` (a file, a URL) names it in errors."""
+    """Settings in the config file's shape onto `config`; `source` (a file, a URL) names it in
+    errors."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a table with [diagnosis] and [thresholds.*]")
     unknown = set(data) - {"diagnosis", "thresholds"}
@@ -138,7 +142,8 @@ def _apply_flag(config: DiagnosisConfig, text: str) -> None:
 
 
 def _checked(where: str, warn, firing, signal_id: str) -> Threshold:
-    """A signal's thresholds: finite, not negative (no signal is), in the signal's unit, in its order."""
+    """A signal's thresholds: finite, not negative (no signal is), in the signal's unit, in its
+    order."""
     signal = SIGNALS_BY_ID[signal_id]
     warn, firing = (None if value is None else checked_number(f"{where}: {name}", value, min=0, unit=signal.unit)
                     for name, value in (("warn", warn), ("firing", firing)))

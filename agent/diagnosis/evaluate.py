@@ -33,7 +33,8 @@ from stagelens.vocabulary import KV_CACHE, SCHEDULER, STAGES, stage_of
 
 
 def threshold_level(value: float, warn: float | None, firing: float | None, direction: str) -> str:
-    """ok | warn | firing for a number against its thresholds; `direction` "above" means higher is worse."""
+    """ok | warn | firing for a number against its thresholds; `direction` "above" means higher
+    is worse."""
     worse = (lambda v, t: v > t) if direction == "above" else (lambda v, t: v < t)
     if firing is not None and worse(value, firing):
         return "firing"
@@ -49,7 +50,8 @@ def signal_state(signal: Signal, threshold: Threshold, value) -> str:
         return "ok"
     if isinstance(value, NotJudged):
         return "info"
-    if isinstance(value, Bounded):   # judged only where both bounds fall on the same side of every threshold
+    # judged only where both bounds fall on the same side of every threshold
+    if isinstance(value, Bounded):
         low = threshold_level(value.at_least, threshold.warn, threshold.firing, signal.direction)
         high = (threshold_level(value.at_most, threshold.warn, threshold.firing, signal.direction)
                 if value.at_most is not None else "firing" if signal.direction == "above" else "ok")
@@ -57,19 +59,21 @@ def signal_state(signal: Signal, threshold: Threshold, value) -> str:
     return threshold_level(value, threshold.warn, threshold.firing, signal.direction)
 
 
-_BOUND_SHOWN = {"ok": "at_most", "warn": "at_least", "firing": "at_least"}   # the bound that decides each state
+# the bound that decides each state
+_BOUND_SHOWN = {"ok": "at_most", "warn": "at_least", "firing": "at_least"}
 
 
 def shown_bound(value, state: str) -> str | None:
-    """Which bound of a bounded value its evidence shows ("at_least" when it is in trouble, "at_most" when it
-    is ok); None for a plain value, or bounds straddling a threshold (nothing shown)."""
+    """Which bound of a bounded value its evidence shows ("at_least" when it is in trouble,
+    "at_most" when it is ok); None for a plain value, or bounds straddling a threshold (nothing
+    shown)."""
     bound = _BOUND_SHOWN.get(state) if isinstance(value, Bounded) else None
     return bound if bound is not None and getattr(value, bound) is not None else None
 
 
 def shown_value(value, state: str) -> float | None:
-    """The number a signal's evidence shows: a bounded value's bound that decided its state (shown_bound),
-    none while its bounds straddle a threshold."""
+    """The number a signal's evidence shows: a bounded value's bound that decided its state
+    (shown_bound), none while its bounds straddle a threshold."""
     if isinstance(value, NotJudged):
         return value.value
     if isinstance(value, Bounded):
@@ -81,18 +85,20 @@ def shown_value(value, state: str) -> float | None:
 class StageTracker:
     """The hysteresis of one stage over successive frames.
 
-    A worse level is held for `rise` known samples before it is reported, a better one for `clear`. An unknown
-    reading (no signal of the stage readable in that frame) keeps a warn or firing state until `clear` of them
-    come in a row (ok is never kept on no data), and keeps the known levels before it: on a bursty engine a
-    signal comes and goes, and its firing samples still add up. An engine gone (`gone`) is unknown at once.
-    A firing reading not yet held for `rise` samples is reported as warn (`unconfirmed` says for how many
-    samples it has fired), never hidden behind ok: a stage whose signal fires now is never ok."""
+    A worse level is held for `rise` known samples before it is reported, a better one for
+    `clear`. An unknown reading (no signal of the stage readable in that frame) keeps a warn or
+    firing state until `clear` of them come in a row (ok is never kept on no data), and keeps the
+    known levels before it: on a bursty engine a signal comes and goes, and its firing samples
+    still add up. An engine gone (`gone`) is unknown at once. A firing reading not yet held for
+    `rise` samples is reported as warn (`unconfirmed` says for how many samples it has fired),
+    never hidden behind ok: a stage whose signal fires now is never ok."""
 
     def __init__(self, rise: int, clear: int) -> None:
         self.rise, self.clear = rise, clear
         self.state = "unknown"            # what is reported
         self.since: float | None = None
-        self.unconfirmed = 0              # samples in a row firing while the held level is below warn
+        # samples in a row firing while the held level is below warn
+        self.unconfirmed = 0
         self._held = "unknown"            # the level the hysteresis holds
         self._known: deque[str] = deque(maxlen=max(rise, clear))   # the latest known raw levels
         self._unknown_run = 0
@@ -100,8 +106,8 @@ class StageTracker:
     def update(self, raw: str, t: float, gone: bool = False) -> None:
         if raw == "unknown":
             self._unknown_run += 1
-            # trouble is not cleared by a sample that could not be read, until as many as would clear it; ok is
-            # never kept on no data
+            # trouble is not cleared by a sample that could not be read, until as many as would
+            # clear it; ok is never kept on no data
             if gone or severity(self.state) < severity("warn") or self._unknown_run >= self.clear:
                 self._known.clear()
                 self._held, self.unconfirmed = "unknown", 0
@@ -145,9 +151,11 @@ def read_signal(signal: Signal, frame: Frame, window: list[Frame]):
     try:
         value = signal.read(frame, window)
     except (KeyError, TypeError, AttributeError, ZeroDivisionError):
-        return UNKNOWN    # a frame from an older or partial source: the signal is unknown, not wrong
+        # a frame from an older or partial source: the signal is unknown, not wrong
+        return UNKNOWN
     if value is NOT_APPLICABLE and not signal.published(frame):
-        return UNKNOWN    # an engine that never gives the figure cannot say the situation it judges did not arise
+        # an engine that never gives the figure cannot say the situation it judges did not arise
+        return UNKNOWN
     if value is UNKNOWN or value is NOT_APPLICABLE:
         return value
     numbers: list[object] = ([value.at_least, *([] if value.at_most is None else [value.at_most])]
@@ -181,7 +189,8 @@ def engine_failure(frame: Frame | None) -> str | None:
 
 
 def unavailable_reason(frame: Frame) -> str | None:
-    """Why this frame cannot be judged at all: the engine it observes is down, or it observes nothing."""
+    """Why this frame cannot be judged at all: the engine it observes is down, or it observes
+    nothing."""
     failure = engine_failure(frame)
     if failure:
         return f"the engine is down: {failure}"
@@ -226,7 +235,8 @@ class LiveDiagnosis:
         verdict = max((s.state for s in stages), key=severity)
         unavailable = self.unavailable
         unjudged = [s.stage for s in stages if s.state == "unknown"]
-        if verdict == "ok" and unjudged:    # never "ok" on nothing: every stage must have been judged
+        # never "ok" on nothing: every stage must have been judged
+        if verdict == "ok" and unjudged:
             verdict = "unknown"
             unavailable = unavailable or f"not judged: {'; '.join(_why_unknown(stages, unjudged))}"
         blamed = _tail_blames(self.last, self.config)
@@ -235,14 +245,16 @@ class LiveDiagnosis:
                       engine=engine_said(self.last))
         if blamed is not None and blamed != root:
             tail = window_tail(self.last) if self.last is not None else None
-            assert tail is not None   # a stage is blamed only on the latest frame's tail (_tail_blames)
+            # a stage is blamed only on the latest frame's tail (_tail_blames)
+            assert tail is not None
             d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at {root or 'no stage'}: "
                               f"{tail.sentence()}")
         return d
 
 
 def _why_unknown(stages: list[StageDiagnosis], unjudged: list[str]) -> list[str]:
-    """For each stage not judged, why: what the unknown evidence says of itself, or that nothing had data."""
+    """For each stage not judged, why: what the unknown evidence says of itself, or that nothing
+    had data."""
     out = []
     for stage in (s for s in stages if s.stage in unjudged):
         reasons = [f"{e.signal} {e.how}" for e in stage.evidence if e.state == "unknown" and e.how]
@@ -251,7 +263,8 @@ def _why_unknown(stages: list[StageDiagnosis], unjudged: list[str]) -> list[str]
 
 
 def engine_said(frame: Frame | None) -> str | None:
-    """The engine the frame observes, as read: its source and, from outside, its names' generation."""
+    """The engine the frame observes, as read: its source and, from outside, its names'
+    generation."""
     info = frame.engine.engine if frame is not None and frame.engine is not None else None
     if info is None or info.source in (None, "hooks"):
         return None
@@ -276,19 +289,22 @@ def diagnose(frames: list[Frame], config: DiagnosisConfig | None = None) -> Diag
 
 
 def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> None:
-    """A scheduler queue mostly waiting for a reason charged to another stage in trouble is its consequence."""
+    """A scheduler queue mostly waiting for a reason charged to another stage in trouble is its
+    consequence."""
     by_name = {s.stage: s for s in stages}
     scheduler = by_name[SCHEDULER]
     if scheduler.state not in ("warn", "firing") or frame is None or frame.window is None:
         return
     advice = consequence_advice(frame)
-    if advice is not None and by_name[advice[0]].state not in ("warn", "firing"):   # no chain its signals show
+    # no chain its signals show
+    if advice is not None and by_name[advice[0]].state not in ("warn", "firing"):
         scheduler.recommendations = [r for r in scheduler.recommendations if r.text != advice[1].text]
     by_reason = frame.window.scheduler.wait_seconds_by_reason or {}
     reasons = {k: v for k, v in by_reason.items() if stage_of(k) is not None and v > 0}
     if not reasons:
-        # An engine read from outside does not say why its queue waited: with KV memory in trouble, the
-        # chain's order (memory feeds queueing) is the best account there is, and is said to be one.
+        # An engine read from outside does not say why its queue waited: with KV memory in trouble,
+        # the chain's order (memory feeds queueing) is the best account there is, and is said to be
+        # one.
         if by_reason.get(QUEUED, 0.0) > 0 and by_name[KV_CACHE].state in ("warn", "firing"):
             scheduler.consequence_of = KV_CACHE
             scheduler.explanation += ("; taken as the KV cache's consequence by the chain's order (the engine does "
@@ -301,7 +317,8 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
 
 
 def blamed_stage(tail: Tail | None, config: DiagnosisConfig) -> str | None:
-    """The stage holding at least its tail-share firing threshold of a slow tail (the largest such), or None."""
+    """The stage holding at least its tail-share firing threshold of a slow tail (the largest
+    such), or None."""
     if tail is None or not tail.slow:
         return None
     over = [s for s in STAGES if tail.share(s) >= (config.threshold(TAIL_SHARE.format(s)).firing or 1.0)]
@@ -313,8 +330,8 @@ def _tail_blames(frame: Frame | None, config: DiagnosisConfig) -> str | None:
 
 
 def _root(stages: list[StageDiagnosis], blamed: str | None = None) -> str | None:
-    """The most severe stage that is not another's consequence, the one the P99 tail blames first among
-    equals; then the earliest; then the chain's order."""
+    """The most severe stage that is not another's consequence, the one the P99 tail blames first
+    among equals; then the earliest; then the chain's order."""
     troubled = [s for s in stages if s.state in ("warn", "firing")]
     causes = [s for s in troubled if s.consequence_of is None] or troubled
     if not causes:
@@ -328,7 +345,8 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
     evidence = []
     window = frame.window if frame else None
     span = window.span_s if window is not None else None
-    if not (isinstance(span, int | float) and math.isfinite(span)):   # no engine, or a frame that lies about it
+    # no engine, or a frame that lies about it
+    if not (isinstance(span, int | float) and math.isfinite(span)):
         span = config.window_s
     for signal in (s for s in SIGNALS if s.stage == stage):
         value, state = values.get(signal.id, (UNKNOWN, "unknown"))

@@ -29,7 +29,8 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
         rows = ", ".join(_fmt_row(e) for e in evidence if e.value is not None and e.applicable)[:200] or "no data"
         unseen = [e.signal for e in evidence if e.provenance == "not observable"]
         engine_seen = any(SIGNALS_BY_ID[e.signal].reads and e.state not in ("unknown", "info") for e in evidence)
-        if unseen and not engine_seen:   # an engine read from outside: OK says little when only the node was read
+        # an engine read from outside: OK says little when only the node was read
+        if unseen and not engine_seen:
             return (f"{STAGE_NAMES[stage]} healthy on the node's signals only ({rows}): "
                     f"{', '.join(unseen)} not observable on this engine"), []
         return f"{STAGE_NAMES[stage]} healthy: {rows}", []
@@ -39,12 +40,14 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
 
 
 def _inferred_sentence(e: Evidence) -> str:
-    """An engine read from outside: the value and what it was inferred from, not the hooks' account of why."""
+    """An engine read from outside: the value and what it was inferred from, not the hooks'
+    account of why."""
     return f"{_head(e)}, inferred from {e.how}"
 
 
 def _sentence(e: Evidence, ctx: _Context) -> str:
-    """The value against its threshold, then what the signal says of it (its `says` in the SIGNALS table)."""
+    """The value against its threshold, then what the signal says of it (its `says` in the
+    SIGNALS table)."""
     says = SIGNALS_BY_ID[e.signal].says
     return _head(e) + (says(e, ctx) if says is not None else "")
 
@@ -114,7 +117,8 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
         out.append(Recommendation("--allocator paged: reserve KV block by block instead of max_model_len per request "
                                   "(PagedAttention took fragmentation from 30% to 12% in the report)",
                                   {"allocator": "paged"}))
-    elif not cfg.block_size_forced and signals & BLOCK_SIGNALS:   # a hybrid model's block size is not a choice
+    # a hybrid model's block size is not a choice
+    elif not cfg.block_size_forced and signals & BLOCK_SIGNALS:
         best = choose_block_size(ctx.lengths, cfg.block_size)
         if best is not None and cfg.block_size is not None and best != cfg.block_size:
             waste_now = block_waste(ctx.lengths, cfg.block_size)
@@ -146,7 +150,8 @@ def block_waste(lengths: list[int], block_size: int) -> float:
 
 
 def choose_block_size(lengths: list[int], current: int | None) -> int | None:
-    """A quick sweep on observed lengths: the largest block (best locality) that wastes at most 10% of slots."""
+    """A quick sweep on observed lengths: the largest block (best locality) that wastes at most
+    10% of slots."""
     if len(lengths) < 8:
         return None
     fitting = [b for b in BLOCK_SIZES if block_waste(lengths, b) <= TARGET_BLOCK_WASTE]
@@ -155,7 +160,8 @@ def choose_block_size(lengths: list[int], current: int | None) -> int | None:
 
 # --- scheduler ------------------------------------------------------------------------------------
 def _consequence(ctx: _Context) -> tuple[str, Recommendation] | None:
-    """(the stage, the advice) when most of the window's wait is charged to another stage than the scheduler."""
+    """(the stage, the advice) when most of the window's wait is charged to another stage than
+    the scheduler."""
     main = main_wait_reason(ctx)
     if main is None:
         return None
@@ -168,8 +174,9 @@ def _consequence(ctx: _Context) -> tuple[str, Recommendation] | None:
 
 
 def consequence_advice(frame: Frame | None) -> tuple[str, Recommendation] | None:
-    """The scheduler's advice that its queue is another stage's consequence, and that stage: the diagnosis
-    keeps it only where that stage is itself in trouble, so the advice never contradicts the root."""
+    """The scheduler's advice that its queue is another stage's consequence, and that stage: the
+    diagnosis keeps it only where that stage is itself in trouble, so the advice never
+    contradicts the root."""
     return _consequence(_Context(frame))
 
 
@@ -181,8 +188,8 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
     chain = _consequence(ctx)
     if chain is not None:
         out.append(chain[1])
-    # V1 engines chunk prefills by default: chunking is advised where the evidence shows long prefills in the
-    # way, or where it is known to be off (an engine read from outside may not say)
+    # V1 engines chunk prefills by default: chunking is advised where the evidence shows long
+    # prefills in the way, or where it is known to be off (an engine read from outside may not say)
     if "head_of_line_blocking" in signals or cfg.enable_chunked_prefill is False or (
             main and main[0] in (BEHIND_LONG_PREFILL, TOKEN_BUDGET)):
         budget = 8192 if str(ctx.device).startswith("cuda") else 512
@@ -205,7 +212,7 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
     return out
 
 
-# --- cold path --------------------------------------------------------------------------------------
+# --- cold path ------------------------------------------------------------------------------------
 def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     models = ctx.cfg.models or 1
     return [

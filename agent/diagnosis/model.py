@@ -1,6 +1,7 @@
 """`Diagnosis`: per stage a state, since when, the evidence, an explanation, what to do, a runbook.
 
-`to_dict` is the `diagnose --json` document (and `GET /api/v1/diagnosis`); `from_dict` reads it back.
+`to_dict` is the `diagnose --json` document (and `GET /api/v1/diagnosis`); `from_dict` reads it
+back.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from stagelens.numbers import is_finite_number, shown
 from stagelens.vocabulary import STATES, exit_code
 
 EVIDENCE_STATES = (*STATES, "info")   # info: measured, shown, not judged here
-# Where a signal's value came from: measured (hooks, NVML, the host), inferred from what an engine read from
-# outside publishes (`how` says from what), or not observable on that engine.
+# Where a signal's value came from: measured (hooks, NVML, the host), inferred from what an engine
+# read from outside publishes (`how` says from what), or not observable on that engine.
 PROVENANCES = ("measured", "inferred", "not observable")
-# A value known only within bounds (an engine's coarse histogram) is shown as the bound that decided its state.
+# A value known only within bounds (an engine's coarse histogram) is shown as the bound that decided
+# its state.
 BOUNDS = ("at_least", "at_most")
 
 
@@ -25,7 +27,8 @@ def severity(state: str) -> int:
 
 
 class DiagnosisError(ValueError):
-    """A diagnosis document that cannot be read back; the message names the field (`stages[1].evidence[0].value`)."""
+    """A diagnosis document that cannot be read back; the message names the field
+    (`stages[1].evidence[0].value`)."""
 
 
 @dataclass
@@ -37,11 +40,14 @@ class Evidence:
     firing: float | None
     unit: str
     window: str
-    state: str   # ok | warn | firing; unknown: no data; info: measured but not judged here; ok when not applicable
+    # ok | warn | firing; unknown: no data; info: measured but not judged here; ok when not
+    # applicable
+    state: str
     applicable: bool = True
     provenance: str | None = None   # one of PROVENANCES; None: no data at all (no engine, no GPU)
     how: str | None = None          # for an inferred value: from what, with the numbers
-    bound: str | None = None        # one of BOUNDS: `value` is that bound, not the value itself; None: the value
+    # one of BOUNDS: `value` is that bound, not the value itself; None: the value
+    bound: str | None = None
 
     def to_dict(self) -> dict:
         return {"signal": self.signal, "value": self.value, "warn": self.warn, "firing": self.firing,
@@ -99,9 +105,12 @@ class Diagnosis:
     root_stage: str | None
     stages: list[StageDiagnosis]
     time_unix: float | None = None
-    unavailable: str | None = None        # why there is no verdict (the engine is down, nothing observed)
-    disagreement: str | None = None       # the P99 tail blames another stage than the root the signals give
-    engine: str | None = None             # an engine read from outside, as detected ("vLLM V1 (0.10-style names)")
+    # why there is no verdict (the engine is down, nothing observed)
+    unavailable: str | None = None
+    # the P99 tail blames another stage than the root the signals give
+    disagreement: str | None = None
+    # an engine read from outside, as detected ("vLLM V1 (0.10-style names)")
+    engine: str | None = None
 
     def stage(self, name: str) -> StageDiagnosis:
         return next(s for s in self.stages if s.stage == name)
@@ -118,8 +127,9 @@ class Diagnosis:
 
     @classmethod
     def from_dict(cls, data) -> Diagnosis:
-        """A diagnosis read back from `to_dict`'s document (a server's answer); DiagnosisError naming the field
-        that is not as `to_dict` writes it. Fields it does not know are left aside (a newer agent's)."""
+        """A diagnosis read back from `to_dict`'s document (a server's answer); DiagnosisError
+        naming the field that is not as `to_dict` writes it. Fields it does not know are left
+        aside (a newer agent's)."""
         f = _Fields(data, "")
         return cls(f.one_of("verdict", STATES), f.string("root_stage", nullable=True),
                    f.items("stages", StageDiagnosis.from_dict),
@@ -133,7 +143,8 @@ class Diagnosis:
 
 
 class _Fields:
-    """One JSON object's fields, each checked as it is read; an error names the field by its path."""
+    """One JSON object's fields, each checked as it is read; an error names the field by its
+    path."""
 
     def __init__(self, data, where: str) -> None:
         if not isinstance(data, dict):

@@ -1,9 +1,10 @@
 """Recommendations in the flags of the engine they are for.
 
-explain.py recommends in the bundled engine's settings (its `flags`, which `lab --fixed` applies). On an
-engine read from outside the same advice must name that engine's own flags: FLAGS maps each setting to
-vLLM's and SGLang's spelling, or to None where the engine has no such knob, and `for_engine` rewrites a
-recommendation's lead ("--max-num-seqs 12: ...") accordingly and drops the bundled engine's settings.
+explain.py recommends in the bundled engine's settings (its `flags`, which `lab --fixed` applies).
+On an engine read from outside the same advice must name that engine's own flags: FLAGS maps each
+setting to vLLM's and SGLang's spelling, or to None where the engine has no such knob, and
+`for_engine` rewrites a recommendation's lead ("--max-num-seqs 12: ...") accordingly and drops the
+bundled engine's settings.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ NO_KNOB = {
 
 def for_engine(recommendations: list[Recommendation], engine: str | None,
                kv_lever: str | None = None) -> list[Recommendation]:
-    """The recommendations as `engine` (vllm | sglang) takes them; the bundled engine's unchanged. `kv_lever`,
-    the engine's flag that set its KV cache's size as it was set, is named wherever the advice is more KV
-    memory: with the block count forced, a larger memory share changes nothing."""
+    """The recommendations as `engine` (vllm | sglang) takes them; the bundled engine's
+    unchanged. `kv_lever`, the engine's flag that set its KV cache's size as it was set, is named
+    wherever the advice is more KV memory: with the block count forced, a larger memory share
+    changes nothing."""
     if engine is None or engine not in FLAGS:
         return recommendations
     flags_of = FLAGS[engine]

@@ -1,12 +1,13 @@
-"""The signals of each stage (docs/stages.md), with default thresholds, and how to read each from frames.
+"""The signals of each stage (docs/stages.md), with default thresholds, and how to read each from
+frames.
 
 A reader returns a number, `UNKNOWN` when the data is missing (no GPU, no engine, a collector that
-failed, a figure the engine source does not observe) or `NOT_APPLICABLE` when the situation it judges
-is absent (no model load to inflate steps, no request waiting to make low utilisation a problem),
-which counts as healthy; or `Bounded` where only bounds of the value are known (an engine's coarse
-histogram), judged only where both bounds give the same state. A figure of the engine snapshot that is
-None is never read as absent by itself: only an observed count (no step ran, no model loaded) says the
-situation is absent.
+failed, a figure the engine source does not observe) or `NOT_APPLICABLE` when the situation it
+judges is absent (no model load to inflate steps, no request waiting to make low utilisation a
+problem), which counts as healthy; or `Bounded` where only bounds of the value are known (an
+engine's coarse histogram), judged only where both bounds give the same state. A figure of the
+engine snapshot that is None is never read as absent by itself: only an observed count (no step ran,
+no model loaded) says the situation is absent.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ NOT_APPLICABLE = _Marker("NOT_APPLICABLE")
 
 @dataclass(frozen=True)
 class Bounded:
-    """A value known only to lie between two bounds (an engine's coarse histogram): judged where both fall on
-    the same side of each threshold, else unknown; `at_most` None: no upper bound."""
+    """A value known only to lie between two bounds (an engine's coarse histogram): judged where
+    both fall on the same side of each threshold, else unknown; `at_most` None: no upper bound."""
     at_least: float
     at_most: float | None
 
@@ -75,42 +76,50 @@ class Signal:
     firing: float | None
     unit: str
     read: Callable[[Frame, list[Frame]], object]   # (this frame, the frames of the window up to it)
-    reads: tuple[str, ...] = ()   # the engine snapshot's figures it reads (paths); none: a node signal
-    says: Callable[[object, object], str] | None = None   # (evidence, context): its sentence after its value
+    # the engine snapshot's figures it reads (paths); none: a node signal
+    reads: tuple[str, ...] = ()
+    # (evidence, context): its sentence after its value
+    says: Callable[[object, object], str] | None = None
 
     def published(self, frame: Frame) -> bool:
         """Whether the engine `frame` observes gives every figure this signal reads (published)."""
         return frame.engine is None or all(published(frame, path) for path in self.reads)
 
     def provenance(self, frame: Frame | None, value) -> tuple[str | None, str | None]:
-        """(measured | inferred | not observable, how it was inferred) of this signal's value in `frame`;
-        (None, None) when nothing was there to read (no engine for an engine signal, no GPU)."""
+        """(measured | inferred | not observable, how it was inferred) of this signal's value in
+        `frame`; (None, None) when nothing was there to read (no engine for an engine signal, no
+        GPU)."""
         engine = frame.engine if frame is not None else None
         inferred = (engine.inferred or {}) if self.reads and engine is not None else {}
         how = "; ".join(inferred[path] for path in self.reads if path in inferred) or None
         outside = self.reads and engine is not None and not _from_hooks(engine)
-        if value is UNKNOWN:   # what an inference said of a figure it left empty is why it is unknown
+        # what an inference said of a figure it left empty is why it is unknown
+        if value is UNKNOWN:
             why = "; ".join(inferred[p] for p in self.reads if p in inferred and at_path(engine, p) is None) or None
             return ("not observable", why) if outside else (None, None)
-        if value is NOT_APPLICABLE and outside:   # no data to judge: what the engine's counts say did not arise
+        # no data to judge: what the engine's counts say did not arise
+        if value is NOT_APPLICABLE and outside:
             return "inferred", how or "the situation it judges did not arise in the window, by the engine's counts"
         return ("inferred", how) if how else ("measured", None)
 
 
-# What an engine read from outside never publishes (docs/engines.md): None idle or busy, so its None never says
-# that the situation the signal judges did not arise
+# What an engine read from outside never publishes (docs/engines.md): None idle or busy, so its None
+# never says that the situation the signal judges did not arise
 NEVER_FROM_OUTSIDE = frozenset({"window.kv.access_efficiency", "window.kv.effective_bandwidth_ratio",
                                 "window.kv.bandwidth_swing_cv", "window.scheduler.budget_use_while_waiting",
                                 "window.cold_path.step_time_inflation"})
-FROM_SPANS = frozenset({"window.scheduler.head_of_line_share", "window.tail"})   # ... what only its spans tell
-BUSY_WHILE_WAITING = "window.scheduler.busy_ratio_while_waiting"   # ... and what only some engines publish
+# ... what only its spans tell
+FROM_SPANS = frozenset({"window.scheduler.head_of_line_share", "window.tail"})
+# ... and what only some engines publish
+BUSY_WHILE_WAITING = "window.scheduler.busy_ratio_while_waiting"
 
 
 def published(frame: Frame, path: str) -> bool:
-    """Whether the engine `frame` observes gives the figure at `path` at all. The hooks give every figure; an
-    engine read from outside gives neither what it never publishes, nor what only its spans tell before any of
-    them reached the agent, nor how busy it was while requests waited where it does not publish how busy it is
-    (vLLM; SGLang has gpu_execution_seconds_total)."""
+    """Whether the engine `frame` observes gives the figure at `path` at all. The hooks give
+    every figure; an engine read from outside gives neither what it never publishes, nor what
+    only its spans tell before any of them reached the agent, nor how busy it was while requests
+    waited where it does not publish how busy it is (vLLM; SGLang has
+    gpu_execution_seconds_total)."""
     if _hooked(frame):
         return True
     if path in NEVER_FROM_OUTSIDE:
@@ -123,16 +132,17 @@ def published(frame: Frame, path: str) -> bool:
 
 
 def _none_counted(*counts) -> bool | None:
-    """Whether observed counts are all zero (the situation they count is absent); None when one is not
-    observed."""
+    """Whether observed counts are all zero (the situation they count is absent); None when one
+    is not observed."""
     if any(c is None for c in counts):
         return None
     return not any(counts)
 
 
 def _figure(frame: Frame, figure: Callable[[Window], object], absent: Callable[[Window], bool | None]):
-    """One of the engine window's figures: UNKNOWN without an engine or when the figure is None, unless
-    `absent` (read from observed counts) says the situation it judges did not arise: NOT_APPLICABLE."""
+    """One of the engine window's figures: UNKNOWN without an engine or when the figure is None,
+    unless `absent` (read from observed counts) says the situation it judges did not arise:
+    NOT_APPLICABLE."""
     w = frame.window
     if w is None:
         return UNKNOWN
@@ -147,16 +157,17 @@ def _no_step(w: Window) -> bool | None:
 
 
 def _no_request(w: Window) -> bool | None:
-    """No request finished, waits or runs; where the finished are not counted (a scrape without the request
-    histograms), none seen waiting in the window and none running: every wait the signal judges is absent."""
+    """No request finished, waits or runs; where the finished are not counted (a scrape without
+    the request histograms), none seen waiting in the window and none running: every wait the
+    signal judges is absent."""
     s = w.scheduler
     ended = s.requests_finished if s.requests_finished is not None else s.waiting_share
     return _none_counted(ended, s.waiting, s.running)
 
 
 def _decided_wait_p99(w: Window):
-    """The scheduler's decided-wait P99: the value where it is measured (hooks) or inferred from spans, else
-    its bounds (an engine's coarse queue-time histogram, Little's law)."""
+    """The scheduler's decided-wait P99: the value where it is measured (hooks) or inferred from
+    spans, else its bounds (an engine's coarse queue-time histogram, Little's law)."""
     s = w.scheduler
     if s.decided_wait_p99_s is not None:
         return s.decided_wait_p99_s
@@ -166,8 +177,9 @@ def _decided_wait_p99(w: Window):
 
 
 def kv_full_while_waiting(frame: Frame, _window) -> object:
-    """The share of an outside engine's scrapes that found its KV cache with no room while requests queued
-    or were preempted; the hooks measure the KV cache itself, so it is not theirs to judge."""
+    """The share of an outside engine's scrapes that found its KV cache with no room while
+    requests queued or were preempted; the hooks measure the KV cache itself, so it is not theirs
+    to judge."""
     w = frame.window
     if w is None or _hooked(frame):
         return UNKNOWN
@@ -222,7 +234,8 @@ def _free_memory_refusals(frame: Frame, previous: Frame | None) -> bool | None:
 
 
 def _refusals_with_free_memory(frame: Frame) -> float | None:
-    """Preemptions and refused allocations with KV memory free, so far; None when either is not counted."""
+    """Preemptions and refused allocations with KV memory free, so far; None when either is not
+    counted."""
     c = _engine_of(frame).counters
     counted = (c.preemptions_with_free_memory_total, c.allocation_failures_with_free_memory_total)
     counts = [v for v in counted if isinstance(v, int | float) and math.isfinite(v)]
@@ -236,9 +249,9 @@ def preemption_with_free_memory(frame: Frame, window: list[Frame]) -> object:
 
 
 def _stalled(frame: Frame) -> bool:
-    """Whether, read from outside, no engine step finished in the window while requests ran or waited: the
-    scheduler's figures are then the last step's (agent.sources.inference.step_stall), not the
-    window's."""
+    """Whether, read from outside, no engine step finished in the window while requests ran or
+    waited: the scheduler's figures are then the last step's
+    (agent.sources.inference.step_stall), not the window's."""
     w = frame.window
     return w is not None and w.scheduler.no_step_for_s is not None
 
@@ -272,7 +285,8 @@ def _while_waiting(value: float | None) -> object:
 
 
 def head_of_line_blocking(frame: Frame, _window) -> object:
-    """The share of short requests' wait spent behind long prefills; None when none of them waited."""
+    """The share of short requests' wait spent behind long prefills; None when none of them
+    waited."""
     if _stalled(frame):
         return UNKNOWN
     return _figure(frame, lambda w: w.scheduler.head_of_line_share, _no_wait)
@@ -288,7 +302,8 @@ def _no_wait(w: Window) -> bool | None:
 
 
 def _hooked(frame: Frame) -> bool:
-    """Whether the engine snapshot comes from the hooks (or a recording older than the `source` field)."""
+    """Whether the engine snapshot comes from the hooks (or a recording older than the `source`
+    field)."""
     return _from_hooks(_engine_of(frame))
 
 
@@ -297,14 +312,16 @@ def _from_hooks(engine: EngineSnapshot) -> bool:
 
 
 def _engine_of(frame: Frame) -> EngineSnapshot:
-    """The frame's engine snapshot; AttributeError without one, which read_signal takes as not known."""
+    """The frame's engine snapshot; AttributeError without one, which read_signal takes as not
+    known."""
     if frame.engine is None:
         raise AttributeError("the frame has no engine snapshot")
     return frame.engine
 
 
 def _window_of(frame: Frame) -> Window:
-    """The engine snapshot's window; AttributeError without one, which read_signal takes as not known."""
+    """The engine snapshot's window; AttributeError without one, which read_signal takes as not
+    known."""
     w = frame.window
     if w is None:
         raise AttributeError("the frame has no engine window")
@@ -329,13 +346,15 @@ def step_time_inflation(frame: Frame, _window) -> object:
 
 
 def requests_waiting_on_model(frame: Frame, _window) -> object:
-    """Mean number of requests waiting on a model load over the window (their load-wait seconds / span)."""
+    """Mean number of requests waiting on a model load over the window (their load-wait seconds /
+    span)."""
     w = frame.window
     if w is None:
         return UNKNOWN
     reasons = w.scheduler.wait_seconds_by_reason
     if reasons is None or (MODEL_LOADING not in reasons and not _hooked(frame)):
-        return UNKNOWN    # the hooks charge every wait; from outside, a reason left out is one not published
+        # the hooks charge every wait; from outside, a reason left out is one not published
+        return UNKNOWN
     span = w.span_s
     return reasons.get(MODEL_LOADING, 0.0) / span if span > 0 else NOT_APPLICABLE
 
@@ -358,11 +377,13 @@ def window_tail(frame: Frame, metric: str = "ttft") -> Tail | None:
 
 
 def tail_share(stage: str):
-    """The share of the window's P99 TTFT tail charged to `stage`; judged only when the tail is slow."""
+    """The share of the window's P99 TTFT tail charged to `stage`; judged only when the tail is
+    slow."""
     def read(frame: Frame, _window) -> object:
         w = frame.window
         if w is None or w.tail is None or (stage == SCHEDULER and _stalled(frame)):
-            return UNKNOWN     # no engine, a source that does not split requests' time, or no step in the window
+            # no engine, a source that does not split requests' time, or no step in the window
+            return UNKNOWN
         if w.tail.ttft is None:
             return NOT_APPLICABLE if _none_counted(w.scheduler.requests_finished) else UNKNOWN
         tail = window_tail(frame)
@@ -398,7 +419,8 @@ SIGNALS: tuple[Signal, ...] = (
            firing=0.5, unit="share of samples", read=preemption_with_free_memory,
            reads=("counters.preemptions_with_free_memory_total",),
            says=wording.preempted_with_free_memory),
-    # from outside: the KV cache full while a queue waits (or requests are preempted) is the KV cache's doing
+    # from outside: the KV cache full while a queue waits (or requests are preempted) is the KV
+    # cache's doing
     Signal(id="kv_full_while_waiting", stage=KV_CACHE,
            label="KV cache full with requests queued or preempted", direction="above", warn=0.2,
            firing=0.5, unit="share of samples", read=kv_full_while_waiting,
@@ -430,7 +452,8 @@ SIGNALS: tuple[Signal, ...] = (
            label="step-time inflation during model loads", direction="above", warn=1.20,
            firing=1.50, unit="ratio", read=step_time_inflation,
            reads=("window.cold_path.step_time_inflation",), says=wording.step_time_inflation),
-    # "any" warns; "sustained" (docs/stages.md) read as: on average 0.3 requests waiting through the window
+    # "any" warns; "sustained" (docs/stages.md) read as: on average 0.3 requests waiting through the
+    # window
     Signal(id="requests_waiting_on_model", stage=COLD_PATH,
            label="requests waiting on a model load", direction="above", warn=0.0, firing=0.3,
            unit="requests", read=requests_waiting_on_model,

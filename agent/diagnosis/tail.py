@@ -1,9 +1,9 @@
 """The tail, explained: of the requests at or past the P99, how much of their time each stage took.
 
-The engine adds up the components of the tail's requests (engine_hooks.records.attribution.tail); here they are
-charged to stages (agent.vocabulary), a queue whose reason the engine did not publish kept apart (neither a
-stage's nor compute), and judged: a tail is *attributable* when it is slow against the median and one stage holds
-most of its time.
+The engine adds up the components of the tail's requests (engine_hooks.records.attribution.tail);
+here they are charged to stages (agent.vocabulary), a queue whose reason the engine did not publish
+kept apart (neither a stage's nor compute), and judged: a tail is *attributable* when it is slow
+against the median and one stage holds most of its time.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from stagelens.engine_hooks.records.snapshot import TailFigures
 from stagelens.engine_hooks.records.timeline import QUEUED
 from stagelens.vocabulary import COMPONENT_NAMES, STAGE_NAMES, STAGES, stage_of
 
-OWN = COMPUTE                 # the requests' own prefill and decode, and step boundaries: no stage's fault
-UNEXPLAINED = QUEUED          # queue time whose reason the engine did not publish: no stage's, and no compute either
+# the requests' own prefill and decode, and step boundaries: no stage's fault
+OWN = COMPUTE
+# queue time whose reason the engine did not publish: no stage's, and no compute either
+UNEXPLAINED = QUEUED
 PARTS = (*STAGES, UNEXPLAINED, OWN)   # what a tail's time is split into
 PART_NAMES = {**STAGE_NAMES, UNEXPLAINED: COMPONENT_NAMES[QUEUED], OWN: "compute"}
 SLOW_TAIL_FACTOR = 3.0        # a tail this many times the median is one to explain
@@ -25,13 +27,14 @@ BLAME_SHARE = 0.5             # a stage holding this share of the tail's time ex
 
 
 def _part_of(component: str) -> str:
-    """The stage a component is charged to; UNEXPLAINED for a queue the engine gave no reason for; else OWN."""
+    """The stage a component is charged to; UNEXPLAINED for a queue the engine gave no reason
+    for; else OWN."""
     return stage_of(component) or (UNEXPLAINED if component == QUEUED else OWN)
 
 
 def by_stage(components: dict[str, float] | None) -> dict[str, float]:
-    """Seconds by component -> seconds by stage (UNEXPLAINED for a queue without its reason, OWN for the
-    requests' own work)."""
+    """Seconds by component -> seconds by stage (UNEXPLAINED for a queue without its reason, OWN
+    for the requests' own work)."""
     out: dict[str, float] = {}
     for component, s in (components or {}).items():
         key = _part_of(component)
@@ -40,7 +43,8 @@ def by_stage(components: dict[str, float] | None) -> dict[str, float]:
 
 
 def with_stages(timeline: dict) -> dict:
-    """A timeline's dict with its TTFT and latency split by stage beside the components: `stage_seconds`."""
+    """A timeline's dict with its TTFT and latency split by stage beside the components:
+    `stage_seconds`."""
     timeline["stage_seconds"] = {metric: by_stage(timeline.get(f"{metric}_components"))
                                  for metric in ("ttft", "latency")}
     return timeline
@@ -55,11 +59,13 @@ class Tail:
     requests: int
     of_requests: int
     shares: dict[str, float]      # stage (or UNEXPLAINED, OWN) -> share of the tail's time
-    components: dict[str, float] = field(default_factory=dict)   # component -> seconds, summed over the tail
+    # component -> seconds, summed over the tail
+    components: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_figures(cls, metric: str, figures: TailFigures | None) -> Tail | None:
-        """From the engine's tail figures (engine_hooks.records.attribution.tail); None when there were no requests."""
+        """From the engine's tail figures (engine_hooks.records.attribution.tail); None when
+        there were no requests."""
         if figures is None or not figures.seconds:
             return None
         stages = by_stage(figures.seconds)
@@ -78,7 +84,8 @@ class Tail:
 
     @property
     def blamed(self) -> str | None:
-        """The stage that explains a slow tail, or None (a fast tail, or no stage holding most of it)."""
+        """The stage that explains a slow tail, or None (a fast tail, or no stage holding most of
+        it)."""
         if not self.slow:
             return None
         stage = max(STAGES, key=self.share)
@@ -89,8 +96,8 @@ class Tail:
         return max(parts, key=parts.__getitem__) if parts else None
 
     def sentence(self) -> str:
-        """'P99 TTFT 2.36 s (P50 105 ms); of the slowest 1% of requests (3 of 240), 91% of their time was
-        cold path (model loads), 6% scheduler, 3% compute'."""
+        """'P99 TTFT 2.36 s (P50 105 ms); of the slowest 1% of requests (3 of 240), 91% of their
+        time was cold path (model loads), 6% scheduler, 3% compute'."""
         label = {"ttft": "TTFT", "latency": "latency"}[self.metric]
         head = (f"P{self.quantile * 100:g} {label} {_seconds(self.threshold_s)} (P50 {_seconds(self.p50_s)}); "
                 f"of the slowest {100 - self.quantile * 100:g}% of requests ({self.requests} of {self.of_requests}), ")

@@ -1,6 +1,7 @@
-"""A run judged whole, not only by its last window: each stage's episodes (when it was warn or firing,
-with its peak evidence), the tail of the run's requests explained, and a verdict that names the stage
-behind the run's P99 when the tail is attributable. The last window's diagnosis stays as "at the end".
+"""A run judged whole, not only by its last window: each stage's episodes (when it was warn or
+firing, with its peak evidence), the tail of the run's requests explained, and a verdict that names
+the stage behind the run's P99 when the tail is attributable. The last window's diagnosis stays as
+"at the end".
 
 A lab run, a recorded bundle and a replay all come here with their frames and request timelines.
 """
@@ -34,7 +35,8 @@ class Episode:
     peak_unix: float
     peak: Evidence | None       # the signal furthest past its threshold, at the peak
     open: bool = False          # still on at the end of the run
-    window_s: float = 0.0       # the diagnosis window: the episode judges requests from this long before it
+    # the diagnosis window: the episode judges requests from this long before it
+    window_s: float = 0.0
     peak_key: tuple = field(default=(0, 0.0), repr=False)   # (severity, pressure) at the peak
 
     def covers(self, t_unix: float) -> bool:
@@ -54,7 +56,8 @@ class RunDiagnosis:
     basis: str                         # "tail": the stage the tail blames; "end": the last window
     tail: Tail | None
     episodes: list[Episode] = field(default_factory=list)
-    tail_episodes: list[int] = field(default_factory=list)   # indexes of the episodes the tail fell in
+    # indexes of the episodes the tail fell in
+    tail_episodes: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"verdict": self.diagnosis.to_dict(), "basis": self.basis,
@@ -133,8 +136,8 @@ def _peak_index(seen: list[Diagnosis], episodes: list[Episode], stage: str) -> i
 
 
 def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config: DiagnosisConfig) -> Diagnosis:
-    """`base` with `stage` judged on the run's tail as well: its share of the tail is evidence, the stage is
-    at least at that evidence's level, and it is the root."""
+    """`base` with `stage` judged on the run's tail as well: its share of the tail is evidence,
+    the stage is at least at that evidence's level, and it is the root."""
     signal = SIGNALS_BY_ID[TAIL_SHARE.format(stage)]
     threshold = config.threshold(signal.id)
     share = tail.share(stage)
@@ -158,7 +161,8 @@ def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config:
 
 def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], frames: list[Frame],
                    episodes: list[Episode]) -> list[int]:
-    """The episodes the tail's requests arrived in or waited through (monotonic times made wall-clock)."""
+    """The episodes the tail's requests arrived in or waited through (monotonic times made
+    wall-clock)."""
     if tail is None or not frames or not episodes:
         return []
     to_unix = frames[0].time_unix - frames[0].time_monotonic

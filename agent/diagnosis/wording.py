@@ -1,7 +1,7 @@
 """What each signal says when it warns or fires, after its value and threshold: the SIGNALS table
-(signals.py) names one of these per signal, explain.py puts `label value > threshold` before it. Each reads the
-explanation's context (explain.py's `_Context`: the engine's settings and window figures) and returns the rest
-of the sentence, "" when it has nothing to add."""
+(signals.py) names one of these per signal, explain.py puts `label value > threshold` before it.
+Each reads the explanation's context (explain.py's `_Context`: the engine's settings and window
+figures) and returns the rest of the sentence, "" when it has nothing to add."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from stagelens.vocabulary import stage_of
 
 
 def main_wait_reason(ctx) -> tuple[str, float] | None:
-    """The reason most of the window's wait is charged to, and its share; None without a charged wait."""
+    """The reason most of the window's wait is charged to, and its share; None without a charged
+    wait."""
     reasons = {k: v for k, v in (ctx.sched.wait_seconds_by_reason or {}).items() if stage_of(k) is not None}
     total = sum(reasons.values())
     if not total:
@@ -71,7 +72,7 @@ def token_budget_use(e, ctx) -> str:
     return f": steps fill {e.value:.0%} of the {ctx.cfg.max_num_batched_tokens}-token budget while requests wait"
 
 
-# --- cold path --------------------------------------------------------------------------------------
+# --- cold path ------------------------------------------------------------------------------------
 def step_time_inflation(e, ctx) -> str:
     during, without = ctx.cold.step_time_during_load_s, ctx.cold.step_time_without_load_s
     if during and without:

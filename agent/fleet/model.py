@@ -1,9 +1,10 @@
-"""What the fleet view shows: one row a node, read from Prometheus (agent/fleet/query.py), rendered as text or
-JSON (agent/fleet/output.py) and on the fleet screen (agent/tui/fleet/).
+"""What the fleet view shows: one row a node, read from Prometheus (agent/fleet/query.py), rendered
+as text or JSON (agent/fleet/output.py) and on the fleet screen (agent/tui/fleet/).
 
-A node is one scrape target of the agents' job: Prometheus's `instance` label. Its row holds what its agent
-last exported (agent/metrics/diagnosis.py: stage states -1 unknown, 0 ok, 1 warn, 2 firing) and whether that
-is current: the target down, or frames stale, says so rather than showing old states as live.
+A node is one scrape target of the agents' job: Prometheus's `instance` label. Its row holds what
+its agent last exported (agent/metrics/diagnosis.py: stage states -1 unknown, 0 ok, 1 warn, 2
+firing) and whether that is current: the target down, or frames stale, says so rather than showing
+old states as live.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 from stagelens.vocabulary import STAGES, STATES
 
 STATE_OF_VALUE = {-1: "unknown", 0: "ok", 1: "warn", 2: "firing"}
-STATUSES = ("down", "firing", "warn", "ok", "unknown")   # a node's status (NodeRow.status), most severe first
-FRAME_STALE_S = 30.0   # an agent samples every second or few: a latest frame older than this is not current
+# a node's status (NodeRow.status), most severe first
+STATUSES = ("down", "firing", "warn", "ok", "unknown")
+# an agent samples every second or few: a latest frame older than this is not current
+FRAME_STALE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -26,25 +29,29 @@ class StageCell:
 
 @dataclass(frozen=True)
 class Evidence:
-    """The node's worst signal: its state, value and unit, e.g. scheduler_wait_p99 firing 0.9 seconds."""
+    """The node's worst signal: its state, value and unit, e.g. scheduler_wait_p99 firing 0.9
+    seconds."""
     stage: str
     signal: str
     state: str
     value: float | None
-    unit: str = ""                       # the signal's unit (agent.diagnosis.signals): seconds, ratio, ...
+    # the signal's unit (agent.diagnosis.signals): seconds, ratio, ...
+    unit: str = ""
 
 
 @dataclass(frozen=True)
 class NodeRow:
     instance: str                        # Prometheus's instance label: host:port of the agent
-    labels: dict[str, str]               # the target's other labels (cluster, model, gpu, ...) for filters
+    # the target's other labels (cluster, model, gpu, ...) for filters
+    labels: dict[str, str]
     up: bool                             # the last scrape succeeded
     verdict: str                         # the worst stage state; "unknown" when down
     root_stage: str | None
     stages: dict[str, StageCell]         # by stage, in STAGES order
     evidence: Evidence | None = None     # the worst signal, None when all are ok or unknown
     tail: dict[str, float] | None = None  # the P99 TTFT tail's share by stage, where exported
-    frame_age_s: float | None = None     # seconds since the agent's latest frame (stale past a few intervals)
+    # seconds since the agent's latest frame (stale past a few intervals)
+    frame_age_s: float | None = None
     collector_failures: int = 0          # collectors failing in the latest frame
     url: str | None = None               # the agent's base URL, for `tui --connect`
 
@@ -82,8 +89,10 @@ def counts(rows) -> dict[str, int]:
 @dataclass(frozen=True)
 class FleetView:
     rows: list[NodeRow] = field(default_factory=list)   # most severe first
-    fetched_unix: float | None = None                  # when Prometheus answered; None: it never has
-    error: str | None = None                           # why this refresh has no answer (the rows are the last)
+    # when Prometheus answered; None: it never has
+    fetched_unix: float | None = None
+    # why this refresh has no answer (the rows are the last)
+    error: str | None = None
     prometheus: str = ""
 
     @property

@@ -33,7 +33,8 @@ from stagelens.fmt import STATE_MARK, evidence_value
 from stagelens.vocabulary import STAGES
 
 DEFAULT_LIMIT = 500
-STATUS_MARK = {**STATE_MARK, "down": "DOWN"}     # a node's status (NodeRow.status) as the table shows it
+# a node's status (NodeRow.status) as the table shows it
+STATUS_MARK = {**STATE_MARK, "down": "DOWN"}
 
 
 def rfc3339(time_unix: float | None) -> str | None:
@@ -100,7 +101,8 @@ def evidence_text(row: NodeRow) -> str:
 
 
 def tail_text(row: NodeRow) -> str:
-    """The stage taking most of the P99 TTFT tail, with its share; "-" where the agent exports none."""
+    """The stage taking most of the P99 TTFT tail, with its share; "-" where the agent exports
+    none."""
     if not row.tail:
         return "-"
     part, share = max(row.tail.items(), key=lambda item: (item[1], item[0] in STAGES))
@@ -114,8 +116,8 @@ def node_name(row: NodeRow) -> str:
 
 
 def node_line(row: NodeRow, now: float | None, width: int = 0) -> str:
-    """verdict, instance{labels}, root stage, each stage's state and for how long, the worst evidence, the tail's
-    main part, the agent's health."""
+    """verdict, instance{labels}, root stage, each stage's state and for how long, the worst
+    evidence, the tail's main part, the agent's health."""
     verdict = STATUS_MARK[row.status]
     name = node_name(row)
     stages = "  ".join(
@@ -133,8 +135,8 @@ def summary_line(view: FleetView) -> str:
 
 
 def render_fleet(view: FleetView, limit: int = DEFAULT_LIMIT) -> str:
-    """A summary line, STALE with the reason when the last refresh failed, then one line a node (at most
-    `limit`, the most severe) and how many more there are."""
+    """A summary line, STALE with the reason when the last refresh failed, then one line a node
+    (at most `limit`, the most severe) and how many more there are."""
     lines = []
     if view.error:
         lines.append(f"STALE: {view.error}")

@@ -1,20 +1,23 @@
-"""The fleet read from Prometheus: one instant query a refresh, whatever the fleet's size, grouped by node.
+"""The fleet read from Prometheus: one instant query a refresh, whatever the fleet's size, grouped
+by node.
 
-Prometheus already scrapes every agent, so the fleet view asks it, not the nodes. One PromQL expression
-(`fleet_expression`) returns, for every target of the agents' job: `up`, the verdict, the root stage, each
-stage's state and since when, the latest frame's time, and only the rows that matter beyond those: the signals
-in warn or firing (their state and value), the collectors failing, the P99 TTFT tail's shares. A healthy node is
-about a dozen series, so a thousand nodes stay one answer of a few megabytes at most.
+Prometheus already scrapes every agent, so the fleet view asks it, not the nodes. One PromQL
+expression (`fleet_expression`) returns, for every target of the agents' job: `up`, the verdict, the
+root stage, each stage's state and since when, the latest frame's time, and only the rows that
+matter beyond those: the signals in warn or firing (their state and value), the collectors failing,
+the P99 TTFT tail's shares. A healthy node is about a dozen series, so a thousand nodes stay one
+answer of a few megabytes at most.
 
-Set operations match series on their labels without the metric's name, so each `or` operand has its own set
-of label names (target labels; + stage; + stage, signal; + collector; + metric, percentile, stage): none hides
-another's series. `fetch()` never raises and never waits past its deadline: an unreachable, slow or failing
-server gives a FleetView whose `error` says why in one line, with the last answer's rows (shown STALE).
+Set operations match series on their labels without the metric's name, so each `or` operand has its
+own set of label names (target labels; + stage; + stage, signal; + collector; + metric, percentile,
+stage): none hides another's series. `fetch()` never raises and never waits past its deadline: an
+unreachable, slow or failing server gives a FleetView whose `error` says why in one line, with the
+last answer's rows (shown STALE).
 
-Nothing in the answer is trusted: every label is made printable (agent.printable: no terminal escapes reach the
-screen), a time outside what a clock can say (±1e300) reads as not known, a state value that is none of the
-agent's reads unknown and never hides the states of the node's stages, and a bad series touches its node's row
-only. The Prometheus URL's credentials are used, never shown.
+Nothing in the answer is trusted: every label is made printable (agent.printable: no terminal
+escapes reach the screen), a time outside what a clock can say (±1e300) reads as not known, a state
+value that is none of the agent's reads unknown and never hides the states of the node's stages, and
+a bad series touches its node's row only. The Prometheus URL's credentials are used, never shown.
 """
 
 from __future__ import annotations
@@ -34,14 +37,17 @@ from stagelens.printable import printable
 from stagelens.vocabulary import STAGES, STATES
 
 DEFAULT_SELECTOR = '{job="stagelens"}'
-MAX_ANSWER_BYTES = 64 * 2**20     # a thousand nodes answer a few MB; this is the cap, not the expectation
-TAIL_METRIC = "ttft"              # the tail the diagnosis blames a stage for (agent.diagnosis.whole_run)
+# a thousand nodes answer a few MB; this is the cap, not the expectation
+MAX_ANSWER_BYTES = 64 * 2**20
+# the tail the diagnosis blames a stage for (agent.diagnosis.whole_run)
+TAIL_METRIC = "ttft"
 LAST_TIMESTAMP = 253402300799.0   # 9999-12-31T23:59:59Z, the last second a date can be written for
 
 # The series read as they are (one selector, told apart by their names) ...
 PLAIN = ("up", *(f.metric for f in (c.VERDICT_STATE, c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE,
                                       c.FRAME_TIMESTAMP)))
-# ... and the labels each metric has of its own: the rest are the target's (cluster, model, gpu, ...)
+# ... and the labels each metric has of its own: the rest are the target's (cluster, model, gpu,
+# ...)
 OWN_LABELS = {f.metric: set(f.labels) for f in (c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE, c.SIGNAL_STATE,
                                                  c.SIGNAL_VALUE, c.COLLECTOR_SUCCESS, c.TAIL_SHARE)}
 URL_LABEL = c.TARGET_URL_LABEL
@@ -53,7 +59,8 @@ _MATCHER = re.compile(rf"\s*({_NAME})\s*(=~|!~|!=|=)\s*({_STRING})\s*")
 
 
 def parse_selector(selector: str) -> list[str]:
-    """The label matchers of `{a="x", b=~"y.*"}` as PromQL text (['a="x"', 'b=~"y.*"']); UserError otherwise."""
+    """The label matchers of `{a="x", b=~"y.*"}` as PromQL text (['a="x"', 'b=~"y.*"']);
+    UserError otherwise."""
     text = selector.strip()
     problem = None
     if not (text.startswith("{") and text.endswith("}")):
@@ -82,7 +89,8 @@ def parse_selector(selector: str) -> list[str]:
 
 
 def fleet_expression(matchers: list[str]) -> str:
-    """The one PromQL expression a refresh asks: every node's series the fleet view shows, and nothing else."""
+    """The one PromQL expression a refresh asks: every node's series the fleet view shows, and
+    nothing else."""
     def sel(name: str = "", *extra: str) -> str:
         return name + "{" + ", ".join((*extra, *matchers)) + "}"
 
@@ -114,13 +122,15 @@ def matches(row: NodeRow, filters: dict[str, str]) -> bool:
 
 
 class FleetQuery:
-    """Asks Prometheus for the fleet, one instant query a refresh; remembers the last answer's rows."""
+    """Asks Prometheus for the fleet, one instant query a refresh; remembers the last answer's
+    rows."""
 
     def __init__(self, prometheus_url: str, selector: str = DEFAULT_SELECTOR, timeout_s: float = 5.0,
                  filters: dict[str, str] | None = None) -> None:
         self._parts = check_url(prometheus_url.rstrip("/"), f"--prometheus {redact_url(prometheus_url)!r}: expected "
                                 "the http:// or https:// URL of a Prometheus server, like http://prometheus:9090")
-        self.prometheus_url = redact_url(prometheus_url.rstrip("/"))     # as shown; _parts holds the credentials
+        # as shown; _parts holds the credentials
+        self.prometheus_url = redact_url(prometheus_url.rstrip("/"))
         if not (isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0):
             raise UserError(f"timeout: must be a positive number of seconds, got {timeout_s!r}")
         self.selector = selector
@@ -128,12 +138,13 @@ class FleetQuery:
         self.timeout_s = float(timeout_s)
         self.filters = dict(filters or {})
         self.last = FleetView(prometheus=self.prometheus_url)
-        self.last_series = 0          # what the latest answer held: series and bytes (bench/fleet.py reads them)
+        # what the latest answer held: series and bytes (bench/fleet.py reads them)
+        self.last_series = 0
         self.last_bytes = 0
 
     def fetch(self) -> FleetView:
-        """The fleet now; on any failure the last rows with `error` set. Never raises, never outlasts timeout_s
-        (plus the parsing of what came)."""
+        """The fleet now; on any failure the last rows with `error` set. Never raises, never
+        outlasts timeout_s (plus the parsing of what came)."""
         try:
             rows = [row for row in build_rows(self._query()) if matches(row, self.filters)]
         except _Failed as exc:
@@ -161,7 +172,8 @@ class FleetQuery:
             raise _Failed(exchange_reason(exc, self.timeout_s, MAX_ANSWER_BYTES, "could not connect: {}")) from None
         self.last_bytes = len(body)
         try:
-            answer = parse_answer(body)     # bounded in items: 64 MiB of tiny series once held 756 MB
+            # bounded in items: 64 MiB of tiny series once held 756 MB
+            answer = parse_answer(body)
         except NotJson:
             answer = None
         except AnswerRefused as exc:
@@ -221,8 +233,9 @@ class _Node:
 
 
 def build_rows(result: list) -> list[NodeRow]:
-    """The instant vector's samples grouped by instance into rows, most severe first (down, firing, warn, ok,
-    unknown), ties by instance. Samples without an instance or a name are left out."""
+    """The instant vector's samples grouped by instance into rows, most severe first (down,
+    firing, warn, ok, unknown), ties by instance. Samples without an instance or a name are left
+    out."""
     nodes: dict[str, _Node] = {}
     for sample in result:
         if not isinstance(sample, dict) or not isinstance(sample.get("metric"), dict):
@@ -266,7 +279,8 @@ def build_rows(result: list) -> list[NodeRow]:
     for node in nodes.values():
         try:
             rows.append(_row(node))
-        except Exception:   # a value no rule here foresaw: that node reads unknown, the rest of the fleet is shown
+        # a value no rule here foresaw: that node reads unknown, the rest of the fleet is shown
+        except Exception:
             rows.append(NodeRow(node.instance, node.labels or {}, node.up == 1, "unknown", None, stage_cells({})))
     rows.sort(key=by_severity)
     return rows
@@ -274,13 +288,14 @@ def build_rows(result: list) -> list[NodeRow]:
 
 def _row(node: _Node) -> NodeRow:
     exported = node.verdict is not None or bool(node.states)
-    up = node.up == 1 if node.up is not None else exported   # no `up`: the series say the target was scraped
+    # no `up`: the series say the target was scraped
+    up = node.up == 1 if node.up is not None else exported
     url = node.url or f"http://{node.instance}"
     if not up:
         return NodeRow(node.instance, node.labels or {}, False, "unknown", None, stage_cells({}), url=url)
     states = {stage: (_state(value), node.since.get(stage)) for stage, value in node.states.items()}
-    # the worse of the verdict exported and its stages' states: a verdict that is none of the agent's values (or
-    # claims less than a stage) cannot hide a firing stage
+    # the worse of the verdict exported and its stages' states: a verdict that is none of the
+    # agent's values (or claims less than a stage) cannot hide a firing stage
     worst_stage = max((state for state, _ in states.values()), key=STATES.index, default="unknown")
     verdict = max(_state(node.verdict), worst_stage, key=STATES.index)
     roots = [stage for stage in STAGES if stage in node.roots] or node.roots
@@ -299,8 +314,9 @@ _ORDER = {s.id: i for i, s in enumerate(SIGNALS)}
 
 
 def _evidence(node: _Node, root: str | None) -> Evidence | None:
-    """The worst warn-or-firing signal: firing before warn, the root stage's first, then the furthest past the
-    agent's default threshold of its level (how far a reading lies is the agent's call; this only orders)."""
+    """The worst warn-or-firing signal: firing before warn, the root stage's first, then the
+    furthest past the agent's default threshold of its level (how far a reading lies is the
+    agent's call; this only orders)."""
     best, best_key = None, None
     for (stage, signal), read in node.signals.items():
         state = _state(read.get("state"))
@@ -316,7 +332,8 @@ def _evidence(node: _Node, root: str | None) -> Evidence | None:
 
 
 def _excess(signal: str, state: str, value: float | None) -> float:
-    """How far past its threshold for `state` a value is, relative to that threshold (0 when not known)."""
+    """How far past its threshold for `state` a value is, relative to that threshold (0 when not
+    known)."""
     spec = SIGNALS_BY_ID.get(signal)
     limit = None if spec is None else (spec.firing if state == "firing" else spec.warn)
     if value is None or limit is None:

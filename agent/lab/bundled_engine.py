@@ -1,7 +1,8 @@
-"""The bundled engine's vocabulary for the agent outside the lab: its configuration, presets, request
-parameters and allocators. The lab hosts the engine and is the agent's one door to `engine_hooks.engine`
-(tests/project/test_layers.py), so that a change in the engine's layout is met here. Nothing here imports torch;
-`EngineStopped`, which lives beside the engine loop, is imported when first asked for."""
+"""The bundled engine's vocabulary for the agent outside the lab: its configuration, presets,
+request parameters and allocators. The lab hosts the engine and is the agent's one door to
+`engine_hooks.engine` (tests/project/test_layers.py), so that a change in the engine's layout is
+met here. Nothing here imports torch; `EngineStopped`, which lives beside the engine loop, is
+imported when first asked for."""
 
 from importlib import import_module
 

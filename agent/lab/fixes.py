@@ -1,4 +1,5 @@
-"""The diagnosis's recommendations as engine settings, and those settings as the flags that would set them."""
+"""The diagnosis's recommendations as engine settings, and those settings as the flags that would
+set them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from stagelens.lab.settings import ENGINE_FIELDS, WORKLOAD_FIELDS
 
 
 def fix_flags(diagnosis: Diagnosis) -> dict:
-    """The engine settings the diagnosis recommends, root stage first (its advice wins a conflict)."""
+    """The engine settings the diagnosis recommends, root stage first (its advice wins a
+    conflict)."""
     order = sorted(diagnosis.stages, key=lambda s: s.stage != diagnosis.root_stage)
     applied: dict = {}
     for stage in reversed(order):

@@ -1,9 +1,10 @@
-"""`EngineHost`: the bundled engine hosted in this process — built from a configuration, instrumented, its
-flight recorder the engine source a `Sampler` reads, driven by a workload, restarted with other settings
-and stopped cleanly.
+"""`EngineHost`: the bundled engine hosted in this process — built from a configuration,
+instrumented, its flight recorder the engine source a `Sampler` reads, driven by a workload,
+restarted with other settings and stopped cleanly.
 
-`stagelens lab` (a run judged end to end), `serve --engine lab` (the engine behind /v1/completions, a
-scenario's workload in the background), the TUI's local mode and bench/ all host the engine through it.
+`stagelens lab` (a run judged end to end), `serve --engine lab` (the engine behind /v1/completions,
+a scenario's workload in the background), the TUI's local mode and bench/ all host the engine
+through it.
 """
 
 from __future__ import annotations
@@ -24,22 +25,25 @@ JOIN_S = 40.0              # ... and its thread this long (its drain, then the e
 
 
 class EngineHost:
-    """`face`, when given, are VllmFace's settings (engine_hooks/engine/vllm_face: host, port, otlp_traces_endpoint,
-    kv_events_endpoint): each engine hosted then also speaks vLLM's interfaces, on the same port across
-    restarts, so that `--engine vllm --engine-url` can read it as it would a vLLM server."""
+    """`face`, when given, are VllmFace's settings (engine_hooks/engine/vllm_face: host, port,
+    otlp_traces_endpoint, kv_events_endpoint): each engine hosted then also speaks vLLM's
+    interfaces, on the same port across restarts, so that `--engine vllm --engine-url` can read
+    it as it would a vLLM server."""
 
     def __init__(self, face: dict | None = None) -> None:
         self.face_settings = face
         self.face = None           # the VllmFace of the engine hosted now
         self.engine: LLMEngine | None = None
-        self.recorder = None       # the flight recorder of the engine hosted now, or of the last one stopped
+        # the flight recorder of the engine hosted now, or of the last one stopped
+        self.recorder = None
         self._workload: threading.Thread | None = None
         self._stop_workload = threading.Event()
         self._lock = threading.Lock()
 
-    # --- the sampler's engine source ---------------------------------------------------------------------
+    # --- the sampler's engine source --------------------------------------------------------------
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
-        """The engine snapshot (docs/snapshot.md) of the hosted engine; after a stop, of the last one."""
+        """The engine snapshot (docs/snapshot.md) of the hosted engine; after a stop, of the last
+        one."""
         recorder = self.recorder
         if recorder is None:
             raise RuntimeError("no engine has been started")
@@ -50,7 +54,8 @@ class EngineHost:
         return [] if recorder is None else recorder.recent_timelines(since=since)
 
     def recent_steps(self, since: float | None = None) -> list[dict]:
-        """The steps the flight recorder holds that ended after `since` (monotonic): what what-if fits."""
+        """The steps the flight recorder holds that ended after `since` (monotonic): what what-if
+        fits."""
         recorder = self.recorder
         return [] if recorder is None else recorder.recent_steps(since=since)
 
@@ -59,7 +64,8 @@ class EngineHost:
         return [] if recorder is None else [ld for ld in recorder.loads.items() if since is None or ld["end"] > since]
 
     def whatif_window(self) -> dict:
-        """What what-if replays of the hosted engine: its finished requests' timelines, settings, steps and loads."""
+        """What what-if replays of the hosted engine: its finished requests' timelines, settings,
+        steps and loads."""
         from stagelens.bundle import engine_records, engine_settings
 
         recorder, engine = self.recorder, self.engine
@@ -79,12 +85,13 @@ class EngineHost:
             return f"the lab engine is down: {engine.failure}"
         return None if engine.serving else "the lab engine is stopping"
 
-    # --- lifecycle ---------------------------------------------------------------------------------------
+    # --- lifecycle --------------------------------------------------------------------------------
     def start(self, engine_cfg: EngineConfig, workload: WorkloadConfig | None = None, repeat: bool = False,
               grace_s: float = RESTART_GRACE_S) -> LLMEngine:
-        """(Re)start with `engine_cfg`. An engine already hosted stops first: its requests in flight get
-        `grace_s` to finish, then end with reason `abort` (their clients get an answer). With `workload`,
-        the engine is driven in the background, round after round with the next seed when `repeat`."""
+        """(Re)start with `engine_cfg`. An engine already hosted stops first: its requests in
+        flight get `grace_s` to finish, then end with reason `abort` (their clients get an
+        answer). With `workload`, the engine is driven in the background, round after round with
+        the next seed when `repeat`."""
         with self._lock:
             self._stop_current(grace_s)
             engine = LLMEngine(engine_cfg)
@@ -103,15 +110,16 @@ class EngineHost:
             return engine
 
     def run(self, workload: WorkloadConfig, on_progress=None, stop: threading.Event | None = None) -> WorkloadRun:
-        """Drive the hosted engine with `workload` on this thread until its requests have finished.
-        Raises EngineStopped when the engine's loop died (every request has already failed with the reason)."""
+        """Drive the hosted engine with `workload` on this thread until its requests have
+        finished. Raises EngineStopped when the engine's loop died (every request has already
+        failed with the reason)."""
         if self.engine is None:
             raise EngineStopped("no engine is hosted")
         return run_workload(self.engine, workload, on_progress=on_progress, stop=stop)
 
     def stop(self, grace_s: float = 0.0) -> None:
-        """Stop the background workload and the engine (requests in flight get `grace_s`); the recorder stays
-        readable, so one last snapshot shows the drained state."""
+        """Stop the background workload and the engine (requests in flight get `grace_s`); the
+        recorder stays readable, so one last snapshot shows the drained state."""
         with self._lock:
             self._stop_current(grace_s)
 
@@ -122,7 +130,8 @@ class EngineHost:
         self._stop_workload.set()
         engine, self.engine = self.engine, None
         if engine is not None:
-            engine.stop(grace_s)        # what is still in flight ends now, so the workload's drain returns
+            # what is still in flight ends now, so the workload's drain returns
+            engine.stop(grace_s)
         if self._workload is not None:
             self._workload.join(timeout=JOIN_S)
             self._workload = None
@@ -138,7 +147,8 @@ class EngineHost:
                 round_ += 1
                 if not repeat:
                     return
-        except EngineStopped:       # stopped under the workload (a restart, the end): nothing to report
+        # stopped under the workload (a restart, the end): nothing to report
+        except EngineStopped:
             if not stop.is_set():
                 log.warning("the lab engine stopped under its workload: %s", engine.failure)
         except Exception:           # the API keeps serving even if a scenario's workload breaks

@@ -1,9 +1,9 @@
-"""The hosted engine seen from outside, as stagelens sees a vLLM server: the engine speaks vLLM's interfaces
-(engine_hooks/engine/vllm_face: its /metrics on a port of its own, its llm_request spans), and the same source
-`--engine vllm --engine-url` uses reads them (with its gauge poll between scrapes), the spans arriving at an
-OtlpReceiver as vLLM would send them.
-Nothing of the hooks reaches it. `run_lab(..., outside=True)` samples both in one run so that the two
-diagnoses of the same requests can be compared (tests/lab/test_scenarios.py, bench/accuracy.py).
+"""The hosted engine seen from outside, as stagelens sees a vLLM server: the engine speaks vLLM's
+interfaces (engine_hooks/engine/vllm_face: its /metrics on a port of its own, its llm_request
+spans), and the same source `--engine vllm --engine-url` uses reads them (with its gauge poll
+between scrapes), the spans arriving at an OtlpReceiver as vLLM would send them. Nothing of the
+hooks reaches it. `run_lab(..., outside=True)` samples both in one run so that the two diagnoses of
+the same requests can be compared (tests/lab/test_scenarios.py, bench/accuracy.py).
 """
 
 from __future__ import annotations
@@ -25,14 +25,16 @@ class OutsideView:
         from stagelens.engine_hooks.engine.vllm_face import VllmFace
 
         self.receiver = OtlpReceiver(http_port=0).start()
-        # spans sent each second, as vLLM does with OTEL_BSP_SCHEDULE_DELAY=1000 (the SDK's default is 5 s)
+        # spans sent each second, as vLLM does with OTEL_BSP_SCHEDULE_DELAY=1000 (the SDK's default
+        # is 5 s)
         self.face = VllmFace(engine, otlp_traces_endpoint=f"{self.receiver.http_url}/v1/traces",
                              otlp_schedule_delay_s=SPAN_DELAY_S)
         # what the outside learns of a moment reaches it up to one span export and one scrape later
         self.settle_s = SPAN_DELAY_S + interval
         self.face.start()
         self.source = VllmSource(self.face.url, spans=self.receiver, poll_s=POLL_S)
-        # the receiver runs already (the face exports to it): the source's services are this view's to run
+        # the receiver runs already (the face exports to it): the source's services are this view's
+        # to run
         self.sampling = NodeSampling(self.source, nvml_snapshot, interval, run_source_services=False)
 
     def start(self) -> None:
@@ -51,11 +53,12 @@ class OutsideView:
         self.face.spans.flush()
 
     def judge(self, until_unix: float, config: DiagnosisConfig | None = None) -> RunDiagnosis:
-        """The run as seen from outside, judged as the hooks' run is: the loaded frames, every request. The
-        outside learns of a request's wait only from its span, when the request ends: the loaded frames' end
-        is where every request that arrived in the loaded time had ended, plus `settle_s` (one span export and
-        one scrape), not the hooks' end. On a slow host a request queued at the end of the load ends seconds
-        after it, and a judgment at the hooks' end would not have heard of its wait yet."""
+        """The run as seen from outside, judged as the hooks' run is: the loaded frames, every
+        request. The outside learns of a request's wait only from its span, when the request
+        ends: the loaded frames' end is where every request that arrived in the loaded time had
+        ended, plus `settle_s` (one span export and one scrape), not the hooks' end. On a slow
+        host a request queued at the end of the load ends seconds after it, and a judgment at the
+        hooks' end would not have heard of its wait yet."""
         frames: list[Frame] = self.sampling.frames()
         timelines = self.source.recent_timelines()
         ends = [tl.finished for tl in timelines if tl.finished is not None and tl.arrival <= until_unix]

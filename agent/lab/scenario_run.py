@@ -1,4 +1,5 @@
-"""A lab run: the bundled engine hosted (agent.lab.host) on one workload, sampled, and the whole run judged."""
+"""A lab run: the bundled engine hosted (agent.lab.host) on one workload, sampled, and the whole
+run judged."""
 
 from __future__ import annotations
 
@@ -29,12 +30,16 @@ class LabResult:
     frames: list[Frame] = field(default_factory=list)
     diagnosis: Diagnosis | None = None      # the run's verdict (agent.diagnosis.whole_run)
     started_unix: float = 0.0
-    run: RunDiagnosis | None = None          # ... with the tail explained, the episodes and the end's state
-    outside: RunDiagnosis | None = None      # with outside=True: the same run through its vLLM interfaces
-    outside_timelines: list = field(default_factory=list)   # ... and the request timelines its spans gave
+    # ... with the tail explained, the episodes and the end's state
+    run: RunDiagnosis | None = None
+    # with outside=True: the same run through its vLLM interfaces
+    outside: RunDiagnosis | None = None
+    # ... and the request timelines its spans gave
+    outside_timelines: list = field(default_factory=list)
 
     def first_firing_s(self, stage: str, config: DiagnosisConfig | None = None) -> float | None:
-        """Seconds from the start of the workload to the first sample where `stage` was reported firing."""
+        """Seconds from the start of the workload to the first sample where `stage` was reported
+        firing."""
         for t, states in stage_states(self.frames, config):
             if states[stage] == "firing":
                 return t - self.started_unix
@@ -73,11 +78,12 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
             interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
             listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False,
             on_start=None) -> LabResult:
-    """Run the workload on an instrumented engine, sampling every `interval` seconds, and diagnose.
-    Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written); the requests in
-    flight still finish and the last frame is taken, as at the end of the duration. With `outside`, the
-    engine is also read through its vLLM-compatible interfaces only (agent.lab.outside) and judged again.
-    `on_start(host, engine_cfg)` is called once the engine runs (a bundle writer follows its steps)."""
+    """Run the workload on an instrumented engine, sampling every `interval` seconds, and
+    diagnose. Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written);
+    the requests in flight still finish and the last frame is taken, as at the end of the
+    duration. With `outside`, the engine is also read through its vLLM-compatible interfaces only
+    (agent.lab.outside) and judged again. `on_start(host, engine_cfg)` is called once the engine
+    runs (a bundle writer follows its steps)."""
     host = EngineHost()
     sampling = NodeSampling(host, nvml_snapshot, interval, listeners=listeners)
     engine = host.start(engine_cfg)
@@ -95,11 +101,13 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
         view.start()
     try:
         run = host.run(workload_cfg, on_progress=line, stop=stop)
-    except EngineStopped as exc:     # its loop died: every request has already failed with the reason
+    # its loop died: every request has already failed with the reason
+    except EngineStopped as exc:
         raise CollectError(f"the lab engine stopped serving: {exc}") from None
     finally:
-        # The engine stops before the last frame: a request is done (and the run returns) inside its last step,
-        # while that step's timeline and step record reach the recorder only when the step ends.
+        # The engine stops before the last frame: a request is done (and the run returns) inside its
+        # last step, while that step's timeline and step record reach the recorder only when the
+        # step ends.
         sampling.stop(before_last_frame=lambda: _stop_engine(view, host))
         sampling.close()
         if line:
@@ -107,8 +115,8 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     frames = sampling.frames()
     figures = summarize(run.requests, run.elapsed, run.window_s, run.window_tokens)
     figures.update(_engine_figures(engine, host.recorder, run.elapsed))
-    # The windows are judged on the loaded engine, as the report's steady-state method: the drain is left out;
-    # the tail is every request's, as the P99 printed is.
+    # The windows are judged on the loaded engine, as the report's steady-state method: the drain is
+    # left out; the tail is every request's, as the P99 printed is.
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
     judged = judge_run(loaded, host.recent_timelines(), diagnosis_config)
     seen_outside = view.judge(started + workload_cfg.duration, diagnosis_config) if view else None

@@ -15,9 +15,10 @@ class Scenario:
     stage: str | None              # the stage it reproduces; None: nothing should fire
     summary: str
     defaults: dict
-    headline: str                  # the figure the fix should improve (lower is better). Where the stage causes
-                                   # queueing it is the wait the scheduler decided: a fast machine can hide that
-                                   # wait from TTFT's median, and on a CPU a bigger batch also slows each step
+    # the figure the fix should improve (lower is better). Where the stage causes queueing it is the
+    # wait the scheduler decided: a fast machine can hide that wait from TTFT's median, and on a CPU
+    # a bigger batch also slows each step
+    headline: str
 
 
 _COMMON = dict(model="small", max_model_len=2048, duration=20.0, prompt_len="lognormal:128:0.5",
@@ -40,8 +41,8 @@ SCENARIOS = {s.name: s for s in (
              "on the serving path",
              dict(_COMMON, models=4, num_preload_models=1, max_resident_models=1, rate=2.0,
                   prompt_len="lognormal:64:0.5", output_len="uniform:8:24"),
-             # the cold-start wait itself; with four models resident each step runs four forwards on a CPU,
-             # so end-to-end latency need not fall
+             # the cold-start wait itself; with four models resident each step runs four forwards on
+             # a CPU, so end-to-end latency need not fall
              "decided_wait_p99_s"),
     Scenario("chain", "kv_cache",
              "contiguous KV under heavier load: memory waste (stage 1) turns into queueing (stage 2)",

@@ -21,7 +21,8 @@ BOUNDS = {**ENGINE_BOUNDS, **WORKLOAD_BOUNDS}
 
 
 def build_configs(flags: dict, defaults: dict | None = None) -> tuple[EngineConfig, WorkloadConfig]:
-    """Engine and workload configs from (scenario) defaults overlaid with the flags the user gave."""
+    """Engine and workload configs from (scenario) defaults overlaid with the flags the user
+    gave."""
     values = dict(defaults or {})
     values.update({k: v for k, v in flags.items() if v is not None})
     try:
@@ -40,6 +41,7 @@ def build_configs(flags: dict, defaults: dict | None = None) -> tuple[EngineConf
 
 def scenario_configs(flags: dict, scenario: str | None,
                      overrides: dict | None = None) -> tuple[EngineConfig, WorkloadConfig]:
-    """The configs of `scenario` (None: the flags alone) with the user's flags, then `overrides` (a fix), on top."""
+    """The configs of `scenario` (None: the flags alone) with the user's flags, then `overrides`
+    (a fix), on top."""
     defaults = SCENARIOS[scenario].defaults if scenario else {}
     return build_configs({**flags, **(overrides or {})}, defaults)

@@ -1,8 +1,9 @@
-"""The bundled engine's step cost measured where a recording never went: its real forward, through the same
-hooks as the lab, run over a grid of batch sizes, context lengths and prefill sizes (as Vidur profiles a
-model's operators once and predicts from the table). The steps it took are kept, in the bundle's step format
-(agent/bundle.py STEP_FIELDS), cached per model, dtype, device and torch version: what-if fits them and
-scales the fit to the recording's own steps (agent/whatif/fit.py `beyond`).
+"""The bundled engine's step cost measured where a recording never went: its real forward, through
+the same hooks as the lab, run over a grid of batch sizes, context lengths and prefill sizes (as
+Vidur profiles a model's operators once and predicts from the table). The steps it took are kept, in
+the bundle's step format (agent/bundle.py STEP_FIELDS), cached per model, dtype, device and torch
+version: what-if fits them and scales the fit to the recording's own steps (agent/whatif/fit.py
+`beyond`).
 """
 
 from __future__ import annotations
@@ -17,18 +18,21 @@ from stagelens.bundle import STEP_FIELDS
 from stagelens.errors import UserError
 
 PROFILE_FORMAT = "stagelens-step-profile/1"
-# (requests at once, prompt tokens): decode batches at short, middle and long contexts, then prefills alone;
-# the grid spans batches to 128 and prompts to 2,048 tokens in ~20 s of prefill on a 2-core CPU (a cell
-# is priced by its prompts: past ~18K prompt tokens a cell costs more than it teaches)
+# (requests at once, prompt tokens): decode batches at short, middle and long contexts, then
+# prefills alone; the grid spans batches to 128 and prompts to 2,048 tokens in ~20 s of prefill on a
+# 2-core CPU (a cell is priced by its prompts: past ~18K prompt tokens a cell costs more than it
+# teaches)
 CELLS = ((1, 32), (4, 32), (16, 32), (48, 32), (128, 32), (1, 256), (4, 256), (16, 256), (48, 256),
          (1, 1024), (4, 1024), (12, 1024), (1, 16), (1, 128), (1, 512), (1, 2048))
 OUTPUT_TOKENS = 6
-CHUNK_BUDGETS = (64, 512)     # then a long prompt chunked at each budget, alone and beside 8 decoding requests
+# then a long prompt chunked at each budget, alone and beside 8 decoding requests
+CHUNK_BUDGETS = (64, 512)
 CHUNKED_PROMPT = 1536
 
 
 def cache_path(model: str, dtype: str, device: str) -> Path:
-    """Per model, dtype, device, torch version and machine: a cached profile is read without importing torch."""
+    """Per model, dtype, device, torch version and machine: a cached profile is read without
+    importing torch."""
     try:
         torch_version = metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -40,8 +44,8 @@ def cache_path(model: str, dtype: str, device: str) -> Path:
 
 
 def profiled_steps(model: str, dtype: str, device: str, progress=None) -> tuple[list[dict], Path, bool]:
-    """(the profile's steps, where they are cached, whether they were measured now). A cache that cannot be
-    read is measured again; one that cannot be written is only said."""
+    """(the profile's steps, where they are cached, whether they were measured now). A cache that
+    cannot be read is measured again; one that cannot be written is only said."""
     path = cache_path(model, dtype, device)
     cached = _read(path)
     if cached is not None:
@@ -80,9 +84,9 @@ def _read(path: Path) -> list[dict] | None:
 
 
 def measure(model: str, dtype: str, device: str) -> list[dict]:
-    """Run the grid, then long prompts chunked under small budgets beside running decodes (a chunk over a long
-    cached context reads its blocks back: the step a served engine under chunked prefill runs most), each on a
-    fresh engine of this model, instrumented as the lab's."""
+    """Run the grid, then long prompts chunked under small budgets beside running decodes (a
+    chunk over a long cached context reads its blocks back: the step a served engine under
+    chunked prefill runs most), each on a fresh engine of this model, instrumented as the lab's."""
     longest = max(c for _, c in CELLS) + OUTPUT_TOKENS
     steps = _run_cells(model, dtype, device, 8192, longest, [((b, c, OUTPUT_TOKENS),) for b, c in CELLS])
     for budget in CHUNK_BUDGETS:
@@ -92,7 +96,8 @@ def measure(model: str, dtype: str, device: str) -> list[dict]:
 
 
 def _run_cells(model: str, dtype: str, device: str, budget: int, longest: int, cells) -> list[dict]:
-    """Each cell: its groups of (requests, prompt tokens, output tokens) submitted in order, run until done."""
+    """Each cell: its groups of (requests, prompt tokens, output tokens) submitted in order, run
+    until done."""
     from stagelens.engine_hooks.engine import EngineConfig, LLMEngine
     from stagelens.engine_hooks.engine.config import ConfigError
     from stagelens.engine_hooks.engine.request import SamplingParams

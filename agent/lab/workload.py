@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 WORKLOAD_BOUNDS = {
     "rate": Bound(0, 1000, "requests/s", integer=False, low_open=True),
     "concurrency": Bound(1, 1024, "requests in flight"),
-    "duration": Bound(0, 86400, "s", integer=False, low_open=True),   # a day: the TUI's endless local run
+    # a day: the TUI's endless local run
+    "duration": Bound(0, 86400, "s", integer=False, low_open=True),
     "long_prompt_share": Bound(0, 1, integer=False),
     "long_prompt_len": Bound(1, MAX_TOKENS, "tokens"),
     "models": MODELS,
@@ -34,7 +35,8 @@ _SIGMA = Bound(0, 4, integer=False)     # real prompt lengths spread by 0.5-1.5
 
 @dataclass(frozen=True)
 class LengthDist:
-    """`N`, `uniform:A:B` or `lognormal:MEDIAN:SIGMA`; every length drawn lies in [1, MAX_TOKENS]."""
+    """`N`, `uniform:A:B` or `lognormal:MEDIAN:SIGMA`; every length drawn lies in [1,
+    MAX_TOKENS]."""
     kind: str
     a: float
     b: float = 0.0
@@ -65,7 +67,8 @@ class LengthDist:
             return int(self.a)
         if self.kind == "uniform":
             return rng.randint(int(self.a), int(self.b))
-        # the exponent is capped first: a draw far in the tail would overflow exp() before min() could
+        # the exponent is capped first: a draw far in the tail would overflow exp() before min()
+        # could
         return max(1, round(math.exp(min(rng.gauss(math.log(self.a), self.b), math.log(MAX_TOKENS)))))
 
     def __str__(self) -> str:
@@ -131,7 +134,8 @@ class WorkloadPlan:
         self.cfg, self.vocab_size, self.max_model_len = cfg, vocab_size, max_model_len
         self._rng = random.Random(cfg.seed)
         self._clock = 0.0
-        self._long_credit = self._rng.random()   # long prompts come evenly spaced, at an exact share
+        # long prompts come evenly spaced, at an exact share
+        self._long_credit = self._rng.random()
 
 
     def next(self) -> PlannedRequest:
@@ -185,7 +189,8 @@ class _Sample(threading.Timer):
 
 def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop: threading.Event | None = None,
                  drain_timeout: float = 300.0) -> WorkloadRun:
-    """Submit the workload to a started engine for `cfg.duration` seconds, then wait for what is in flight."""
+    """Submit the workload to a started engine for `cfg.duration` seconds, then wait for what is
+    in flight."""
     plan = WorkloadPlan(cfg, engine.config.preset.vocab_size, engine.config.max_model_len)
     stop = stop or threading.Event()
     submitted: list[Request] = []

@@ -1,5 +1,5 @@
-"""`bench compare`: a run against a saved baseline, point by point; a P99 worse by more than the tolerance
-is a regression (exit 1), for CI after every change, as the report's method asks."""
+"""`bench compare`: a run against a saved baseline, point by point; a P99 worse by more than the
+tolerance is a regression (exit 1), for CI after every change, as the report's method asks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""One point against a running OpenAI-compatible endpoint (`--url`): the HTTP load generator, then the
-endpoint's own diagnosis when it is a stagelens agent (`GET /api/v1/diagnosis`; else the stage is unknown)."""
+"""One point against a running OpenAI-compatible endpoint (`--url`): the HTTP load generator,
+then the endpoint's own diagnosis when it is a stagelens agent (`GET /api/v1/diagnosis`; else the
+stage is unknown)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def metric_value(text: str, name: str) -> float | None:
 
 
 async def scrape(client, base_url: str, name: str) -> tuple[float, float | None]:
-    """(monotonic time, the counter's value) from the endpoint's /metrics; None where it has none."""
+    """(monotonic time, the counter's value) from the endpoint's /metrics; None where it has
+    none."""
     try:
         r = await client.get(base_url.rstrip("/") + "/metrics", timeout=5.0)
         value = metric_value(r.text, name) if r.status_code == 200 else None

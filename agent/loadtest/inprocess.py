@@ -1,4 +1,5 @@
-"""One point on the bundled engine, in this process: the lab with its hooks, sampler and diagnosis."""
+"""One point on the bundled engine, in this process: the lab with its hooks, sampler and
+diagnosis."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ class _Timelines:
 
 def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5, diagnosis_config=None,
                       nvml_snapshot: str | None = None) -> Point:
-    """Run the workload (warm-up included) on a fresh instrumented engine and reduce it to a point."""
+    """Run the workload (warm-up included) on a fresh instrumented engine and reduce it to a
+    point."""
     from stagelens.diagnosis import diagnose
-    from stagelens.lab.scenario_run import run_lab  # imports torch: only when a point really runs here
+
+    # imports torch: only when a point really runs here
+    from stagelens.lab.scenario_run import run_lab
 
     timelines = _Timelines()
     result = run_lab(engine_cfg, workload_cfg, interval=interval, diagnosis_config=diagnosis_config,

@@ -1,17 +1,20 @@
 """The first knee of a curve, as a pure function: where raising the load stops paying.
 
 Three rules, checked point by point against the point before:
-- throughput gain: less than `gain_threshold` per `step` of added load (5% per 10% by default). A step
-  of another size scales the bar by elasticity: doubling the load must gain 2 ** (ln 1.05 / ln 1.1) - 1 ≈ 43%.
-  Only for numeric, rising loads; for settings that are not a load (a block size, a switch) pass None.
+- throughput gain: less than `gain_threshold` per `step` of added load (5% per 10% by default). A
+  step
+  of another size scales the bar by elasticity: doubling the load must gain 2 ** (ln 1.05 / ln 1.1)
+  - 1 ≈ 43%. Only for numeric, rising loads; for settings that are not a load (a block size, a
+  switch) pass None.
 - P99 jump: P99 more than `p99_factor` times the point before.
-- P99 SLA: P99 above an absolute bound.
-A gain or jump rule that trips is confirmed by the next point when there is one: if the next point is
-back on course against the point before the trip, the trip was noise and the search goes on. A trip at
-the last point cannot be confirmed; it is reported with `confirmed=False` (stress runs one step more).
-The SLA is absolute: its first breach is the knee.
+- P99 SLA: P99 above an absolute bound. A gain or jump rule that trips is confirmed by the next
+  point when there is one: if the next point is back on course against the point before the trip,
+  the trip was noise and the search goes on. A trip at the last point cannot be confirmed; it is
+  reported with `confirmed=False` (stress runs one step more). The SLA is absolute: its first breach
+  is the knee.
 
-The knee is the last good point (`index`); `past_index` is the first point past it, where the rule tripped.
+The knee is the last good point (`index`); `past_index` is the first point past it, where the rule
+tripped.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from stagelens.loadtest.point import Point
 
 @dataclass
 class Knee:
-    index: int | None          # the last good point; None when the first point already breaks the SLA
+    # the last good point; None when the first point already breaks the SLA
+    index: int | None
     past_index: int            # the first point past the knee
     rules: list[str]           # throughput_gain | p99_jump | p99_sla
     reason: str
@@ -51,7 +55,8 @@ def _numeric(value) -> bool:
 
 
 def required_gain(x0, x1, gain_threshold: float, step: float = 0.10) -> float:
-    """Throughput ratio that going from load x0 to x1 must reach: (x1/x0) ** (ln(1+g) / ln(1+step))."""
+    """Throughput ratio that going from load x0 to x1 must reach: (x1/x0) ** (ln(1+g) /
+    ln(1+step))."""
     if not (_numeric(x0) and _numeric(x1)) or x1 <= x0:
         return 1.0 + gain_threshold
     return (x1 / x0) ** (math.log1p(gain_threshold) / math.log1p(step))

@@ -1,11 +1,12 @@
 """An HTTP load generator for any OpenAI-compatible `/v1/completions`: asyncio and httpx, streaming.
 
-Open loop: requests leave at the seeded Poisson arrival times of the workload plan, whether or not the
-server keeps up (a closed loop would slow down with the server and hide its queue). Closed loop with
-`concurrency`: that many requests in flight. Prompts are token-id lists, so their lengths are exact on
-any server. Client-side TTFT is the time to the first streamed chunk that carries text. Bounded: at most
-`max_requests` requests, each within `request_timeout`, and in-flight ones are given `drain_timeout`
-after arrivals stop; what is still open then is cancelled and counted as failed.
+Open loop: requests leave at the seeded Poisson arrival times of the workload plan, whether or not
+the server keeps up (a closed loop would slow down with the server and hide its queue). Closed loop
+with `concurrency`: that many requests in flight. Prompts are token-id lists, so their lengths are
+exact on any server. Client-side TTFT is the time to the first streamed chunk that carries text.
+Bounded: at most `max_requests` requests, each within `request_timeout`, and in-flight ones are
+given `drain_timeout` after arrivals stop; what is still open then is cancelled and counted as
+failed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class RequestRecord:
     first_chunk: float | None = None
     done: float | None = None
     chunk_times: list[float] = field(default_factory=list)   # one per chunk carrying text
-    output_tokens: int = 0                        # the server's usage when it says, else chunks with text
+    # the server's usage when it says, else chunks with text
+    output_tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
 
@@ -51,9 +53,11 @@ class LoadRun:
 
 @dataclass
 class LoadOptions:
-    vocab_size: int = 256            # prompt token ids are drawn below this: valid for any real vocabulary
+    # prompt token ids are drawn below this: valid for any real vocabulary
+    vocab_size: int = 256
     max_model_len: int = 2048
-    served_model: str | None = None  # the `model` field; None: the plan's model with --models > 1, else omitted
+    # the `model` field; None: the plan's model with --models > 1, else omitted
+    served_model: str | None = None
     ignore_eos: bool = False
     request_timeout: float = 60.0
     drain_timeout: float = 60.0
@@ -112,7 +116,8 @@ async def _one(client, url: str, p: PlannedRequest, cfg: WorkloadConfig, opts: L
 
 async def generate_load(base_url: str, cfg: WorkloadConfig, opts: LoadOptions | None = None,
                         on_progress=None) -> LoadRun:
-    """Drive `base_url` with the workload `cfg` for `cfg.duration` seconds, then wait for what is in flight."""
+    """Drive `base_url` with the workload `cfg` for `cfg.duration` seconds, then wait for what is
+    in flight."""
     import httpx
 
     opts = opts or LoadOptions()

@@ -1,5 +1,6 @@
-"""`curve.png`: throughput and P99 against the varied setting, each point coloured by the stage that fired
-there, the knee marked. matplotlib is imported here only, with the Agg backend (no display needed)."""
+"""`curve.png`: throughput and P99 against the varied setting, each point coloured by the stage
+that fired there, the knee marked. matplotlib is imported here only, with the Agg backend (no
+display needed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One measured point of a curve: the load or setting, the serving figures, and the stages that fired."""
+"""One measured point of a curve: the load or setting, the serving figures, and the stages that
+fired."""
 
 from __future__ import annotations
 
@@ -10,26 +11,32 @@ UNKNOWN = "unknown"
 
 @dataclass
 class Point:
-    value: object                              # the swept setting or load at this point (number, bool or name)
-    throughput_tokens_per_s: float = 0.0       # output tokens made inside the recorded window, per second
+    # the swept setting or load at this point (number, bool or name)
+    value: object
+    # output tokens made inside the recorded window, per second
+    throughput_tokens_per_s: float = 0.0
     latency_p50_s: float | None = None
     latency_p99_s: float | None = None
     ttft_p50_s: float | None = None
     ttft_p99_s: float | None = None
-    requests: int = 0                          # requests that arrived in the recorded window and finished
+    # requests that arrived in the recorded window and finished
+    requests: int = 0
     requests_failed: int = 0
-    engine_busy_ratio: float | None = None     # engine busy (or GPU util) over the recorded window; None unknown
+    # engine busy (or GPU util) over the recorded window; None unknown
+    engine_busy_ratio: float | None = None
     verdict: str = "unknown"                   # the diagnosis at the end of the point
     root_stage: str | None = None
     firing_stages: list[str] = field(default_factory=list)
     warn_stages: list[str] = field(default_factory=list)
-    explanations: dict = field(default_factory=dict)   # stage -> the diagnosis's one sentence, where not ok
-    extra: dict = field(default_factory=dict)  # further figures (preemptions, scheduler wait p99, ...)
+    # stage -> the diagnosis's one sentence, where not ok
+    explanations: dict = field(default_factory=dict)
+    # further figures (preemptions, scheduler wait p99, ...)
+    extra: dict = field(default_factory=dict)
 
     @property
     def stage(self) -> str:
-        """The stage that fired here: the root stage when it fires, else the first firing one; `none` when
-        nothing fired, `unknown` when there was no diagnosis."""
+        """The stage that fired here: the root stage when it fires, else the first firing one;
+        `none` when nothing fired, `unknown` when there was no diagnosis."""
         if self.root_stage and self.root_stage in self.firing_stages:
             return self.root_stage
         if self.firing_stages:

@@ -1,4 +1,5 @@
-"""`results.json`: the run's configuration, its points and the knee; written by every run, read by compare."""
+"""`results.json`: the run's configuration, its points and the knee; written by every run, read
+by compare."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The three run modes over a `measure(value) -> Point` callable: steady, stress to the knee, sweep."""
+"""The three run modes over a `measure(value) -> Point` callable: steady, stress to the knee,
+sweep."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ Measure = Callable[[object], Point]
 
 @dataclass(frozen=True)
 class KneeRule:
-    gain_threshold: float | None = 0.05    # throughput gain per `step` of load below which the curve is flat
+    # throughput gain per `step` of load below which the curve is flat
+    gain_threshold: float | None = 0.05
     p99_factor: float | None = 1.5         # P99 above this times the point before
     p99_sla: float | None = None           # P99 above this many seconds
     step: float = 0.10
@@ -50,7 +52,8 @@ def run_sweep(variable: Variable, values: list, measure: Measure, rule: KneeRule
 
 def run_stress(variable: Variable, start, measure: Measure, rule: KneeRule, max_steps: int, seconds: float,
                bar: ProgressBar) -> tuple[list[Point], Knee | None]:
-    """Raise the load by `rule.step` a point until the first confirmed knee, or `max_steps` points."""
+    """Raise the load by `rule.step` a point until the first confirmed knee, or `max_steps`
+    points."""
     points: list[Point] = []
     value = start
     for i in range(max_steps):

@@ -13,7 +13,8 @@ from stagelens.lab.flag_values import SWITCH_WORDS as _SWITCH
 class Variable:
     name: str            # the EngineConfig / WorkloadConfig field
     kind: str            # int | float | switch | choice
-    load: bool           # raising it is raising load (or capacity): the throughput-gain rule of the knee applies
+    # raising it is raising load (or capacity): the throughput-gain rule of the knee applies
+    load: bool
     engine: bool         # an engine setting (only on the bundled engine); else a workload setting
     choices: tuple = ()
 
@@ -79,7 +80,8 @@ def next_load(variable: Variable, value, step: float):
 
 
 def pick_swept(given: dict[str, str | None]) -> tuple[Variable, list, dict]:
-    """From the comma-list flags the user gave: the one swept variable, its values, and the fixed ones."""
+    """From the comma-list flags the user gave: the one swept variable, its values, and the fixed
+    ones."""
     parsed = {name: VARIABLES[name].parse(text) for name, text in given.items() if text is not None}
     swept = [name for name, values in parsed.items() if len(values) > 1]
     if len(swept) != 1:

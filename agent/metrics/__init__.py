@@ -1,4 +1,5 @@
-"""Prometheus exposition of frames and diagnoses (docs/design.md, Conventions: `stagelens_` prefix, base units)."""
+"""Prometheus exposition of frames and diagnoses (docs/design.md, Conventions: `stagelens_`
+prefix, base units)."""
 
 from stagelens.metrics.exporter import MetricsExporter
 from stagelens.metrics.exposition import render

@@ -1,4 +1,5 @@
-"""The agent's own health: collectors of the frame, the frame's time, the driver, hook errors, ring drops."""
+"""The agent's own health: collectors of the frame, the frame's time, the driver, hook errors,
+ring drops."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from stagelens import catalogue as c
 from stagelens.metrics.families import Scrape
 
 DRIVER_STATES = ("ok", "no_driver", "error")
-# The hooks engine_hooks.hooks.instrumentation guards: exported at 0 from the start, so the first error is an increase.
+# The hooks engine_hooks.hooks.instrumentation guards: exported at 0 from the start, so the first
+# error is an increase.
 HOOKS = ("step_start", "step_end", "schedule", "preempt", "allocate", "forward", "load", "attention")
 
 
@@ -46,7 +48,8 @@ def _engine(out: Scrape, engine) -> None:
     for reason, count in sorted(((health.finish_reasons if health else None) or {}).items()):
         out.add(c.ENGINE_REQUESTS_ENDED, count, reason=reason)
     errors = engine.hook_errors
-    if errors is not None:      # the hooks are the bundled engine's: a source without them leaves these out
+    # the hooks are the bundled engine's: a source without them leaves these out
+    if errors is not None:
         for hook in sorted(set(HOOKS) | set(errors)):
             out.add(c.HOOK_ERRORS, errors.get(hook, 0), hook=hook)
     dropped = engine.dropped

@@ -1,4 +1,5 @@
-"""Cold path metrics: model loads, their bytes and duration, steps slowed by loads, requests waiting on a model."""
+"""Cold path metrics: model loads, their bytes and duration, steps slowed by loads, requests
+waiting on a model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The scrape-time collector: reads the latest frame and diagnosis and turns them into metric families.
+"""The scrape-time collector: reads the latest frame and diagnosis and turns them into metric
+families.
 
 Each section is reported like a node_exporter collector, with its own success and duration, so a bug
 in one section leaves the others' series in place.

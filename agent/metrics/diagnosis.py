@@ -1,5 +1,5 @@
-"""The diagnosis as metrics: each stage's state, every signal's value (and whether it is a bound), state and
-thresholds, the root stage.
+"""The diagnosis as metrics: each stage's state, every signal's value (and whether it is a bound),
+state and thresholds, the root stage.
 
 States are one gauge per stage, ordered by severity so `>= 1` means warn or worse, `== 2` firing:
 unknown -1, ok 0, warn 1, firing 2 (the encoding the alert rules and the dashboard rely on).

@@ -14,7 +14,8 @@ from stagelens.metrics.waits import WaitMetrics
 
 
 class MetricsExporter:
-    """`latest_frame()` / `latest_diagnosis()` are read at each scrape; add `on_frame` as a sampler listener."""
+    """`latest_frame()` / `latest_diagnosis()` are read at each scrape; add `on_frame` as a
+    sampler listener."""
 
     def __init__(self, latest_frame: Callable[[], object], latest_diagnosis: Callable[[], object] = lambda: None,
                  trace_id_for: Callable[[object], str | None] | None = None, vllm_names: bool = False) -> None:
@@ -23,25 +24,28 @@ class MetricsExporter:
         self.registry.register(self.collector)
         self.waits = WaitMetrics(self.registry, trace_id_for, vllm_names)
         self._latest_frame = latest_frame
-        self._cache: dict[str, tuple[object, bytes, str]] = {}   # accept header -> (frame, body, content type)
-        self._asked: dict[str, float] = {}                       # accept header -> when a scraper last asked
-        self._rendering: dict[str, int] = {}                     # accept header -> renders under way
+        # accept header -> (frame, body, content type)
+        self._cache: dict[str, tuple[object, bytes, str]] = {}
+        # accept header -> when a scraper last asked
+        self._asked: dict[str, float] = {}
+        # accept header -> renders under way
+        self._rendering: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def on_frame(self, frame, timelines: list) -> None:
         self.waits.on_frame(frame, timelines)
 
     def render(self, accept: str | None = None) -> tuple[bytes, str]:
-        """The exposition as of the latest frame. Everything in it changes only when a frame arrives
-        (the trace counters excepted, which lag by at most one interval), so each frame is rendered once
-        per format and scrapes in between are served from that rendering. A scrape arriving while the
-        page is being rendered gets the previous one rather than wait."""
+        """The exposition as of the latest frame. Everything in it changes only when a frame
+        arrives (the trace counters excepted, which lag by at most one interval), so each frame
+        is rendered once per format and scrapes in between are served from that rendering. A
+        scrape arriving while the page is being rendered gets the previous one rather than wait."""
         return self._rendered(self._asking(accept))
 
     def ready(self, accept: str | None = None) -> tuple[bytes, str] | None:
-        """`render`'s page when it needs no rendering: the latest frame's once rendered, or the previous one
-        while a render is under way (a scrape never waits on one); None when there is none to give yet.
-        Cheap enough for an event loop."""
+        """`render`'s page when it needs no rendering: the latest frame's once rendered, or the
+        previous one while a render is under way (a scrape never waits on one); None when there
+        is none to give yet. Cheap enough for an event loop."""
         key = self._asking(accept)
         with self._lock:
             return self._ready(key, self._latest_frame())
@@ -54,8 +58,9 @@ class MetricsExporter:
         return key
 
     def prerender(self, recent_s: float = 60.0) -> None:
-        """Render the latest frame now (on the sampler's thread) in every format a scraper asked for in the
-        last `recent_s`: a regular scrape then reads a finished page instead of building one."""
+        """Render the latest frame now (on the sampler's thread) in every format a scraper asked
+        for in the last `recent_s`: a regular scrape then reads a finished page instead of
+        building one."""
         now = time.monotonic()
         for key, asked in list(self._asked.items()):
             if now - asked <= recent_s:

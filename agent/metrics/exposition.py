@@ -1,4 +1,5 @@
-"""The `/metrics` body for a client's Accept header: Prometheus text 0.0.4, or OpenMetrics 1.0.0 (with exemplars)."""
+"""The `/metrics` body for a client's Accept header: Prometheus text 0.0.4, or OpenMetrics 1.0.0
+(with exemplars)."""
 
 from __future__ import annotations
 

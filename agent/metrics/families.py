@@ -1,5 +1,5 @@
-"""The metric families of one scrape, each from its catalogue figure. A value that is None is left out, never
-exported as 0."""
+"""The metric families of one scrape, each from its catalogue figure. A value that is None is
+left out, never exported as 0."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ class Scrape:
         self._families: dict[str, Metric] = {}
 
     def add(self, figure: Figure, value, **labels) -> None:
-        """One sample of `figure`, labelled with exactly the labels it declares. A flag's value is a boolean
-        (exported 0/1); an info's is 1, its labels the information."""
+        """One sample of `figure`, labelled with exactly the labels it declares. A flag's value
+        is a boolean (exported 0/1); an info's is 1, its labels the information."""
         if figure.kind == FLAG:
             value = None if value is None else int(bool(value))
         elif figure.kind == INFO:

@@ -1,4 +1,5 @@
-"""Host metrics: CPU iowait, memory, the engine process's threads (uninterruptible ones are blocked on data)."""
+"""Host metrics: CPU iowait, memory, the engine process's threads (uninterruptible ones are
+blocked on data)."""
 
 from __future__ import annotations
 

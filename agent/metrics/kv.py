@@ -1,4 +1,5 @@
-"""KV cache metrics: capacity and use of blocks, fragmentation, access efficiency, read bandwidth."""
+"""KV cache metrics: capacity and use of blocks, fragmentation, access efficiency, read
+bandwidth."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Per-link metrics: each GPU's PCIe link (negotiated vs maximum, throughput, replays) and each NVLink."""
+"""Per-link metrics: each GPU's PCIe link (negotiated vs maximum, throughput, replays) and each
+NVLink."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _nvlink(out: Scrape, link: NvlinkSample, labels: dict) -> None:
     remote = link.remote
     if link.remote_gpu is not None:
         remote = str(link.remote_gpu)
-    # gpu, link, remote only: 12 links a GPU make these the bulk of a scrape; join stagelens_gpu_info on gpu
+    # gpu, link, remote only: 12 links a GPU make these the bulk of a scrape; join
+    # stagelens_gpu_info on gpu
     link_labels = {"gpu": labels["gpu"], "link": str(link.link), "remote": remote or "unknown"}
     out.add(c.NVLINK_UP, link.active, **link_labels)
     out.add(c.NVLINK_BANDWIDTH, link.bandwidth_bytes_per_second, **link_labels)

@@ -1,5 +1,5 @@
-"""The metrics reference (docs/metrics.md), written from the catalogue: `python -m stagelens.metrics.reference`
-prints it, and a test holds the committed file to it."""
+"""The metrics reference (docs/metrics.md), written from the catalogue: `python -m
+stagelens.metrics.reference` prints it, and a test holds the committed file to it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The tail, explained, over the window: the P99 of TTFT and latency and the share of the tail's time
-each stage took (agent.diagnosis.tail)."""
+"""The tail, explained, over the window: the P99 of TTFT and latency and the share of the tail's
+time each stage took (agent.diagnosis.tail)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
         tail = window_tail(frame, metric)
         if tail is None:
             continue
-        percentile = f"{tail.quantile * 100:g}"   # not `quantile`: Prometheus keeps that label for summaries
+        # not `quantile`: Prometheus keeps that label for summaries
+        percentile = f"{tail.quantile * 100:g}"
         out.add(c.TAIL_SECONDS, tail.threshold_s, metric=metric, percentile=percentile)
         out.add(c.TAIL_SECONDS, tail.p50_s, metric=metric, percentile="50")
         for stage in PARTS:

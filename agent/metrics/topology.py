@@ -10,7 +10,8 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     topo = frame.node_sample.topology if frame and frame.node_sample is not None else None
     if topo is None:
         return
-    # the matrix's rows follow the device indices, labelled GPU0..; the metric's gpu label is the index
+    # the matrix's rows follow the device indices, labelled GPU0..; the metric's gpu label is the
+    # index
     for i, row in enumerate(topo.matrix):
         for j, path in enumerate(row):
             if i != j:

@@ -30,7 +30,8 @@ class WaitMetrics:
         self.by_reason = Counter(REQUEST_WAIT_BY_REASON.metric, REQUEST_WAIT_BY_REASON.help,
                                  REQUEST_WAIT_BY_REASON.labels, registry=registry)
         self.vllm_queue = None
-        if vllm_names:   # opt-in: vLLM's name and meaning, so existing vLLM dashboards read our figures
+        # opt-in: vLLM's name and meaning, so existing vLLM dashboards read our figures
+        if vllm_names:
             self.vllm_queue = Histogram(REQUEST_QUEUE_TIME_SECONDS,
                                         "Time requests spent in the WAITING phase before first scheduled.",
                                         ["model_name"], buckets=WAIT_BUCKETS, registry=registry)
@@ -46,11 +47,12 @@ class WaitMetrics:
                 self.vllm_queue.labels(model_name=timeline.model).observe(queued, exemplar=exemplar)
 
     def on_frame(self, _frame, timelines: list) -> None:
-        """A sampler listener. Register it after the tracing listener, whose trace ids `trace_id_for` looks up."""
+        """A sampler listener. Register it after the tracing listener, whose trace ids
+        `trace_id_for` looks up."""
         for timeline in timelines:
             self.observe(timeline, self._trace_id(timeline))
 
     def _trace_id(self, timeline) -> str | None:
-        """The engine's own trace of the request where its span gave one (an outside engine: its trace is the one
-        to jump to), else the trace this agent exported of it."""
+        """The engine's own trace of the request where its span gave one (an outside engine: its
+        trace is the one to jump to), else the trace this agent exported of it."""
         return timeline.trace_id or (self.trace_id_for(timeline) if self.trace_id_for else None)

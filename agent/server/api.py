@@ -25,14 +25,15 @@ def readyz(request: Request):
 
 @router.get("/api/v1/diagnosis", tags=["diagnosis"])
 def diagnosis(request: Request) -> dict:
-    """The current verdict: the `diagnose --json` document, with `fix`: the recommended settings and their
-    predicted effect on the recent window, when a stage recommends an engine setting."""
+    """The current verdict: the `diagnose --json` document, with `fix`: the recommended settings
+    and their predicted effect on the recent window, when a stage recommends an engine setting."""
     runtime = request.app.state.runtime
     d = runtime.latest_diagnosis()
     if d is None:
         raise HTTPException(503, "no sample taken yet: retry in a second")
     document = d.to_dict()
-    effect = runtime.predicted_fix(d)      # the fix's predicted effect (stagelens whatif), when there is a fix
+    # the fix's predicted effect (stagelens whatif), when there is a fix
+    effect = runtime.predicted_fix(d)
     if effect is not None:
         document["fix"] = effect
     return document
@@ -66,9 +67,10 @@ def frames(request: Request,
            since: float | None = Query(default=None, ge=0, description="only frames taken after this Unix time"),
            limit: int = Query(default=FRAMES_LIMIT, ge=1, le=MAX_FRAMES_LIMIT,
                               description="at most this many frames, the newest")) -> list:
-    """Frames kept in the agent's history, oldest first: the newest `limit` of those after `since`.
-    A frame of an 8-GPU node is some 50 KB of JSON, so the whole history is never the default; the answer is
-    streamed (agent/server/frames_stream.py), and at most a few reads of more than 120 frames run at once."""
+    """Frames kept in the agent's history, oldest first: the newest `limit` of those after
+    `since`. A frame of an 8-GPU node is some 50 KB of JSON, so the whole history is never the
+    default; the answer is streamed (agent/server/frames_stream.py), and at most a few reads of
+    more than 120 frames run at once."""
     chosen = request.app.state.runtime.frames(since)[-limit:]
     heavy = request.app.state.heavy_reads if len(chosen) > HEAVY_FRAMES else None
     if heavy is not None:
@@ -78,12 +80,14 @@ def frames(request: Request,
 
 @router.get("/api/v1/requests/slowest", tags=["requests"])
 def slowest(request: Request, n: int = Query(default=10, ge=1, le=1000)) -> list:
-    """The slowest recent requests with their timelines (waits with reasons, prefill chunks, preemptions)."""
+    """The slowest recent requests with their timelines (waits with reasons, prefill chunks,
+    preemptions)."""
     return request.app.state.runtime.slowest_requests(n)
 
 
 @router.get("/api/v1/whatif/window", tags=["requests"])
 def whatif_window(request: Request) -> dict:
-    """What `stagelens whatif --connect` replays: the recent finished requests' timelines and, for the hosted
-    lab engine, its settings, steps and model loads (the flight recorder's rings: the last few thousand)."""
+    """What `stagelens whatif --connect` replays: the recent finished requests' timelines and,
+    for the hosted lab engine, its settings, steps and model loads (the flight recorder's rings:
+    the last few thousand)."""
     return request.app.state.runtime.whatif_window()

@@ -16,7 +16,8 @@ def require_token(request: Request, authorization: str | None = Header(default=N
         raise HTTPException(403, "this endpoint changes state and is disabled: start `stagelens serve` with "
                                  "--token or STAGELENS_TOKEN set")
     scheme, _, given = (authorization or "").partition(" ")
-    # Compared as bytes: a header arrives as latin-1, a configured token may be any text (UTF-8 on the wire).
+    # Compared as bytes: a header arrives as latin-1, a configured token may be any text (UTF-8 on
+    # the wire).
     if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode("latin-1"),
                                                              expected.encode("utf-8")):
         raise HTTPException(401, "a valid 'Authorization: Bearer <token>' header is required",
@@ -24,9 +25,10 @@ def require_token(request: Request, authorization: str | None = Header(default=N
 
 
 class TokenFirst(APIRoute):
-    """A route that asks the token before anything of its request is parsed. FastAPI parses a body before it
-    solves the route's dependencies, so `Depends(require_token)` alone answered a POST without the token but
-    with a body that is not JSON with 422 and the parser's words: a stranger learnt how the body is read."""
+    """A route that asks the token before anything of its request is parsed. FastAPI parses a
+    body before it solves the route's dependencies, so `Depends(require_token)` alone answered a
+    POST without the token but with a body that is not JSON with 422 and the parser's words: a
+    stranger learnt how the body is read."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

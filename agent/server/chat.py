@@ -1,6 +1,7 @@
-"""An OpenAI-style `/v1/chat/completions` on the hosted lab engine, streaming too, what most benchmark
-clients speak. The chat is rendered by the lab's template (chat_request.py) into one prompt; from there
-it is a completion: the same engine requests, tied to the connection the same way (generation.py)."""
+"""An OpenAI-style `/v1/chat/completions` on the hosted lab engine, streaming too, what most
+benchmark clients speak. The chat is rendered by the lab's template (chat_request.py) into one
+prompt; from there it is a completion: the same engine requests, tied to the connection the same
+way (generation.py)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ async def chat_completions(body: ChatRequest, request: Request):
 
 
 def _stream(gen: Generation, request: Request):
-    """Opens with a `delta.role` chunk; a piece of text is a `delta.content`, the final chunk's delta is empty
-    unless text was held back."""
+    """Opens with a `delta.role` chunk; a piece of text is a `delta.content`, the final chunk's
+    delta is empty unless text was held back."""
     created = int(time.time())
 
     def chunk(deltas: list[tuple[int, dict, str | None]], usage: dict | None = None) -> dict:

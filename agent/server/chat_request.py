@@ -6,14 +6,16 @@ fixed template, and that text becomes token ids as a completion prompt does (UTF
     <|system|>\\nYou are terse.\\n<|user|>\\nHello\\n<|assistant|>\\n
 
 that is `<|ROLE|>`, a newline, the content and a newline for each message in order, then
-`<|assistant|>` and a newline for the reply. A message's content is a string, null (empty), or a list of
-`{"type": "text", "text": ...}` parts joined by newlines; `name` and tool calls are not rendered.
+`<|assistant|>` and a newline for the reply. A message's content is a string, null (empty), or a
+list of `{"type": "text", "text": ...}` parts joined by newlines; `name` and tool calls are not
+rendered.
 
-Fields the lab engine honours: `messages`, `model`, `max_completion_tokens` (or the older `max_tokens`;
-neither: what the context leaves), `temperature` (0, greedy, by default here), `seed`, `stop`, `stream`,
-`stream_options.include_usage`, `user`. OpenAI fields it does not implement (`n` > 1, `logprobs`, `top_p`,
-the penalties, `logit_bias`, `tools`, `response_format` other than text) are refused with a 400 that
-names them unless they hold their neutral value; fields OpenAI does not define are ignored.
+Fields the lab engine honours: `messages`, `model`, `max_completion_tokens` (or the older
+`max_tokens`; neither: what the context leaves), `temperature` (0, greedy, by default here), `seed`,
+`stop`, `stream`, `stream_options.include_usage`, `user`. OpenAI fields it does not implement (`n` >
+1, `logprobs`, `top_p`, the penalties, `logit_bias`, `tools`, `response_format` other than text) are
+refused with a 400 that names them unless they hold their neutral value; fields OpenAI does not
+define are ignored.
 """
 
 from __future__ import annotations

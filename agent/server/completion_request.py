@@ -1,11 +1,11 @@
 """The body of `POST /v1/completions`, as OpenAI defines it, checked before anything is queued.
 
-Fields the lab engine honours: `prompt` (a string, a list of strings, token ids, or a list of token-id
-lists: one choice per prompt), `model`, `max_tokens` (null: what the context leaves), `temperature`,
-`seed`, `stop`, `stream`, `stream_options.include_usage`, `user`. OpenAI fields it does not implement
-are refused with a 400 that names them, unless they hold their neutral value; fields OpenAI does not
-define are ignored.
-The bundled models are synthetic: text becomes token ids byte by byte, ids come back as `" w<id>"`.
+Fields the lab engine honours: `prompt` (a string, a list of strings, token ids, or a list of
+token-id lists: one choice per prompt), `model`, `max_tokens` (null: what the context leaves),
+`temperature`, `seed`, `stop`, `stream`, `stream_options.include_usage`, `user`. OpenAI fields it
+does not implement are refused with a 400 that names them, unless they hold their neutral value;
+fields OpenAI does not define are ignored. The bundled models are synthetic: text becomes token ids
+byte by byte, ids come back as `" w<id>"`.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from stagelens.errors import UserError
 from stagelens.lab.scenarios import SCENARIOS
 from stagelens.server.auth import TokenFirst, require_token
 
-# TokenFirst checks the token before the body is parsed; the dependency says so in the OpenAPI document
+# TokenFirst checks the token before the body is parsed; the dependency says so in the OpenAPI
+# document
 router = APIRouter(dependencies=[Depends(require_token)], route_class=TokenFirst, tags=["control"])
 
 
@@ -45,8 +46,9 @@ def start_scenario(body: ScenarioStart, request: Request) -> dict:
 
 @router.post("/api/v1/bandwidth-probe")
 async def bandwidth_probe(request: Request) -> dict:
-    """Measure this node's plain copy bandwidth again (probes/bandwidth.py): what the device's memory does
-    on a large copy. The diagnosis does not use it; attention is judged against its own ideal-layout curve."""
+    """Measure this node's plain copy bandwidth again (probes/bandwidth.py): what the device's
+    memory does on a large copy. The diagnosis does not use it; attention is judged against its
+    own ideal-layout curve."""
     from stagelens.probes.bandwidth import get_reference_bandwidth
 
     device = "cpu"

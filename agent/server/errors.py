@@ -1,6 +1,7 @@
-"""Errors as clients expect them: OpenAI's shape under `/v1/` (what OpenAI clients and load generators
-parse), FastAPI's `{"detail": ...}` elsewhere. Validation errors never echo a number JSON cannot carry
-(NaN, infinity), so a hostile body gets a 4xx that says what is wrong, never a 500."""
+"""Errors as clients expect them: OpenAI's shape under `/v1/` (what OpenAI clients and load
+generators parse), FastAPI's `{"detail": ...}` elsewhere. Validation errors never echo a number
+JSON cannot carry (NaN, infinity), so a hostile body gets a 4xx that says what is wrong, never a
+500."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""`/api/v1/frames` streamed: the answer is encoded a chunk at a time while it is sent, so what one request
-holds does not grow with the history (the whole list built in memory took the agent from 232 to 335 MB for
-900 frames of an 8-GPU node, ten requests in parallel to 732 MB). A slow reader is held back by the socket's
-flow control, not buffered for. Reads of more than HEAVY_FRAMES frames (what the TUI asks for) are heavy:
-at most MAX_HEAVY_READS stream at once; another is answered 503 with Retry-After at once, never queued; and
-together they are sent at most HEAVY_BYTES_PER_S, so what encoding them costs the agent (~80 MB of JSON a
-CPU second) stays bounded however often a client asks: a client looping over whole histories held a core.
+"""`/api/v1/frames` streamed: the answer is encoded a chunk at a time while it is sent, so what one
+request holds does not grow with the history (the whole list built in memory took the agent from 232
+to 335 MB for 900 frames of an 8-GPU node, ten requests in parallel to 732 MB). A slow reader is
+held back by the socket's flow control, not buffered for. Reads of more than HEAVY_FRAMES frames
+(what the TUI asks for) are heavy: at most MAX_HEAVY_READS stream at once; another is answered 503
+with Retry-After at once, never queued; and together they are sent at most HEAVY_BYTES_PER_S, so
+what encoding them costs the agent (~80 MB of JSON a CPU second) stays bounded however often a
+client asks: a client looping over whole histories held a core.
 """
 
 from __future__ import annotations
@@ -17,25 +18,30 @@ from collections.abc import Callable, Iterator
 from fastapi import HTTPException
 from fastapi.responses import StreamingResponse
 
-CHUNK_BYTES = 64 * 1024      # frames are sent in chunks of about this much (one frame of 50 KB may pass it)
-MAX_HEAVY_READS = 2          # each costs the agent a core for a second or two on a full 8-GPU history
+# frames are sent in chunks of about this much (one frame of 50 KB may pass it)
+CHUNK_BYTES = 64 * 1024
+# each costs the agent a core for a second or two on a full 8-GPU history
+MAX_HEAVY_READS = 2
 HEAVY_BYTES_PER_S = 4 << 20  # ~5% of a core; 900 frames of an 8-GPU node (46 MB) in about 11 s
 
 
 class HeavyReads:
-    """How many heavy reads stream now, at most `most`, and how many were refused; `pace(n)` waits until `n`
-    more bytes of them fit in `bytes_per_s` (all heavy reads together). `clock` and `sleep` are time's."""
+    """How many heavy reads stream now, at most `most`, and how many were refused; `pace(n)`
+    waits until `n` more bytes of them fit in `bytes_per_s` (all heavy reads together). `clock`
+    and `sleep` are time's."""
 
     def __init__(self, most: int = MAX_HEAVY_READS, bytes_per_s: float = HEAVY_BYTES_PER_S,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self.most, self.now = most, 0
         self.refused = 0
         self.bytes_per_s, self._clock, self._sleep = bytes_per_s, clock, sleep
-        self._free_at = float("-inf")      # when the bytes paced so far will have been sent at the rate
+        # when the bytes paced so far will have been sent at the rate
+        self._free_at = float("-inf")
         self._lock = threading.Lock()
 
     def pace(self, size: int) -> None:
-        """Wait until `size` more bytes are within the rate (each caller its turn: the waits add up)."""
+        """Wait until `size` more bytes are within the rate (each caller its turn: the waits add
+        up)."""
         with self._lock:
             now = self._clock()
             start = max(now, self._free_at)
@@ -59,8 +65,9 @@ class HeavyReads:
 
 
 def frames_chunks(frames: list, pace: Callable[[int], None] | None = None) -> Iterator[bytes]:
-    """The JSON array of `frames` (each its `to_dict()`), in chunks of about CHUNK_BYTES: a frame is encoded
-    only when the chunk before it has been taken, and `pace(size)` has let the chunk go."""
+    """The JSON array of `frames` (each its `to_dict()`), in chunks of about CHUNK_BYTES: a frame
+    is encoded only when the chunk before it has been taken, and `pace(size)` has let the chunk
+    go."""
     chunk, first = [b"["], True
     size = 1
     for frame in frames:
@@ -79,8 +86,8 @@ def frames_chunks(frames: list, pace: Callable[[int], None] | None = None) -> It
 
 
 class FramesResponse(StreamingResponse):
-    """The streamed array; a heavy read's place is given back however the response ends (sent, or the
-    client gone)."""
+    """The streamed array; a heavy read's place is given back however the response ends (sent, or
+    the client gone)."""
 
     def __init__(self, frames: list, heavy: HeavyReads | None) -> None:
         super().__init__(frames_chunks(frames, heavy.pace if heavy is not None else None),

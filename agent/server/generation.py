@@ -1,10 +1,11 @@
-"""What `/v1/completions` and `/v1/chat/completions` share: finding the hosted engine, submitting one
-engine request per choice, following them without a thread per request, and tying them to the HTTP
-request.
+"""What `/v1/completions` and `/v1/chat/completions` share: finding the hosted engine, submitting
+one engine request per choice, following them without a thread per request, and tying them to the
+HTTP request.
 
 Every engine request is tied to its HTTP request: a client that disconnects (streaming or not), a
-stop sequence that matches, or a handler that ends any other way aborts what is still running, so its
-batch slot and KV blocks return to the pool. The engine's deadline (`--request-timeout`) bounds the rest.
+stop sequence that matches, or a handler that ends any other way aborts what is still running, so
+its batch slot and KV blocks return to the pool. The engine's deadline (`--request-timeout`) bounds
+the rest.
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def default_max_tokens(engine, prompts: list[list[int]]) -> int:
 def start(request: Request, body: SamplingRequest, neutral_values: dict[str, tuple],
           prompts_of: Callable[[int], list[list[int]]], max_tokens: int | None, id_prefix: str,
           param: str = "prompt") -> Generation:
-    """Checks the body (engine serving: else 404/503; then the 400s) and submits one engine request per
-    prompt. `prompts_of` maps the model's vocabulary size to the prompts' token ids; `max_tokens` None:
-    what the context leaves."""
+    """Checks the body (engine serving: else 404/503; then the 400s) and submits one engine
+    request per prompt. `prompts_of` maps the model's vocabulary size to the prompts' token ids;
+    `max_tokens` None: what the context leaves."""
     runtime = request.app.state.runtime
     engine = engine_of(runtime)
     check_supported(body, neutral_values)
@@ -114,8 +115,9 @@ def submit(engine, runtime, params, model: str | None, prompts: list[list[int]],
 
 
 async def progress(engine, choices: list[Choice], request: Request):
-    """Polls the engine for new tokens (no thread held per request, so streams scale) and yields after
-    each round that released text; returns when every choice has ended. A client gone aborts all."""
+    """Polls the engine for new tokens (no thread held per request, so streams scale) and yields
+    after each round that released text; returns when every choice has ended. A client gone
+    aborts all."""
     next_check = time.monotonic() + DISCONNECT_CHECK_S
     pause = 0.001
     while any(c.finish_reason is None for c in choices):
@@ -177,7 +179,8 @@ def abort_unfinished(engine, choices: list[Choice], why: str = "the request ende
 
 
 def failure_of(engine, choices: list[Choice]) -> OpenAIError | None:
-    """The HTTP error for the first choice that failed: overdue 504, engine stopped 503, broken 500."""
+    """The HTTP error for the first choice that failed: overdue 504, engine stopped 503, broken
+    500."""
     failed = next((c for c in choices if c.finish_reason in FinishReason.FAILED), None)
     if failed is None:
         return None
@@ -190,7 +193,8 @@ def failure_of(engine, choices: list[Choice]) -> OpenAIError | None:
 
 
 class AbortingStream(StreamingResponse):
-    """However the stream ends (done, client gone, cancelled at shutdown), what still runs is aborted."""
+    """However the stream ends (done, client gone, cancelled at shutdown), what still runs is
+    aborted."""
 
     def __init__(self, engine, choices: list[Choice], content) -> None:
         super().__init__(content, media_type="text/event-stream")
@@ -207,9 +211,10 @@ Chunk = Callable[[list[tuple[int, str, str | None]], dict | None], dict]
 
 
 def stream(gen: Generation, request: Request, chunk: Chunk, opening: dict | None = None) -> AbortingStream:
-    """The response as server-sent events: `opening` if any, a chunk per released piece of text, a final
-    chunk per choice with its finish reason (or an `error` event for a failure), the usage chunk when
-    asked, then `[DONE]`. `chunk` builds an event from `(index, text, finish_reason)` triples and the usage."""
+    """The response as server-sent events: `opening` if any, a chunk per released piece of text,
+    a final chunk per choice with its finish reason (or an `error` event for a failure), the
+    usage chunk when asked, then `[DONE]`. `chunk` builds an event from `(index, text,
+    finish_reason)` triples and the usage."""
     return AbortingStream(gen.engine, gen.choices, _events(gen, request, chunk, opening))
 
 

@@ -1,9 +1,10 @@
-"""Running the HTTP server: bounded (connections, the time to read a request) and stopped gracefully.
+"""Running the HTTP server: bounded (connections, the time to read a request) and stopped
+gracefully.
 
-SIGTERM and SIGINT start a graceful stop: no new connections, and the hosted engine gives requests in
-flight `grace_s` to finish, then aborts the rest, so every client gets an answer (503 or an error event)
-before uvicorn would cancel its task. Then the runtime stops (traces drained, NVML closed) and the
-process exits 0. A second SIGINT forces the stop.
+SIGTERM and SIGINT start a graceful stop: no new connections, and the hosted engine gives requests
+in flight `grace_s` to finish, then aborts the rest, so every client gets an answer (503 or an error
+event) before uvicorn would cancel its task. Then the runtime stops (traces drained, NVML closed)
+and the process exits 0. A second SIGINT forces the stop.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ CANCEL_AFTER_GRACE_S = 3.0    # uvicorn cancels what still runs this long after 
 
 
 class _GracefulServer(uvicorn.Server):
-    """uvicorn re-raises a caught signal once it has stopped, with the default handler back in place:
-    the process would die before the runtime is stopped. Here a signal only starts the shutdown."""
+    """uvicorn re-raises a caught signal once it has stopped, with the default handler back in
+    place: the process would die before the runtime is stopped. Here a signal only starts the
+    shutdown."""
 
     def __init__(self, config, on_exit) -> None:
         super().__init__(config)

@@ -1,5 +1,6 @@
 """Bounds on what one client can make the agent hold: the size of a request body, and the time a
-connection may take to deliver its request (a slowloris trickling headers keeps a socket forever)."""
+connection may take to deliver its request (a slowloris trickling headers keeps a socket
+forever)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from stagelens.engine_hooks.shared.bounded_http import (
 from stagelens.server.errors import error_body
 
 MAX_BODY_BYTES = 1 << 20          # our bodies are prompts and small JSON; 1 MiB is generous
-DRAIN_BYTES = 16 << 20            # after a 413, read (and drop) this much of the rest: a client still sending
-                                  # then reads its 413 instead of a reset connection
+# after a 413, read (and drop) this much of the rest: a client still sending then reads its 413
+# instead of a reset connection
+DRAIN_BYTES = 16 << 20
 
 
 class BodyLimit:
-    """ASGI middleware: a body over `max_bytes` is refused with 413 before it is buffered. The body is
-    read here, bounded, and handed to the app whole (our routes read it whole anyway)."""
+    """ASGI middleware: a body over `max_bytes` is refused with 413 before it is buffered. The
+    body is read here, bounded, and handed to the app whole (our routes read it whole anyway)."""
 
     def __init__(self, app, max_bytes: int = MAX_BODY_BYTES) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -70,9 +72,10 @@ class BodyLimit:
 
 
 class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on reading each request: a client that has not delivered
-    its headers and body `REQUEST_READ_TIMEOUT_S` after connecting (or after its previous response) is
-    disconnected. Idle keep-alive connections keep uvicorn's own, shorter timeout."""
+    """uvicorn's h11 protocol with a deadline on reading each request: a client that has not
+    delivered its headers and body `REQUEST_READ_TIMEOUT_S` after connecting (or after its
+    previous response) is disconnected. Idle keep-alive connections keep uvicorn's own, shorter
+    timeout."""
 
     read_timeout_s = REQUEST_READ_TIMEOUT_S
 

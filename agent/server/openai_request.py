@@ -1,5 +1,6 @@
-"""What the bodies of `POST /v1/completions` and `POST /v1/chat/completions` share, as OpenAI defines them:
-the sampling fields, their bounds, and the fields the lab engine accepts only at their neutral value."""
+"""What the bodies of `POST /v1/completions` and `POST /v1/chat/completions` share, as OpenAI
+defines them: the sampling fields, their bounds, and the fields the lab engine accepts only at
+their neutral value."""
 
 from __future__ import annotations
 
@@ -46,9 +47,9 @@ class SamplingRequest(BaseModel):
 
 
 def lone_surrogate_at(data) -> str | None:
-    """The path ("messages.0.content") of the first string in a decoded JSON body that UTF-8 cannot carry
-    (JSON allows "\\ud800" alone; the prompt's bytes cannot be made of it), None when there is none.
-    A stack, not recursion: the body's nesting is the client's choice."""
+    """The path ("messages.0.content") of the first string in a decoded JSON body that UTF-8
+    cannot carry (JSON allows "\\ud800" alone; the prompt's bytes cannot be made of it), None
+    when there is none. A stack, not recursion: the body's nesting is the client's choice."""
     stack: list[tuple[str, object]] = [("", data)]
     while stack:
         path, value = stack.pop()
@@ -71,12 +72,14 @@ SAMPLING_NEUTRAL = {"n": (1, None), "top_p": (1.0, None), "presence_penalty": (0
 
 
 def neutral_table(own: dict[str, tuple], after: dict[str, tuple] | None = None) -> dict[str, tuple]:
-    """An endpoint's neutral values in the order a 400 names them: `n`, its own, the shared rest, `after`."""
+    """An endpoint's neutral values in the order a 400 names them: `n`, its own, the shared rest,
+    `after`."""
     return {"n": SAMPLING_NEUTRAL["n"], **own, **SAMPLING_NEUTRAL, **(after or {})}
 
 
 def check_supported(body: SamplingRequest, neutral_values: dict[str, tuple]) -> None:
-    """A 400 naming the first field the lab engine does not implement that is not at its neutral value."""
+    """A 400 naming the first field the lab engine does not implement that is not at its neutral
+    value."""
     for field, neutral in neutral_values.items():
         if getattr(body, field) not in neutral:
             hint = "; send the request several times for several completions" if field in ("n", "best_of") else ""

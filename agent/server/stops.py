@@ -1,5 +1,5 @@
-"""Stop sequences over streamed text: text is released only once no stop sequence can begin in it, so a
-stream never shows the start of a stop that the next token completes."""
+"""Stop sequences over streamed text: text is released only once no stop sequence can begin in
+it, so a stream never shows the start of a stop that the next token completes."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ from __future__ import annotations
 class StopMatcher:
     def __init__(self, stops: list[str]) -> None:
         self.stops = stops
-        self._hold = max((len(s) for s in stops), default=1) - 1   # a stop may begin this close to the end
+        # a stop may begin this close to the end
+        self._hold = max((len(s) for s in stops), default=1) - 1
         self._text = ""
         self._released = 0
         self.matched = False
 
     def feed(self, piece: str) -> str:
-        """Add generated text; returns the part now safe to show. After a match, `matched` is set and
-        the text ends where the stop sequence begins."""
+        """Add generated text; returns the part now safe to show. After a match, `matched` is set
+        and the text ends where the stop sequence begins."""
         self._text += piece
         hits = [i for s in self.stops if (i := self._text.find(s, self._released)) >= 0]
         if hits:

@@ -1,4 +1,5 @@
-"""Request traces: each finished RequestTimeline becomes an `llm_request` span tree exported over OTLP.
+"""Request traces: each finished RequestTimeline becomes an `llm_request` span tree exported over
+OTLP.
 
     exporter = TraceExporter.from_env({"exporter": "otlp-http"}, registry=registry)
     trace_id = exporter.export_timeline(timeline, traceparent=request_headers.get("traceparent"))

@@ -1,4 +1,5 @@
-"""Trace exporter configuration: our config keys first, then the OTEL_* environment, then defaults."""
+"""Trace exporter configuration: our config keys first, then the OTEL_* environment, then
+defaults."""
 
 from __future__ import annotations
 
@@ -20,14 +21,18 @@ _PROTOCOLS = {"http/protobuf": "otlp-http", "grpc": "otlp-grpc"}
 
 @dataclass
 class TracingConfig:
-    exporter: str | None = None          # otlp-http | otlp-grpc | console | jsonl | none; else OTEL_TRACES_EXPORTER
-    endpoint: str | None = None          # else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT
+    # otlp-http | otlp-grpc | console | jsonl | none; else OTEL_TRACES_EXPORTER
+    exporter: str | None = None
+    # else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT
+    endpoint: str | None = None
     jsonl_path: str | None = None
-    service_name: str | None = None      # used when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one
+    # used when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES names one
+    service_name: str | None = None
     max_queue_size: int = 2048
     max_export_batch_size: int = 512
     schedule_delay_s: float = 1.0
-    export_timeout_s: float | None = None   # per batch, retries included; else OTEL_EXPORTER_OTLP_*TIMEOUT
+    # per batch, retries included; else OTEL_EXPORTER_OTLP_*TIMEOUT
+    export_timeout_s: float | None = None
     shutdown_timeout_s: float = 5.0
 
     @classmethod
@@ -55,7 +60,8 @@ class TracingConfig:
 
 
 def exporter_name(config: TracingConfig) -> str:
-    """The one exporter to use: config `exporter`, else OTEL_TRACES_EXPORTER, else OTLP over HTTP."""
+    """The one exporter to use: config `exporter`, else OTEL_TRACES_EXPORTER, else OTLP over
+    HTTP."""
     if config.exporter:
         names = [config.exporter.strip().lower()]
         source = "tracing exporter"
@@ -87,7 +93,8 @@ def _http_traces_url(endpoint: str) -> str:
 
 
 def build_span_exporter(name: str, config: TracingConfig) -> SpanExporter | None:
-    """The SDK exporter for `name` (None for `none`); the OTLP ones read the rest of OTEL_* themselves."""
+    """The SDK exporter for `name` (None for `none`); the OTLP ones read the rest of OTEL_*
+    themselves."""
     try:
         if name == "otlp-http":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -115,7 +122,8 @@ def build_span_exporter(name: str, config: TracingConfig) -> SpanExporter | None
 
 
 def service_resource(default_name: str | None = None) -> Resource:
-    """The SDK's resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), named stagelens when they don't say."""
+    """The SDK's resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), named stagelens when
+    they don't say."""
     resource = Resource.create({})
     named = str(resource.attributes.get(SERVICE_NAME, ""))
     if not named or named.startswith("unknown_service"):

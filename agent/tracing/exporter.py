@@ -21,8 +21,8 @@ from .processor import CountingBatchProcessor
 from .spans import record_timeline
 
 log = logging.getLogger(__name__)
-# The OTLP exporters log every failed batch; ours are counted (stagelens_trace_spans_failed_total) and a
-# dead collector must not flood the agent's log, so only their critical messages pass.
+# The OTLP exporters log every failed batch; ours are counted (stagelens_trace_spans_failed_total)
+# and a dead collector must not flood the agent's log, so only their critical messages pass.
 logging.getLogger("opentelemetry.exporter.otlp").setLevel(logging.CRITICAL)
 
 
@@ -73,7 +73,8 @@ class TraceExporter:
 
     def export_timeline(self, timeline: RequestTimeline, traceparent: str | None = None,
                         tracestate: str | None = None) -> str | None:
-        """Queue the request's span tree; the trace id (32 hex) or None when nothing was recorded."""
+        """Queue the request's span tree; the trace id (32 hex) or None when nothing was
+        recorded."""
         if self._tracer is None:
             return None
         self._timelines += 1
@@ -91,11 +92,13 @@ class TraceExporter:
         return format(ctx.trace_id, "032x")
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait up to `timeout` s for every queued span to be exported or failed; True if all were."""
+        """Wait up to `timeout` s for every queued span to be exported or failed; True if all
+        were."""
         return self._processor.force_flush(int(timeout * 1000)) if self._processor is not None else True
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Drain within `timeout` s (default: the configured one); what is still queued is counted dropped."""
+        """Drain within `timeout` s (default: the configured one); what is still queued is
+        counted dropped."""
         if self._processor is not None:
             self._processor.shutdown(timeout)
             self._provider.shutdown()

@@ -32,7 +32,8 @@ def span_record(span: ReadableSpan) -> dict:
 
 
 class JsonLinesSpanExporter(SpanExporter):
-    """Opens (appends to) `path` at construction, so an unwritable path fails at startup, not later."""
+    """Opens (appends to) `path` at construction, so an unwritable path fails at startup, not
+    later."""
 
     def __init__(self, path: str) -> None:
         self.path = path

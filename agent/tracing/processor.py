@@ -38,7 +38,8 @@ class CountingBatchProcessor(SpanProcessor):
         self._wake = threading.Event()
         self._in_flight = 0
         self._stopping = False      # no more spans accepted; worker drains and exits
-        self._abandoned = False     # shutdown gave up waiting: the worker must not start another batch
+        # shutdown gave up waiting: the worker must not start another batch
+        self._abandoned = False
         self._submitted = 0
         self._worker = threading.Thread(target=self._run, name="stagelens-trace-export", daemon=True)
         self._worker.start()

@@ -39,7 +39,8 @@ def preempted_intervals(tl: RequestTimeline, end: float) -> Iterator[tuple[float
 
 def record_timeline(tracer: trace.Tracer, tl: RequestTimeline, offset: ClockOffset,
                     parent: Context | None = None) -> trace.Span:
-    """Record the tree and return the root span (not recording when sampled out: nothing else is made)."""
+    """Record the tree and return the root span (not recording when sampled out: nothing else is
+    made)."""
     ns = offset.to_epoch_ns
     end = end_time(tl)
     root = tracer.start_span(semconv.ROOT, context=parent if parent is not None else Context(),

@@ -1,8 +1,9 @@
 """The stagelens TUI: top bar, verdict strip, five panels, key bar; collection in a worker thread.
 
-The worker only polls the source and posts `Polled` messages; everything else — folding the poll into
-`TuiState`, diagnosing, drawing — happens here on the UI thread, inside `batch_update`. Tests post the
-same messages with the worker off (`autopoll=False`) and the clock is always a frame's own time.
+The worker only polls the source and posts `Polled` messages; everything else — folding the poll
+into `TuiState`, diagnosing, drawing — happens here on the UI thread, inside `batch_update`. Tests
+post the same messages with the worker off (`autopoll=False`) and the clock is always a frame's own
+time.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ STAGE_PANEL = {"kv_cache": "2", "scheduler": "3", "cold_path": "4"}
 
 
 def catch_stop_signals(app: App, handler: Callable[[], object]) -> None:
-    """SIGTERM, SIGHUP and SIGINT call `handler` while `app` runs in a terminal (headless tests: left alone)."""
+    """SIGTERM, SIGHUP and SIGINT call `handler` while `app` runs in a terminal (headless tests:
+    left alone)."""
     if not app.is_headless:
         loop = asyncio.get_running_loop()
         for sig in STOP_SIGNALS:
@@ -77,7 +79,8 @@ class StagelensApp(PlainNotices, App[int]):
         Binding("enter", "runbook", "runbook"),
         Binding("f", "apply_fix", "apply fix"),
         Binding("ctrl+s", "save_svg", "screenshot", priority=True),
-        # before the scrolling panels' own left/right/home/end, in replay only (else SkipAction passes them on)
+        # before the scrolling panels' own left/right/home/end, in replay only (else SkipAction
+        # passes them on)
         Binding("left_square_bracket,left", "seek(-10)", "seek back", show=False, priority=True),
         Binding("right_square_bracket,right", "seek(10)", "seek forward", show=False, priority=True),
         Binding("home", "seek_start", show=False, priority=True),
@@ -99,10 +102,11 @@ class StagelensApp(PlainNotices, App[int]):
                            "note": None, "position": None, "paused": source.paused, "can_fix": source.can_fix,
                            "has_frames": False, "tall": False}
         self._root: str | None = None
-        self.notice = notice             # said once at start (how the source is judged, when it matters)
+        # said once at start (how the source is judged, when it matters)
+        self.notice = notice
         self.stopped_by_signal = False
 
-    # --- layout -------------------------------------------------------------------------------------------
+    # --- layout -----------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield TopBar(id="topbar")
         yield VerdictStrip(id="verdict")
@@ -148,7 +152,7 @@ class StagelensApp(PlainNotices, App[int]):
         self.query_one("#panels").set_class(width >= WIDE, "wide")
         self.info["tall"] = height >= TALL
 
-    # --- polls --------------------------------------------------------------------------------------------
+    # --- polls ------------------------------------------------------------------------------------
     def on_polled(self, message: Polled) -> None:
         poll = message.poll
         self.info["error"] = poll.error
@@ -162,12 +166,14 @@ class StagelensApp(PlainNotices, App[int]):
             self.state.add(poll.frames, poll.timelines, poll.reset)
         self.info["has_frames"] = self.state.last is not None
         shown = (poll.error, poll.note, poll.position, self.source.paused)
-        if changed or shown != self._last_shown:   # nothing new: leave the screen as it is (idle costs ~nothing)
+        # nothing new: leave the screen as it is (idle costs ~nothing)
+        if changed or shown != self._last_shown:
             self._last_shown = shown
             self.redraw()
 
     def poll_once(self) -> None:
-        """One poll on this thread, posted like the worker's (tests, and refresh without the worker)."""
+        """One poll on this thread, posted like the worker's (tests, and refresh without the
+        worker)."""
         self.poller.poll_once()
 
     def request_poll(self) -> None:
@@ -195,7 +201,7 @@ class StagelensApp(PlainNotices, App[int]):
         if panel.display:
             self.query_one("#panels", VerticalScroll).scroll_to_widget(panel, animate=False, top=True)
 
-    # --- actions ------------------------------------------------------------------------------------------
+    # --- actions ----------------------------------------------------------------------------------
     def action_toggle_panel(self, key: str) -> None:
         panel = self.panel(key)
         panel.display = not panel.display
@@ -268,7 +274,8 @@ class StagelensApp(PlainNotices, App[int]):
             self.notify("nothing to apply: no stage recommends an engine setting", timeout=4)
             return
         text = as_flags(flags)
-        window = getattr(self.source, "whatif_window", lambda: None)()   # the run so far, before the restart
+        # the run so far, before the restart
+        window = getattr(self.source, "whatif_window", lambda: None)()
         self.state.mark_fix(flags, text)
         self.source.apply_fix(flags)
         self.notify(f"restarting the engine with {text}", timeout=6)
@@ -280,7 +287,8 @@ class StagelensApp(PlainNotices, App[int]):
         self.request_poll()
 
     def _predict_fix(self, window: dict, frames: list, diagnosis, fix) -> None:
-        """On a worker thread: the fix's predicted effect on the run before it (stagelens whatif)."""
+        """On a worker thread: the fix's predicted effect on the run before it (stagelens
+        whatif)."""
         from stagelens.whatif.fix_effect import predicted_effect
         from stagelens.whatif.workload import observed_from_window
 
@@ -298,7 +306,8 @@ class StagelensApp(PlainNotices, App[int]):
             self.redraw()
 
     def _replay_on_dashboard(self) -> None:
-        """Seek keys act on a replay, on the dashboard; anywhere else they keep their usual meaning."""
+        """Seek keys act on a replay, on the dashboard; anywhere else they keep their usual
+        meaning."""
         if self.source.kind != "replay" or self.screen is not self.screen_stack[0]:
             raise SkipAction()
 

@@ -15,8 +15,10 @@ from stagelens.frame import Frame
 @dataclass
 class Poll:
     frames: list[Frame] = field(default_factory=list)
-    timelines: list[RequestTimeline] = field(default_factory=list)   # the requests finished since the last poll
-    reset: bool = False                 # the frames replace the history (a replay seek, a reconnect)
+    # the requests finished since the last poll
+    timelines: list[RequestTimeline] = field(default_factory=list)
+    # the frames replace the history (a replay seek, a reconnect)
+    reset: bool = False
     error: str | None = None            # the source did not answer: the TUI shows it STALE
     note: str | None = None             # what the source is doing ("starting the engine")
     position: tuple[int, int] | None = None   # replay: (frames shown, frames in the bundle)
@@ -50,11 +52,13 @@ class Feed:
         raise NotImplementedError(f"a {self.kind} source cannot apply a fix")
 
     def whatif_window(self) -> dict | None:
-        """What what-if replays of the engine now (agent.lab.host.EngineHost.whatif_window), where the source has it."""
+        """What what-if replays of the engine now (agent.lab.host.EngineHost.whatif_window),
+        where the source has it."""
         return None
 
 
 def sampled(sampling) -> Poll:
-    """One sample of an in-process NodeSampling (agent/node_sampling.py) as a poll: its frame and timelines."""
+    """One sample of an in-process NodeSampling (agent/node_sampling.py) as a poll: its frame and
+    timelines."""
     frame, timelines = sampling.tick()
     return Poll([frame], list(timelines))

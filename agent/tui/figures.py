@@ -1,5 +1,5 @@
-"""The serving figures the TUI shows and compares before and after a fix, read from one frame's window
-and the requests that finished in it."""
+"""The serving figures the TUI shows and compares before and after a fix, read from one frame's
+window and the requests that finished in it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from stagelens.frame import Frame
 SHOWN = (c.WAITING, c.RUNNING, c.DECIDED_WAIT_P50, c.DECIDED_WAIT_P99, c.BUSY, c.BUSY_WHILE_WAITING, c.BUDGET_USE,
          c.HEAD_OF_LINE, c.KV_FRAGMENTATION, c.KV_ACCESS_EFFICIENCY, c.KV_EFFECTIVE_BANDWIDTH,
          c.STEP_TIME_INFLATION, c.DECODE_RATE)
-# ... and over the requests that finished in it, by the names every surface gives them (latency_summary)
+# ... and over the requests that finished in it, by the names every surface gives them
+# (latency_summary)
 FINISHED, TTFT_P50, LATENCY_P99 = "finished", "ttft_p50_s", "latency_p99_s"
 
 

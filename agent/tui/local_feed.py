@@ -1,6 +1,6 @@
-"""The agent in-process with the bundled lab engine (agent.lab.host): the engine runs a scenario's workload
-in the background, round after round, and each poll takes one sample. `apply_fix` restarts the engine with
-the diagnosis's settings.
+"""The agent in-process with the bundled lab engine (agent.lab.host): the engine runs a scenario's
+workload in the background, round after round, and each poll takes one sample. `apply_fix` restarts
+the engine with the diagnosis's settings.
 
 Everything that touches the engine runs on the poller's worker thread; `apply_fix` and `set_paused`
 (UI thread) only leave a request for it.
@@ -41,7 +41,7 @@ class LocalFeed(Feed):
     def label(self) -> str:
         return f"local lab{' ' + self.scenario if self.scenario else ''}"
 
-    # --- the worker thread ----------------------------------------------------------------------------
+    # --- the worker thread ------------------------------------------------------------------------
     def open(self) -> Poll:
         from stagelens.lab.host import EngineHost
 
@@ -73,7 +73,7 @@ class LocalFeed(Feed):
         if self._sampling is not None:
             self._sampling.close()
 
-    # --- the UI thread --------------------------------------------------------------------------------
+    # --- the UI thread ----------------------------------------------------------------------------
     def apply_fix(self, flags: dict) -> None:
         with self._lock:
             self._pending_fix = dict(flags)

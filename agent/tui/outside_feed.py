@@ -1,7 +1,7 @@
-"""An engine read from outside (vLLM, SGLang: agent/sources) sampled in-process with this node's probes: each
-poll takes one sample. The TUI cannot restart that engine, so it shows the fix in the engine's own flags
-and applies nothing. An engine that does not answer leaves the frame without an engine: the TUI shows it
-STALE with the reason."""
+"""An engine read from outside (vLLM, SGLang: agent/sources) sampled in-process with this node's
+probes: each poll takes one sample. The TUI cannot restart that engine, so it shows the fix in
+the engine's own flags and applies nothing. An engine that does not answer leaves the frame
+without an engine: the TUI shows it STALE with the reason."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ from stagelens.frame import Frame, FrameError
 from stagelens.http_client import get_json, redact_url
 from stagelens.tui.feed import Feed, Poll
 
-# The first poll may bring the server's whole history: 900 frames of a busy 8-GPU node are ~46 MB and ~2.5
-# million JSON items (~2,800 a frame), past the HTTP client's caps. These hold it, and bound the parse
-# (agent.json_answer): ~400 MB at worst (measured, 4 million items of `{"a":{}},`), where 60 MiB of `{},`
-# once took it to 1.6 GB and 200 MiB past 3 GB.
+# The first poll may bring the server's whole history: 900 frames of a busy 8-GPU node are ~46 MB
+# and ~2.5 million JSON items (~2,800 a frame), past the HTTP client's caps. These hold it, and
+# bound the parse (agent.json_answer): ~400 MB at worst (measured, 4 million items of `{"a":{}},`),
+# where 60 MiB of `{},` once took it to 1.6 GB and 200 MiB past 3 GB.
 FRAMES_MAX_BYTES = 64 * 2**20
 FRAMES_MAX_ITEMS = 4_000_000
 
@@ -55,8 +55,8 @@ class RemoteFeed(Feed):
 
 
 def _timelines(slowest) -> list[RequestTimeline]:
-    """The slowest requests the server sent (RequestTimeline.to_dict() each); one that does not read as a
-    timeline is left out, as the frames are shown without it."""
+    """The slowest requests the server sent (RequestTimeline.to_dict() each); one that does not
+    read as a timeline is left out, as the frames are shown without it."""
     out = []
     for data in slowest if isinstance(slowest, list) else []:
         try:

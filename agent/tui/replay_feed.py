@@ -1,5 +1,6 @@
-"""A recorded bundle played back: one frame a poll, with pause and seek. Starts at the end, paused:
-the state when recording stopped, with every transition in the event log; seek back or press play."""
+"""A recorded bundle played back: one frame a poll, with pause and seek. Starts at the end,
+paused: the state when recording stopped, with every transition in the event log; seek back or
+press play."""
 
 from __future__ import annotations
 

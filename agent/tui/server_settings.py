@@ -1,5 +1,5 @@
-"""The thresholds a running agent judges with, read from its API, so that a TUI watching it agrees with its
-alerts (`tui --connect`, a node opened from the fleet)."""
+"""The thresholds a running agent judges with, read from its API, so that a TUI watching it
+agrees with its alerts (`tui --connect`, a node opened from the fleet)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from stagelens.http_client import get_json
 
 
 def server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:
-    """The settings the server judges with; `--config` and `--threshold` still apply on top. A server that
-    does not say: (None, a notice that this TUI's defaults are used)."""
+    """The settings the server judges with; `--config` and `--threshold` still apply on top. A
+    server that does not say: (None, a notice that this TUI's defaults are used)."""
     served = DiagnosisConfig()
     try:
         apply_document(served, f"{url.rstrip('/')}/api/v1/config", get_json(url, "/api/v1/config", timeout=3.0))

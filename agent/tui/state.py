@@ -24,7 +24,8 @@ from stagelens.vocabulary import STAGE_NAMES
 @dataclass
 class LogEntry:
     time_unix: float
-    stage: str | None             # None: an event of the TUI (a fix applied), not a stage transition
+    # None: an event of the TUI (a fix applied), not a stage transition
+    stage: str | None
     old: str
     new: str
     text: str
@@ -37,7 +38,8 @@ class FixRecord:
     before: dict
     verdict_before: str
     after: dict = field(default_factory=dict)
-    predicted: dict = field(default_factory=dict)   # the figures `whatif` predicted for after the fix, by key
+    # the figures `whatif` predicted for after the fix, by key
+    predicted: dict = field(default_factory=dict)
 
 
 class TuiState:
@@ -51,7 +53,7 @@ class TuiState:
         self.fix: FixRecord | None = None
         self._live = LiveDiagnosis(self.config)
 
-    # --- folding polls ----------------------------------------------------------------------------------
+    # --- folding polls ----------------------------------------------------------------------------
     def reset(self) -> None:
         self.frames.clear()
         self.timelines.clear()
@@ -81,7 +83,7 @@ class TuiState:
             if not (old == "unknown" and new == "ok"):
                 self.log.append(LogEntry(frame.time_unix, stage, old, new, _why(stage, self._live.values)))
 
-    # --- the fix ----------------------------------------------------------------------------------------
+    # --- the fix ----------------------------------------------------------------------------------
     def mark_fix(self, flags: dict, text: str) -> None:
         last = self.last
         verdict = self.verdict_text()
@@ -95,7 +97,7 @@ class TuiState:
         """The frames after `time_unix` (all of them for None)."""
         return [f for f in self.frames if time_unix is None or f.time_unix > time_unix]
 
-    # --- readers ------------------------------------------------------------------------------------------
+    # --- readers ----------------------------------------------------------------------------------
     @property
     def last(self) -> Frame | None:
         return self.frames[-1] if self.frames else None
@@ -110,8 +112,8 @@ class TuiState:
         return d.verdict + (f" ({STAGE_NAMES.get(d.root_stage, d.root_stage)})" if d.root_stage else "")
 
     def series(self, figure: Callable[[Window], float | None], n: int = 240) -> list[float | None]:
-        """One window figure (`figure` reads it, e.g. `lambda w: w.kv.fragmentation_ratio`) over the last `n`
-        frames, oldest first (None where a frame lacks it)."""
+        """One window figure (`figure` reads it, e.g. `lambda w: w.kv.fragmentation_ratio`) over
+        the last `n` frames, oldest first (None where a frame lacks it)."""
         return [figure(f.window) if f.window is not None else None for f in list(self.frames)[-n:]]
 
     def slowest(self, n: int = 8) -> list[RequestTimeline]:

@@ -1,16 +1,19 @@
-"""How a step's time grows past the batches a recording saw. Inside the recorded range the step cost is the
-one fitted on the recording's own steps (agent/whatif/fit.py); past it, that fit at the range's edge plus
-how much more the larger batch costs by a wider source, scaled to the recording:
+"""How a step's time grows past the batches a recording saw. Inside the recorded range the step cost
+is the one fitted on the recording's own steps (agent/whatif/fit.py); past it, that fit at the
+range's edge plus how much more the larger batch costs by a wider source, scaled to the recording:
 
-- the bundled engine's **profile** (agent/lab/step_profile.py): its real forward measured over a grid of
-  batches, contexts and prefills, fitted here with a step time that is piecewise linear in the decoding
-  sequences (a CPU's or GPU's matmul gets cheaper per row as the batch grows: one slope would price a batch
-  of 128 from batches of 2), plus a part per KV token held, per prefill token and per prefill pair;
-- for an engine read from outside, the **roofline prior** of the node's GPU (or this host, measured) and the
+- the bundled engine's **profile** (agent/lab/step_profile.py): its real forward measured over a
+  grid of
+  batches, contexts and prefills, fitted here with a step time that is piecewise linear in the
+  decoding sequences (a CPU's or GPU's matmul gets cheaper per row as the batch grows: one slope
+  would price a batch of 128 from batches of 2), plus a part per KV token held, per prefill token
+  and per prefill pair;
+- for an engine read from outside, the **roofline prior** of the node's GPU (or this host, measured)
+  and the
   model's shape (agent/whatif/prior.py): assumed, not measured, so its predictions carry a range.
 
-The scale is the recording's busy time over what the wider source prices its steps at: the machine's speed
-today (a busy host, the hooks, the engine's loop) against the profile's or the datasheet's.
+The scale is the recording's busy time over what the wider source prices its steps at: the machine's
+speed today (a busy host, the hooks, the engine's loop) against the profile's or the datasheet's.
 """
 
 from __future__ import annotations
@@ -21,17 +24,18 @@ import numpy as np
 
 from stagelens.whatif.fit import FEATURES, duration, nonnegative_least_squares, step_rows
 
-# the profile's batches and prefill sizes: one slope between each two knots, the last running on. A CPU's or
-# GPU's matmul gets cheaper per row as rows grow, so a decode step of 128 sequences, or a prefill of 4,096
-# tokens, is priced by its own stretch, not by one slope fitted over all sizes
+# the profile's batches and prefill sizes: one slope between each two knots, the last running on. A
+# CPU's or GPU's matmul gets cheaper per row as rows grow, so a decode step of 128 sequences, or a
+# prefill of 4,096 tokens, is priced by its own stretch, not by one slope fitted over all sizes
 DECODE_KNOTS = (0, 1, 4, 16, 48, 128)
 PREFILL_KNOTS = (0, 32, 128, 512, 2048, 8192)
 
 
 @dataclass(frozen=True)
 class ProfileCost:
-    """A step's time from the profile: a base, a slope per decoding sequence and one per prefill token on each
-    stretch between knots (each >= 0: more work never costs less), and parts per KV token and prefill pair."""
+    """A step's time from the profile: a base, a slope per decoding sequence and one per prefill
+    token on each stretch between knots (each >= 0: more work never costs less), and parts per KV
+    token and prefill pair."""
     base: float
     decode_slopes: tuple[float, ...]
     prefill_slopes: tuple[float, ...]
@@ -46,7 +50,8 @@ class ProfileCost:
 
     def parts(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
               kv_tokens: float) -> tuple[float, float]:
-        """(the step's steady part: its base, decodes and KV read; its prefill part: tokens and pairs)."""
+        """(the step's steady part: its base, decodes and KV read; its prefill part: tokens and
+        pairs)."""
         return (self.base + _piecewise(decode_seqs, DECODE_KNOTS, self.decode_slopes) + self.per_kv_token * kv_tokens,
                 _piecewise(prefill_tokens, PREFILL_KNOTS, self.prefill_slopes) + self.per_prefill_pair * prefill_pairs)
 
@@ -75,15 +80,16 @@ def _piecewise(value: float, knots: tuple[int, ...], slopes: tuple[float, ...]) 
 
 
 def _ramps(values: np.ndarray, knots: tuple[int, ...]) -> np.ndarray:
-    """How far each value runs into each stretch between knots (the last open-ended): one column a stretch."""
+    """How far each value runs into each stretch between knots (the last open-ended): one column
+    a stretch."""
     lows = np.asarray(knots[:-1], dtype=float)
     widths = np.append(np.diff(np.asarray(knots, dtype=float))[:-1], np.inf)
     return np.clip(values[:, None] - lows[None, :], 0.0, widths[None, :])
 
 
 def fit_profile(steps: list[dict]) -> ProfileCost:
-    """The profile's steps (agent/lab/step_profile.py) fitted: least squares on the relative error, every
-    part >= 0."""
+    """The profile's steps (agent/lab/step_profile.py) fitted: least squares on the relative
+    error, every part >= 0."""
     x, y = step_rows(steps, busy_gap=0.0)
     decode, prefill, kv, pairs = (x[:, FEATURES.index(name)] for name in
                                   ("decode_seqs", "prefill_tokens", "kv_tokens", "prefill_pairs"))
@@ -101,10 +107,11 @@ def fit_profile(steps: list[dict]) -> ProfileCost:
 
 @dataclass(frozen=True)
 class ScaledProfile:
-    """The profile scaled to a recording, its steady part and its prefill part each by its own factor: the
-    engine served beside a load generator and an agent slows down more on a long prefill (its matmuls share
-    the cores) than on a decode step (mostly the loop's own work), so one factor fitted on a mix of both would
-    price a larger prefill, or a larger batch, by the other's slowdown."""
+    """The profile scaled to a recording, its steady part and its prefill part each by its own
+    factor: the engine served beside a load generator and an agent slows down more on a long
+    prefill (its matmuls share the cores) than on a decode step (mostly the loop's own work), so
+    one factor fitted on a mix of both would price a larger prefill, or a larger batch, by the
+    other's slowdown."""
     profile: ProfileCost
     steady_scale: float
     prefill_scale: float
@@ -120,13 +127,14 @@ class ScaledProfile:
                 f"steady part (its base, decodes and KV read), {self.prefill_scale:.2f} on its prefill"]
 
 
-MIN_STEPS_EACH = 5      # a part's own scale is fitted only with this many recorded steps that have it
+# a part's own scale is fitted only with this many recorded steps that have it
+MIN_STEPS_EACH = 5
 
 
 def calibrated(profile: ProfileCost, steps: list[dict], busy_gap: float) -> ScaledProfile | None:
-    """The profile scaled to the recorded steps: least squares on the relative error of the two parts' factors
-    (each >= 0); a part too few recorded steps have (no prefill seen, or none without one) takes the busy-time
-    ratio of all the steps."""
+    """The profile scaled to the recorded steps: least squares on the relative error of the two
+    parts' factors (each >= 0); a part too few recorded steps have (no prefill seen, or none
+    without one) takes the busy-time ratio of all the steps."""
     x, y = step_rows(steps, busy_gap)
     if not len(y):
         return None

@@ -1,6 +1,6 @@
-"""Serving figures of a replayed run, under the keys `lab --json` gives them, computed the same way for what
-was measured and what is predicted so the two compare; and each stage's predicted state from the signals a
-simulation can say (the thresholds are the diagnosis's own)."""
+"""Serving figures of a replayed run, under the keys `lab --json` gives them, computed the same
+way for what was measured and what is predicted so the two compare; and each stage's predicted
+state from the signals a simulation can say (the thresholds are the diagnosis's own)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 # the figures the error tables compare, in order
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "latency_p50_s", "latency_p99_s",
             "throughput_tokens_per_s")
-# two predictions this close are the same schedule priced alike (a change that binds nowhere at this load): no
-# choice between them
+# two predictions this close are the same schedule priced alike (a change that binds nowhere at this
+# load): no choice between them
 ALIKE = 0.01
 
 
 def serving_figures(done: Iterable, window: tuple[float, float] | None = None) -> dict:
-    """`done`: objects with arrival, first_token, finished, output count (`outputs` or `output_tokens`) and
-    preemptions. Throughput counts the tokens made inside `window` (default: first to last arrival, while
-    arrivals ran, as `lab` counts them), each request's tokens spread evenly from its first token to its end."""
+    """`done`: objects with arrival, first_token, finished, output count (`outputs` or
+    `output_tokens`) and preemptions. Throughput counts the tokens made inside `window` (default:
+    first to last arrival, while arrivals ran, as `lab` counts them), each request's tokens
+    spread evenly from its first token to its end."""
     rows = [(r.arrival, r.first_token, r.finished, _outputs(r), r.preemptions) for r in done]
     ended = [row for row in rows if row[1] is not None and row[2] is not None]
     ttft = [f - a for a, f, _, _, _ in ended]
@@ -48,7 +49,8 @@ def _outputs(r) -> int:
 
 
 def _tokens_between(first: float, end: float, n: int, lo: float, hi: float) -> float:
-    """Of `n` tokens, the first at `first` and the rest evenly until `end`: how many fall in [lo, hi]."""
+    """Of `n` tokens, the first at `first` and the rest evenly until `end`: how many fall in [lo,
+    hi]."""
     count = 1.0 if lo <= first <= hi else 0.0
     if n > 1 and end > first:
         overlap = max(0.0, min(end, hi) - max(first, lo))
@@ -70,7 +72,8 @@ def alike(a: float | None, b: float | None) -> bool:
 
 
 def stage_states(signals: dict[str, float | None], config: DiagnosisConfig | None = None) -> dict[str, dict]:
-    """Each stage's predicted state from the signals a simulation gives (those above a threshold are worse)."""
+    """Each stage's predicted state from the signals a simulation gives (those above a threshold
+    are worse)."""
     config = config or DiagnosisConfig()
     stages = {KV_CACHE: ("kv_fragmentation_ratio",), SCHEDULER: ("scheduler_wait_p99",),
               COLD_PATH: ("requests_waiting_on_model",)}

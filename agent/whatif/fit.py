@@ -1,17 +1,18 @@
-"""The step cost fitted on the steps an engine was seen to take: a step's time as a fixed part plus a part per
-prefill token (more for a prefill that comes long after the last one: a CPU runs it cold), per prefill token
-times its context (attention's quadratic part), per decoding sequence, per KV token the running sequences hold
-(what the attention reads, whatever the allocator reserved), per forward pass beyond the first (one per model in
-the batch), and while a model load runs beside it.
-Least squares on the relative error (each step weighted by one over its time: a few long prefills must not drown
-the many decode steps), every coefficient kept at or above zero (a step never gets faster with more work), then
-scaled so that the steps' total time is the one observed (the busy time decides the queueing); its error on the
-steps it was fitted on, and the range of batches it saw, go with it, so that a prediction built on batches far
-outside that range says so.
+"""The step cost fitted on the steps an engine was seen to take: a step's time as a fixed part plus
+a part per prefill token (more for a prefill that comes long after the last one: a CPU runs it
+cold), per prefill token times its context (attention's quadratic part), per decoding sequence, per
+KV token the running sequences hold (what the attention reads, whatever the allocator reserved), per
+forward pass beyond the first (one per model in the batch), and while a model load runs beside it.
+Least squares on the relative error (each step weighted by one over its time: a few long prefills
+must not drown the many decode steps), every coefficient kept at or above zero (a step never gets
+faster with more work), then scaled so that the steps' total time is the one observed (the busy time
+decides the queueing); its error on the steps it was fitted on, and the range of batches it saw, go
+with it, so that a prediction built on batches far outside that range says so.
 
-A step's time is from its start to the next step's start while the engine stayed busy (the loop's own
-work between steps is part of what a step costs), else to its end. How long after the last prefill a prefill
-runs cold is chosen among COLD_PREFILL_CHOICES_S by the fit's error on the observed steps.
+A step's time is from its start to the next step's start while the engine stayed busy (the loop's
+own work between steps is part of what a step costs), else to its end. How long after the last
+prefill a prefill runs cold is chosen among COLD_PREFILL_CHOICES_S by the fit's error on the
+observed steps.
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ import numpy as np
 
 FEATURES = ("fixed", "prefill_tokens", "cold_prefill_tokens", "prefill_pairs", "decode_seqs", "kv_tokens",
             "extra_forwards", "loading")
-# a batch past these is extrapolated; a forward beyond the most seen is too (no slack: models are few)
+# a batch past these is extrapolated; a forward beyond the most seen is too (no slack: models are
+# few)
 RANGED = ("prefill_tokens", "prefill_pairs", "decode_seqs", "kv_tokens", "extra_forwards")
-BUSY_GAP_S = 0.005           # a pause shorter than this between steps is the loop's work, not idleness
-COLD_PREFILL_CHOICES_S = (0.25, 0.5, 1.0, 2.0)   # a prefill this long after the last one may run cold: the
+# a pause shorter than this between steps is the loop's work, not idleness
+BUSY_GAP_S = 0.005
+# a prefill this long after the last one may run cold: the
+COLD_PREFILL_CHOICES_S = (0.25, 0.5, 1.0, 2.0)
 # threshold that fits the observed steps best is kept (docs/whatif.md)
-MIN_PREFILLS_EACH = 5        # a threshold is tried only with this many cold prefills and as many warm ones
+# a threshold is tried only with this many cold prefills and as many warm ones
+MIN_PREFILLS_EACH = 5
 OUTSIDE_MARGIN = 1.25        # a batch this far past the largest seen is outside the fitted range
 DEFAULT_LOAD_S = 1.0         # a model load's time when no load was seen
 
@@ -37,15 +42,18 @@ DEFAULT_LOAD_S = 1.0         # a model load's time when no load was seen
 class StepCost:
     coefficients: dict[str, float]
     steps: int                                  # steps fitted on
-    error_median: float                         # median |predicted - observed| / observed on those steps
+    # median |predicted - observed| / observed on those steps
+    error_median: float
     error_p90: float
-    total_error: float                          # |sum predicted - sum observed| / sum observed: the busy time
+    # |sum predicted - sum observed| / sum observed: the busy time
+    total_error: float
     observed_max: dict[str, float]
-    load_seconds: dict[str, list[float]] = field(default_factory=dict)   # per model, its loads' times as seen
+    # per model, its loads' times as seen
+    load_seconds: dict[str, list[float]] = field(default_factory=dict)
     loads: int = 0
     cold_after_s: float | None = None           # a prefill this long after the last one runs cold
-    # past the recorded range: a wider source of step times (agent/whatif/beyond.py), and the factor that
-    # scales it to the recorded steps
+    # past the recorded range: a wider source of step times (agent/whatif/beyond.py), and the factor
+    # that scales it to the recorded steps
     beyond: object | None = None
     beyond_scale: float = 1.0
     # from a step's end to its tokens reaching the spans, as seen (an engine read from outside:
@@ -54,9 +62,10 @@ class StepCost:
 
     def seconds(self, prefill_tokens: int, prefill_pairs: int, decode_seqs: int, kv_tokens: int, loading: bool,
                 forwards: int = 1, since_prefill_s: float = 0.0) -> tuple[float, bool]:
-        """(the step's predicted time, whether its batch lies outside the fitted range); `since_prefill_s`: from
-        the end of the last step that prefilled to this one's start. With `beyond`, a batch past the recorded
-        range costs the fit at the range's edge plus what `beyond` says the rest adds."""
+        """(the step's predicted time, whether its batch lies outside the fitted range);
+        `since_prefill_s`: from the end of the last step that prefilled to this one's start. With
+        `beyond`, a batch past the recorded range costs the fit at the range's edge plus what
+        `beyond` says the rest adds."""
         if self.beyond is not None:
             m = self.observed_max
             edge = (min(prefill_tokens, m["prefill_tokens"]), min(prefill_pairs, m["prefill_pairs"]),
@@ -89,10 +98,11 @@ class StepCost:
                 or forwards - 1 > m.get("extra_forwards", forwards))
 
     def load_time(self, model: str, nth: int = 0) -> float:
-        """The time of `model`'s load number `nth` (from 0) in a replay: what its load of that number took when
-        seen, so that a first load's slowness and the loads' spread replay as they were (a mean would make every
-        load a typical one too slow and a slow one too fast); past the loads seen, those after its first again,
-        in turn. A model never seen loaded: the mean of all the loads seen."""
+        """The time of `model`'s load number `nth` (from 0) in a replay: what its load of that
+        number took when seen, so that a first load's slowness and the loads' spread replay as
+        they were (a mean would make every load a typical one too slow and a slow one too fast);
+        past the loads seen, those after its first again, in turn. A model never seen loaded: the
+        mean of all the loads seen."""
         seen = self.load_seconds.get(model)
         if seen:
             if nth < len(seen):
@@ -123,9 +133,10 @@ class FitError(ValueError):
 
 def step_rows(steps: list[dict], busy_gap: float = BUSY_GAP_S,
               cold_after: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(features, seconds) of each recorded step (agent/bundle.py STEP_FIELDS) that did some work; a step's time
-    runs on to the next one's start when the pause between them is shorter than `busy_gap`. A prefill more than
-    `cold_after` after the end of the last step that prefilled is cold (None: the steps are not a sequence)."""
+    """(features, seconds) of each recorded step (agent/bundle.py STEP_FIELDS) that did some
+    work; a step's time runs on to the next one's start when the pause between them is shorter
+    than `busy_gap`. A prefill more than `cold_after` after the end of the last step that
+    prefilled is cold (None: the steps are not a sequence)."""
     ordered = sorted(steps, key=lambda s: s["start"])
     rows, times = [], []
     last_prefill_end = -np.inf
@@ -147,8 +158,9 @@ def step_rows(steps: list[dict], busy_gap: float = BUSY_GAP_S,
 
 def fit_steps(steps: list[dict], loads: list[dict] | None = None, busy_gap: float = BUSY_GAP_S,
               sequential: bool = True) -> StepCost:
-    """The step cost of these steps; `sequential`: they are one engine's steps in order, so a prefill long after
-    the last can be told from the others (the cold threshold of COLD_PREFILL_CHOICES_S that fits best)."""
+    """The step cost of these steps; `sequential`: they are one engine's steps in order, so a
+    prefill long after the last can be told from the others (the cold threshold of
+    COLD_PREFILL_CHOICES_S that fits best)."""
     fits = [(None, _fit(steps, busy_gap, None))]
     if sequential:
         tried = [(t, _fit(steps, busy_gap, t)) for t in COLD_PREFILL_CHOICES_S]
@@ -180,8 +192,8 @@ def _fit(steps: list[dict], busy_gap: float, cold_after: float | None) -> tuple[
 
 
 def _tells_cold_from_warm(x: np.ndarray) -> bool:
-    """Enough prefills on each side of the threshold: with all of them cold (or warm) the two prefill terms are
-    one, and the fit would split it between them at random."""
+    """Enough prefills on each side of the threshold: with all of them cold (or warm) the two
+    prefill terms are one, and the fit would split it between them at random."""
     prefills = x[:, FEATURES.index("prefill_tokens")] > 0
     cold = x[:, FEATURES.index("cold_prefill_tokens")] > 0
     return min(cold.sum(), (prefills & ~cold).sum()) >= MIN_PREFILLS_EACH
@@ -196,7 +208,8 @@ def _weighted_squares(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
 
 
 def nonnegative_least_squares(x: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Weighted least squares with the coefficients kept >= 0: refit without the most negative until none is."""
+    """Weighted least squares with the coefficients kept >= 0: refit without the most negative
+    until none is."""
     active = list(range(x.shape[1]))
     coef = np.zeros(x.shape[1])
     while active:

@@ -12,14 +12,16 @@ from stagelens.whatif.settings import TUNABLE, as_set_flags
 
 SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions",
          DECIDED_WAIT_P99.key)
-# the TUI's before/after rows (agent/tui/figures.py COMPARED) a prediction fills, by the names both give them
+# the TUI's before/after rows (agent/tui/figures.py COMPARED) a prediction fills, by the names both
+# give them
 TUI_FIGURES = ("ttft_p50_s", "latency_p99_s", DECIDED_WAIT_P99.key)
 
 
 def predicted_effect(observe, diagnosis) -> dict | None:
-    """{"set": flags, "predicted": {figure: [before, after]}, "extrapolated": bool} for the diagnosis's fix on what
-    `observe()` gives (agent.whatif.workload.Observed: a bundle, an agent's window), or {"unavailable": why};
-    None when the diagnosis recommends nothing the simulator can change."""
+    """{"set": flags, "predicted": {figure: [before, after]}, "extrapolated": bool} for the
+    diagnosis's fix on what `observe()` gives (agent.whatif.workload.Observed: a bundle, an
+    agent's window), or {"unavailable": why}; None when the diagnosis recommends nothing the
+    simulator can change."""
     from stagelens.lab.fixes import fix_flags
     from stagelens.whatif.predict_all import today_settings, what_if
 
@@ -43,7 +45,8 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     effect = {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
               "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
     if never:
-        effect["requests_never_run"] = never      # left out of both: the figures are those of the others
+        # left out of both: the figures are those of the others
+        effect["requests_never_run"] = never
     return effect
 
 
@@ -83,7 +86,8 @@ def render_effect(effect: dict) -> str:
 
 
 def _never_run_note(effect: dict) -> str:
-    """Said when the simulation left requests out (agent/whatif/predict.py `can_run`): the figures are the others'."""
+    """Said when the simulation left requests out (agent/whatif/predict.py `can_run`): the
+    figures are the others'."""
     never = effect.get("requests_never_run")
     if not never:
         return ""
@@ -91,6 +95,7 @@ def _never_run_note(effect: dict) -> str:
 
 
 def _unchanged_note(effect: dict) -> str:
-    """Said when the fix leaves P99 TTFT where it is: it may still free memory, but not for latency's sake."""
+    """Said when the fix leaves P99 TTFT where it is: it may still free memory, but not for
+    latency's sake."""
     before, after = effect["predicted"]["ttft_p99_s"]
     return "; P99 TTFT unchanged at today's load" if alike(before, after) else ""

@@ -1,7 +1,8 @@
-"""The simulator's paged KV allocator: the bundled engine's (engine_hooks/engine/allocator.py `PagedAllocator`)
-counted instead of listed. Which blocks a request holds never changes a decision (a request gets its blocks
-whenever enough are free), so counts decide the same; a list of free block numbers costs a Python int per block,
-5.4 GB for `--set kv-cache-memory=1024GiB`, where these counts cost one number per running request."""
+"""The simulator's paged KV allocator: the bundled engine's (engine_hooks/engine/allocator.py
+`PagedAllocator`) counted instead of listed. Which blocks a request holds never changes a
+decision (a request gets its blocks whenever enough are free), so counts decide the same; a list
+of free block numbers costs a Python int per block, 5.4 GB for `--set kv-cache-memory=1024GiB`,
+where these counts cost one number per running request."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ class CountedPagedAllocator:
 
 
 def simulated_allocator(kind: str, num_blocks: int, block_size: int, blocks_per_request: int):
-    """The allocator the simulator runs: paged counted; contiguous the engine's own, whose free extents and
-    tables grow with the requests running, not with the KV cache's size."""
+    """The allocator the simulator runs: paged counted; contiguous the engine's own, whose free
+    extents and tables grow with the requests running, not with the KV cache's size."""
     if kind == "contiguous":
         return make_allocator(kind, num_blocks, block_size, blocks_per_request)
     return CountedPagedAllocator(num_blocks, block_size)

@@ -1,8 +1,10 @@
-"""`--plot FILE.png`: every configuration `--search` predicted, P99 TTFT against throughput, the Pareto front
-joined, those meeting the SLO marked and today's circled. matplotlib is imported here only (Agg backend).
+"""`--plot FILE.png`: every configuration `--search` predicted, P99 TTFT against throughput, the
+Pareto front joined, those meeting the SLO marked and today's circled. matplotlib is imported here
+only (Agg backend).
 
-The image is drawn in memory and written to the path as named, with the write's own error: matplotlib's own
-savefig added `.png` to a name without a suffix and left a failed write of a full disk unsaid."""
+The image is drawn in memory and written to the path as named, with the write's own error:
+matplotlib's own savefig added `.png` to a name without a suffix and left a failed write of a
+full disk unsaid."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from stagelens.whatif.search import SearchResult
 
 
 def plot_format(path: str) -> str:
-    """The image format the path's suffix names (png without one); UserError, before any work, for a suffix
-    matplotlib cannot write or for no matplotlib (it is the `bench` extra's, not the agent's)."""
+    """The image format the path's suffix names (png without one); UserError, before any work,
+    for a suffix matplotlib cannot write or for no matplotlib (it is the `bench` extra's, not the
+    agent's)."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:

@@ -1,5 +1,6 @@
-"""One prediction: the served requests replayed through the simulator under some settings, and what it says
-(the serving figures, the KV use, each stage's state, how much of it lies outside the fitted range)."""
+"""One prediction: the served requests replayed through the simulator under some settings, and
+what it says (the serving figures, the KV use, each stage's state, how much of it lies outside
+the fitted range)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from stagelens.whatif.simulator import SimRequest, Simulation, Simulator
 from stagelens.whatif.workload import ServedRequest
 
 LAG_STRIDE = 7919       # a prime: consecutive requests take lags far apart in the sorted list
-OUTSIDE_SHARE = 0.05     # more than this share of steps outside the fitted range: the prediction says so
+# more than this share of steps outside the fitted range: the prediction says so
+OUTSIDE_SHARE = 0.05
 
 
 @dataclass
@@ -23,8 +25,8 @@ class Prediction:
     figures: dict
     stages: dict
     simulation: Simulation
-    # where the part past the recorded range is assumed (a prior): figure -> (low, high) with that part off by
-    # the prior's spread either way
+    # where the part past the recorded range is assumed (a prior): figure -> (low, high) with that
+    # part off by the prior's spread either way
     bounds: dict[str, tuple[float | None, float | None]] | None = None
 
     @property
@@ -47,8 +49,8 @@ class Prediction:
 
 
 def predicted_range(p: Prediction, cost: StepCost, requests: list[ServedRequest]) -> dict:
-    """Each compared figure under the assumed part of the step cost (`cost.beyond`) divided and multiplied by
-    its spread: (lowest, highest) of the two and the prediction itself."""
+    """Each compared figure under the assumed part of the step cost (`cost.beyond`) divided and
+    multiplied by its spread: (lowest, highest) of the two and the prediction itself."""
     spread = cost.beyond.spread
     runs = [p] + [predict(p.settings, cost.with_beyond(cost.beyond, cost.beyond_scale * f), requests)
                   for f in (1 / spread, spread)]
@@ -61,16 +63,18 @@ def predicted_range(p: Prediction, cost: StepCost, requests: list[ServedRequest]
 
 
 def can_run(r: ServedRequest, settings: Settings) -> bool:
-    """Whether the engine takes the request at all: it refuses a prompt that leaves no room for one output token
-    within max_model_len (engine_hooks/engine/engine.py). Any other fits its KV cache, which the settings' checks
-    make hold one request of max_model_len: one that could not would wait at the head of the queue for ever."""
+    """Whether the engine takes the request at all: it refuses a prompt that leaves no room for
+    one output token within max_model_len (engine_hooks/engine/engine.py). Any other fits its KV
+    cache, which the settings' checks make hold one request of max_model_len: one that could not
+    would wait at the head of the queue for ever."""
     return r.prompt_tokens < settings.max_model_len
 
 
 def replay(requests: list[ServedRequest], settings: Settings) -> list[SimRequest]:
-    """The requests to simulate (those the engine takes: `can_run`), each under a model the settings serve: a
-    name the engine published (an engine read from outside serves `tiny-llama`, not `model-0`) takes a served
-    name no request uses, in the order the names first arrive, so that one model served is one model resident."""
+    """The requests to simulate (those the engine takes: `can_run`), each under a model the
+    settings serve: a name the engine published (an engine read from outside serves `tiny-llama`,
+    not `model-0`) takes a served name no request uses, in the order the names first arrive, so
+    that one model served is one model resident."""
     served = settings.model_names
     seen = list(dict.fromkeys(r.model for r in requests))
     free = iter([name for name in served if name not in seen])
@@ -80,18 +84,19 @@ def replay(requests: list[ServedRequest], settings: Settings) -> list[SimRequest
 
 
 def left_out(requests: list[ServedRequest], settings: Settings) -> dict:
-    """How many requests the simulation could never run (`can_run`), and how many it ends early at max_model_len
-    (prompt and output longer than it): said beside the figures, which leave the first out and count the second
-    only as far as they ran."""
+    """How many requests the simulation could never run (`can_run`), and how many it ends early
+    at max_model_len (prompt and output longer than it): said beside the figures, which leave the
+    first out and count the second only as far as they ran."""
     runs = [r for r in requests if can_run(r, settings)]
     cut = sum(1 for r in runs if r.prompt_tokens + r.output_tokens > settings.max_model_len)
     return {"requests_never_run": len(requests) - len(runs), "requests_cut_at_max_model_len": cut}
 
 
 def _fragmentation(log, read_from_outside: bool) -> float | None:
-    """Reserved slots holding no token, as the diagnosis counts them for the engine's kind: the bundled engine's
-    hooks count every empty slot; from outside, each running sequence's last, partial block is the block
-    size's floor, not fragmentation (agent/sources/inference/figures.py)."""
+    """Reserved slots holding no token, as the diagnosis counts them for the engine's kind: the
+    bundled engine's hooks count every empty slot; from outside, each running sequence's last,
+    partial block is the block size's floor, not fragmentation
+    (agent/sources/inference/figures.py)."""
     reserved = log.kv_reserved_slots - (log.kv_floor_slots if read_from_outside else 0)
     return 1 - log.kv_tokens_cached / reserved if reserved > 0 else None
 
@@ -103,7 +108,8 @@ def predict(settings: Settings, cost: StepCost, requests: list[ServedRequest], t
     result = sim.run(replay(requests, settings))
     lags = cost.output_lags_s
     for i, r in enumerate(result.requests if lags else ()):
-        lag = lags[i * LAG_STRIDE % len(lags)]      # the lags seen, each request one of them, spread over all
+        # the lags seen, each request one of them, spread over all
+        lag = lags[i * LAG_STRIDE % len(lags)]
         r.first_token = None if r.first_token is None else r.first_token + lag
         r.finished = None if r.finished is None else r.finished + lag
     done = [r for r in result.requests if r.finished is not None]

@@ -27,11 +27,13 @@ class WhatIf:
     today: Prediction
     measured: dict
     candidates: list[tuple[dict, Prediction]]
-    replayed: list          # the requests replayed: the observed ones, maybe arriving faster (`--scale-rate`)
+    # the requests replayed: the observed ones, maybe arriving faster (`--scale-rate`)
+    replayed: list
     scale_rate: float = 1.0
 
     def alike_today(self, prediction: Prediction) -> bool:
-        """A candidate predicted as today: at this load its change binds nowhere the simulation can see."""
+        """A candidate predicted as today: at this load its change binds nowhere the simulation
+        can see."""
         return all(alike(self.today.figures.get(k), prediction.figures.get(k)) for k in ALIKE_FIGURES)
 
     def errors(self) -> dict:
@@ -50,8 +52,9 @@ class WhatIf:
 
 
 def today_settings(observed: Observed, today: dict | None = None) -> Settings:
-    """The settings recorded with the bundle; for an engine read from outside, its defaults with what its snapshot
-    published and `today` (`--today FLAG=VALUE`: what the operator knows of its flags) on top."""
+    """The settings recorded with the bundle; for an engine read from outside, its defaults with
+    what its snapshot published and `today` (`--today FLAG=VALUE`: what the operator knows of its
+    flags) on top."""
     if observed.engine_config:
         return Settings.recorded(observed.engine_config).changed(today or {})
     if not _spans(observed):
@@ -66,8 +69,9 @@ def _spans(observed: Observed) -> list[RequestTimeline]:
 
 
 def fitted(observed: Observed, settings: Settings | None = None) -> StepCost:
-    """On the engine's own steps; without them (an engine read from outside), on its spans' intervals, a long
-    prompt's prefill as the chunks today's budget cut it into (chunked prefill on)."""
+    """On the engine's own steps; without them (an engine read from outside), on its spans'
+    intervals, a long prompt's prefill as the chunks today's budget cut it into (chunked prefill
+    on)."""
     try:
         if observed.steps or observed.engine_config:
             return fit_steps(observed.steps, observed.loads)
@@ -79,12 +83,14 @@ def fitted(observed: Observed, settings: Settings | None = None) -> StepCost:
 
 def what_if(observed: Observed, candidates: list[dict], settings: Settings | None = None,
             cost: StepCost | None = None, scale_rate: float = 1.0, wider: Wider | None = None) -> WhatIf:
-    """Today's prediction and each candidate's (changes: field -> value), on the observed requests arriving
-    `scale_rate` times as fast. A prediction that leaves the recorded range is made again with the step cost
-    widened by `wider` (the bundled engine's profile, or an outside engine's prior: agent/whatif/beyond.py),
-    with a range where that is assumed. Bad values are a UserError."""
+    """Today's prediction and each candidate's (changes: field -> value), on the observed
+    requests arriving `scale_rate` times as fast. A prediction that leaves the recorded range is
+    made again with the step cost widened by `wider` (the bundled engine's profile, or an outside
+    engine's prior: agent/whatif/beyond.py), with a range where that is assumed. Bad values are a
+    UserError."""
     settings = settings or today_settings(observed)
-    checked = [(changes, settings.changed(changes)) for changes in candidates]    # refuse bad flags before work
+    # refuse bad flags before work
+    checked = [(changes, settings.changed(changes)) for changes in candidates]
     cost = cost or fitted(observed, settings)
     replayed = scaled(observed.requests, scale_rate)
     runs = [settings] + [s for _, s in checked]

@@ -1,13 +1,15 @@
-"""A physical prior for an engine step's time, so that what-if can say how the step cost grows past the batches
-and token budgets the recording reached (the fitted linear cost knows nothing beyond them).
+"""A physical prior for an engine step's time, so that what-if can say how the step cost grows past
+the batches and token budgets the recording reached (the fitted linear cost knows nothing beyond
+them).
 
-Decode is memory-bound: each step reads the weights once per forward pass, plus the KV the running sequences
-hold, at the GPU's memory bandwidth; adding a sequence to the batch costs only its KV. Prefill is compute-bound:
-two FLOPs per parameter per token, plus attention's quadratic part. The roofline takes the larger of the two.
-The figures are the node's GPU's datasheet values (looked up by its NVML name) or, with no known GPU, this host's
-own memory bandwidth and matmul rate, measured once and cached; the model's shape is counted from its
-config.json. The result is unscaled: the caller fits one factor on the recorded steps, which absorbs what a
-roofline ignores (kernel efficiency, tensor parallelism, the engine's overheads), so only the shape matters here.
+Decode is memory-bound: each step reads the weights once per forward pass, plus the KV the running
+sequences hold, at the GPU's memory bandwidth; adding a sequence to the batch costs only its KV.
+Prefill is compute-bound: two FLOPs per parameter per token, plus attention's quadratic part. The
+roofline takes the larger of the two. The figures are the node's GPU's datasheet values (looked up
+by its NVML name) or, with no known GPU, this host's own memory bandwidth and matmul rate, measured
+once and cached; the model's shape is counted from its config.json. The result is unscaled: the
+caller fits one factor on the recorded steps, which absorbs what a roofline ignores (kernel
+efficiency, tensor parallelism, the engine's overheads), so only the shape matters here.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from stagelens.errors import UserError
 
 CONFIG_MAX_BYTES = 4 * 1024 * 1024
 COPY_BYTES = 256 * 1024 * 1024     # far past any CPU cache: the copy runs at memory speed
-REPEATS = 3                        # best of: the fastest run is the one least disturbed by the rest of the host
+# best of: the fastest run is the one least disturbed by the rest of the host
+REPEATS = 3
 
-# (words the NVML name must hold, memory bandwidth B/s, dense 16-bit tensor FLOP/s), from NVIDIA's datasheets.
-# Most specific first: the first entry whose words are all in the name wins (A100 80GB before A100, L40S and L40
-# are different words, GH200 before H200).
+# (words the NVML name must hold, memory bandwidth B/s, dense 16-bit tensor FLOP/s), from NVIDIA's
+# datasheets. Most specific first: the first entry whose words are all in the name wins (A100 80GB
+# before A100, L40S and L40 are different words, GH200 before H200).
 GPUS: tuple[tuple[tuple[str, ...], float, float], ...] = (
     (("a100", "80gb", "pcie"), 1.935e12, 312e12),
     (("a100", "80gb"), 2.039e12, 312e12),            # SXM4
@@ -62,14 +65,16 @@ GPUS: tuple[tuple[tuple[str, ...], float, float], ...] = (
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float8_e4m3fn": 1,
                "float8_e5m2": 1, "int8": 1}
-DEFAULT_DTYPE_BYTES = 2           # what serving engines load a model in when its config names no dtype
+# what serving engines load a model in when its config names no dtype
+DEFAULT_DTYPE_BYTES = 2
 
 
 @dataclass(frozen=True)
 class Hardware:
     name: str
     memory_bandwidth_bytes_s: float
-    peak_flops: float            # dense 16-bit tensor FLOP/s for GPUs; measured float32 matmul FLOP/s for the host
+    # dense 16-bit tensor FLOP/s for GPUs; measured float32 matmul FLOP/s for the host
+    peak_flops: float
     source: str                  # "table" or "measured"
 
 
@@ -88,14 +93,16 @@ class ModelShape:
 class Prior:
     hardware: Hardware
     model: ModelShape
-    # assumed, not measured: the part of a prediction it prices may be this many times off either way
+    # assumed, not measured: the part of a prediction it prices may be this many times off either
+    # way
     spread = 2.0
 
     def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float, kv_tokens: float,
                 forwards: float = 1) -> float:
-        """Roofline time of one engine step, unscaled: the larger of the bytes it reads (weights per forward, the
-        running sequences' KV) over the bandwidth and the FLOPs it does (2 per parameter per token, 4 per layer
-        per hidden unit per prefill pair, attention's QK^T and AV) over the peak rate."""
+        """Roofline time of one engine step, unscaled: the larger of the bytes it reads (weights
+        per forward, the running sequences' KV) over the bandwidth and the FLOPs it does (2 per
+        parameter per token, 4 per layer per hidden unit per prefill pair, attention's QK^T and
+        AV) over the peak rate."""
         m, hw = self.model, self.hardware
         memory = (forwards * m.weight_bytes + kv_tokens * m.kv_bytes_per_token) / hw.memory_bandwidth_bytes_s
         compute = (2 * m.parameters * (prefill_tokens + decode_seqs)
@@ -133,8 +140,8 @@ def _binary(n: int) -> str:
 
 
 def gpu_hardware(nvml_name: str) -> Hardware | None:
-    """The datasheet figures of the GPU NVML calls `nvml_name` (its words matched case-insensitively, so that
-    "A10" is not found in "A100"); None for a GPU not in the table."""
+    """The datasheet figures of the GPU NVML calls `nvml_name` (its words matched
+    case-insensitively, so that "A10" is not found in "A100"); None for a GPU not in the table."""
     words = set("".join(c if c.isalnum() else " " for c in nvml_name.lower()).split())
     for needed, bandwidth, flops in GPUS:
         if words.issuperset(needed):
@@ -165,7 +172,8 @@ def _measure_host() -> tuple[float, float]:
         start = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - start)
-    bandwidth = 2 * src.nbytes / max(best, 1e-9)   # a copy reads and writes every byte (STREAM's count)
+    # a copy reads and writes every byte (STREAM's count)
+    bandwidth = 2 * src.nbytes / max(best, 1e-9)
     del src, dst
 
     def matmul_rate(n: int, runs: int, at_least_s: float = 0.0) -> float:
@@ -179,8 +187,9 @@ def _measure_host() -> tuple[float, float]:
             best = min(best, time.perf_counter() - start)
         return 2 * n**3 / max(best, 1e-9)
 
-    # the first products run slow (BLAS threads starting, clocks rising): warm up on small ones for a while, then
-    # time larger ones, where the call's overhead is negligible, if the host is fast enough to keep this short
+    # the first products run slow (BLAS threads starting, clocks rising): warm up on small ones for
+    # a while, then time larger ones, where the call's overhead is negligible, if the host is fast
+    # enough to keep this short
     rate = matmul_rate(1024, REPEATS, at_least_s=0.2)
     if 2 * 2048**3 / rate < 0.25:
         rate = max(rate, matmul_rate(2048, REPEATS))
@@ -192,9 +201,9 @@ def _positive(x) -> bool:
 
 
 def host_hardware(cache_dir: Path | None = None) -> Hardware:
-    """This host's memory bandwidth and matmul rate, measured once per machine and cached as JSON; a cache that
-    cannot be read, or that another machine wrote, is measured again and rewritten (one that cannot be written
-    is only skipped)."""
+    """This host's memory bandwidth and matmul rate, measured once per machine and cached as
+    JSON; a cache that cannot be read, or that another machine wrote, is measured again and
+    rewritten (one that cannot be written is only skipped)."""
     if cache_dir is None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         cache_dir = Path(base) / "stagelens"
@@ -232,8 +241,9 @@ def _integer(config: dict, key: str, default: int | None = None) -> int:
 
 
 def model_shape(config: dict, source: str, dtype_bytes: int | None = None) -> ModelShape:
-    """The shape of a decoder-only transformer from its Hugging Face config.json (a multimodal one's text_config
-    when the top level has no hidden_size); `dtype_bytes` overrides the config's torch_dtype."""
+    """The shape of a decoder-only transformer from its Hugging Face config.json (a multimodal
+    one's text_config when the top level has no hidden_size); `dtype_bytes` overrides the
+    config's torch_dtype."""
     if not isinstance(config, dict):
         raise UserError(f"model config: expected a JSON object, got {type(config).__name__}")
     if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
@@ -254,7 +264,8 @@ def model_shape(config: dict, source: str, dtype_bytes: int | None = None) -> Mo
     elif isinstance(dtype_bytes, bool) or not isinstance(dtype_bytes, int) or dtype_bytes <= 0:
         raise UserError(f"dtype_bytes must be a positive integer, got {dtype_bytes!r}")
 
-    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2   # q and o, k and v
+    # q and o, k and v
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
     mlp = 3 * hidden * intermediate                                                # gate, up, down
     per_layer = attention + mlp + 2 * hidden                                       # two norms
     parameters = vocab * hidden + layers * per_layer + hidden + (0 if tied else vocab * hidden)
@@ -269,7 +280,8 @@ def model_shape(config: dict, source: str, dtype_bytes: int | None = None) -> Mo
 
 
 def read_model_config(path: str) -> ModelShape:
-    """The shape of the model whose config.json is at `path` (the file, or the directory holding it)."""
+    """The shape of the model whose config.json is at `path` (the file, or the directory holding
+    it)."""
     file = Path(path)
     if file.is_dir():
         file = file / "config.json"
@@ -286,8 +298,8 @@ def read_model_config(path: str) -> ModelShape:
 
 
 def node_prior(gpu_names: list[str], model: ModelShape, cache_dir: Path | None = None) -> Prior:
-    """The prior on the node's GPU (the first of `gpu_names`, as NVML reports them, that the table knows), else on
-    this host as measured."""
+    """The prior on the node's GPU (the first of `gpu_names`, as NVML reports them, that the
+    table knows), else on this host as measured."""
     for name in gpu_names:
         hardware = gpu_hardware(name)
         if hardware is not None:

@@ -1,4 +1,5 @@
-"""`--recommended`: the diagnosis's own fix (agent/lab/fixes.py) for the recorded run, as a candidate."""
+"""`--recommended`: the diagnosis's own fix (agent/lab/fixes.py) for the recorded run, as a
+candidate."""
 
 from __future__ import annotations
 

@@ -59,8 +59,9 @@ def beyond_lines(c: StepCost) -> list[str]:
 
 
 def length_lines(w: WhatIf) -> list[str]:
-    """Where max_model_len came from, for an engine read from outside, and the requests it leaves out or cuts
-    (agent/whatif/predict.py `left_out`): the same for every candidate, which cannot change it."""
+    """Where max_model_len came from, for an engine read from outside, and the requests it leaves
+    out or cuts (agent/whatif/predict.py `left_out`): the same for every candidate, which cannot
+    change it."""
     settings, figures, total = w.today.settings, w.today.figures, len(w.observed.requests)
     longest = f"max_model_len ({settings.max_model_len} tokens)"
     lines = []

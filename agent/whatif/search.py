@@ -1,6 +1,6 @@
-"""`--search`: the flags swept within sane bounds around today's, each configuration predicted on the same
-replayed workload; those meeting an SLO (`ttft_p99=0.5,tpot_p99=0.05`) ranked by throughput, and the Pareto
-front of P99 TTFT against throughput."""
+"""`--search`: the flags swept within sane bounds around today's, each configuration predicted on
+the same replayed workload; those meeting an SLO (`ttft_p99=0.5,tpot_p99=0.05`) ranked by
+throughput, and the Pareto front of P99 TTFT against throughput."""
 
 from __future__ import annotations
 
@@ -47,9 +47,9 @@ class SearchResult:
 
 
 def parse_slo(texts: Iterable[str] = ()) -> dict[str, float]:
-    """'ttft_p99=0.5,tpot_p99=0.05' (and more such texts) -> {'ttft_p99': 0.5, 'tpot_p99': 0.05} (seconds);
-    UserError on a figure it does not know, one given twice (which bound was meant?) or a value that is not a
-    positive number of seconds written in ASCII."""
+    """'ttft_p99=0.5,tpot_p99=0.05' (and more such texts) -> {'ttft_p99': 0.5, 'tpot_p99': 0.05}
+    (seconds); UserError on a figure it does not know, one given twice (which bound was meant?)
+    or a value that is not a positive number of seconds written in ASCII."""
     out: dict[str, float] = {}
     for part in (part for text in texts for part in text.split(",")):
         if not part.strip():
@@ -69,8 +69,9 @@ def parse_slo(texts: Iterable[str] = ()) -> dict[str, float]:
 
 
 def candidates(today: Settings, limit: int = SEARCH_LIMIT, seed: int = 0) -> list[dict]:
-    """Up to `limit` changes to today's settings the engine would take: batch size, token budget, chunking and
-    the policy, around today's values; every one-flag change first, then combinations (seeded)."""
+    """Up to `limit` changes to today's settings the engine would take: batch size, token budget,
+    chunking and the policy, around today's values; every one-flag change first, then
+    combinations (seeded)."""
     seqs = sorted({max(1, today.max_num_seqs // 2), today.max_num_seqs, min(1024, today.max_num_seqs * 2),
                    min(1024, today.max_num_seqs * 4)})
     budgets = sorted({b for b in (*BUDGETS, today.max_num_batched_tokens) if b >= today.block_size})
@@ -101,18 +102,21 @@ def meets(p: Prediction, slo: dict[str, float]) -> bool:
 
 @dataclass
 class BatchSweep:
-    """max-num-seqs from a quarter of today's up to the engine's bound, doubling: where raising the batch stops
-    paying, and where the KV cache runs out (requests preempted and recomputed: the wall P99 explodes at)."""
+    """max-num-seqs from a quarter of today's up to the engine's bound, doubling: where raising
+    the batch stops paying, and where the KV cache runs out (requests preempted and recomputed:
+    the wall P99 explodes at)."""
     points: list[tuple[int, Prediction]]
     slo: dict[str, float]
 
     def largest_meeting(self) -> int | None:
-        """The largest batch whose prediction meets the SLO (every request finished with none given)."""
+        """The largest batch whose prediction meets the SLO (every request finished with none
+        given)."""
         ok = [n for n, p in self.points if meets(p, self.slo)]
         return max(ok) if ok else None
 
     def wall(self) -> int | None:
-        """The smallest batch at which requests are preempted for KV blocks, where a smaller one preempted none."""
+        """The smallest batch at which requests are preempted for KV blocks, where a smaller one
+        preempted none."""
         for (_, before), (n, p) in zip(self.points, self.points[1:], strict=False):
             if not before.figures.get("preemptions") and p.figures.get("preemptions"):
                 return n
@@ -120,14 +124,16 @@ class BatchSweep:
 
 
 def sweep_sizes(today: Settings) -> list[int]:
-    """max-num-seqs from a quarter of today's, doubling, to the engine's bound, today's among them."""
+    """max-num-seqs from a quarter of today's, doubling, to the engine's bound, today's among
+    them."""
     sizes = {n for n in (2 ** k for k in range(11)) if today.max_num_seqs // 4 <= n} | {today.max_num_seqs}
     return sorted(n for n in sizes if _valid(today, {"max_num_seqs": n}))
 
 
 def search(today: Settings, cost: StepCost, requests: list[ServedRequest], slo: dict[str, float] | None = None,
            limit: int = SEARCH_LIMIT) -> SearchResult:
-    """Today, the batch sweep, then the other candidates: `limit` configurations predicted in all."""
+    """Today, the batch sweep, then the other candidates: `limit` configurations predicted in
+    all."""
     result = SearchResult(slo=slo or {})
     result.evaluated.append(({}, predict(today, cost, requests)))
     sweep = [{"max_num_seqs": n} for n in sweep_sizes(today) if n != today.max_num_seqs]

@@ -1,4 +1,5 @@
-"""What `--search` found, as JSON and as text: the best configurations meeting the SLO and the Pareto front."""
+"""What `--search` found, as JSON and as text: the best configurations meeting the SLO and the
+Pareto front."""
 
 from __future__ import annotations
 

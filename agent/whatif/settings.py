@@ -1,5 +1,6 @@
-"""The engine settings a simulation runs under: today's as recorded, and candidates (`--set FLAG=VALUE`),
-checked by the bundled engine's own configuration so that a flag the engine refuses is refused here too."""
+"""The engine settings a simulation runs under: today's as recorded, and candidates (`--set
+FLAG=VALUE`), checked by the bundled engine's own configuration so that a flag the engine refuses
+is refused here too."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ class Settings:
     num_preload_models: int
     max_resident_models: int | None
     model: str = "small"
-    read_from_outside: bool = False     # the engine's own settings were not recorded (agent/whatif/predict.py)
+    # the engine's own settings were not recorded (agent/whatif/predict.py)
+    read_from_outside: bool = False
 
     @property
     def num_blocks(self) -> int:
@@ -65,10 +67,11 @@ class Settings:
 
     @classmethod
     def assumed(cls, info, num_blocks: int | None, longest: int | None = None) -> Settings:
-        """For an engine whose settings were not recorded (read from outside): the bundled engine's defaults, with
-        what its snapshot says (`EngineInfo`: block size, batch and budget where published; the KV blocks). Its
-        longest request, unless published: `longest` (the longest recorded, prompt and output), as far as its KV
-        cache and a step's budget (without chunked prefill) hold one."""
+        """For an engine whose settings were not recorded (read from outside): the bundled
+        engine's defaults, with what its snapshot says (`EngineInfo`: block size, batch and
+        budget where published; the KV blocks). Its longest request, unless published: `longest`
+        (the longest recorded, prompt and output), as far as its KV cache and a step's budget
+        (without chunked prefill) hold one."""
         base = EngineConfig(device="cpu", dtype="float32")
         values = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls) if hasattr(base, f.name)}
         values["kv_bytes_per_token"] = base.kv_bytes_per_token()
@@ -84,7 +87,8 @@ class Settings:
             if not values["enable_chunked_prefill"] and isinstance(values["max_num_batched_tokens"], int):
                 room.append(values["max_num_batched_tokens"])
             values["max_model_len"] = max(2, min(room))
-        if not num_blocks:      # its KV cache unknown: at least the one request of max_model_len any engine holds
+        # its KV cache unknown: at least the one request of max_model_len any engine holds
+        if not num_blocks:
             blocks = -(-values["max_model_len"] // values["block_size"])
             values["kv_cache_memory"] = max(values["kv_cache_memory"],
                                             blocks * values["block_size"] * values["kv_bytes_per_token"])
@@ -112,9 +116,10 @@ _KINDS = {"int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a w
 
 
 def recorded_problem(cfg) -> str | None:
-    """What is wrong with a recorded engine_config (agent/bundle.py `engine_settings` wrote it), naming the field;
-    None when the simulator can run on it: every setting there, of the type written, one the engine itself would
-    take, and the KV bytes a token takes what its model holds one in (at 16 or 32 bits)."""
+    """What is wrong with a recorded engine_config (agent/bundle.py `engine_settings` wrote it),
+    naming the field; None when the simulator can run on it: every setting there, of the type
+    written, one the engine itself would take, and the KV bytes a token takes what its model
+    holds one in (at 16 or 32 bits)."""
     if not isinstance(cfg, dict):
         return f"must be an object, got {shown(cfg)}"
     for f in dataclasses.fields(Settings):

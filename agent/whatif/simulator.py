@@ -1,17 +1,19 @@
 """The bundled engine simulated event by event, without torch: its scheduler's decisions
-(engine_hooks/engine/scheduler.py) step by step on its KV allocators (engine_hooks/engine/allocator.py: the
-contiguous one as it is, the paged one counted, agent/whatif/kv_blocks.py), model residency and its loader
-thread, with each step's time from the fitted step cost (agent/whatif/fit.py). The waiting requests are kept
-in policy order (agent/whatif/waiting_queue.py).
+(engine_hooks/engine/scheduler.py) step by step on its KV allocators
+(engine_hooks/engine/allocator.py: the contiguous one as it is, the paged one counted,
+agent/whatif/kv_blocks.py), model residency and its loader thread, with each step's time from the
+fitted step cost (agent/whatif/fit.py). The waiting requests are kept in policy order
+(agent/whatif/waiting_queue.py).
 
-What is mirrored, and where: `_schedule_running` and `_schedule_waiting` follow `Scheduler` line by line
-(running first in admission order, preemption of the newest by recompute when blocks run out, no
-admission in a step that preempted, waiting in policy order until `max_num_seqs`, the token budget or the
-KV cache stops it, requests whose model is cold skipped while its load is asked for); `_update` follows
-`LLMEngine._update` (a token when the prefill completes, then one a step, the request done at its output
-length); `Residency` follows `ModelResidency` (one loader thread, loads in the order asked, least recently
-used model not in use evicted on install). The engine's loop: a step starts as soon as the last ends while
-there is work; when nothing could be scheduled it waits for an arrival or a load.
+What is mirrored, and where: `_schedule_running` and `_schedule_waiting` follow `Scheduler` line by
+line (running first in admission order, preemption of the newest by recompute when blocks run out,
+no admission in a step that preempted, waiting in policy order until `max_num_seqs`, the token
+budget or the KV cache stops it, requests whose model is cold skipped while its load is asked for);
+`_update` follows `LLMEngine._update` (a token when the prefill completes, then one a step, the
+request done at its output length); `Residency` follows `ModelResidency` (one loader thread, loads
+in the order asked, least recently used model not in use evicted on install). The engine's loop: a
+step starts as soon as the last ends while there is work; when nothing could be scheduled it waits
+for an arrival or a load.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ class SimRequest:
         self.first_token: float | None = None
         self.finished: float | None = None
         self.bucket = prompt.bit_length()
-        self.room = 0           # tokens its KV blocks hold: below that, allocating is a no-op to skip
-        self.seq: int | None = None     # its place in the waiting queue (agent/whatif/waiting_queue.py)
+        # tokens its KV blocks hold: below that, allocating is a no-op to skip
+        self.room = 0
+        # its place in the waiting queue (agent/whatif/waiting_queue.py)
+        self.seq: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -57,13 +61,16 @@ class StepLog:
     """What the simulated steps did, summed: enough for the figures and the fit's range check."""
     steps: int = 0
     busy_s: float = 0.0
-    kv_used_share_seconds: float = 0.0      # the share of KV blocks in use, times the step's seconds
+    # the share of KV blocks in use, times the step's seconds
+    kv_used_share_seconds: float = 0.0
     kv_reserved_slots: int = 0
     kv_tokens_cached: int = 0
-    kv_floor_slots: int = 0     # the unfilled rest of each running sequence's last block: the block size's floor
+    # the unfilled rest of each running sequence's last block: the block size's floor
+    kv_floor_slots: int = 0
     waiting_on_model_s: float = 0.0     # request-seconds spent waiting on a model load
     max_features: dict[str, float] = field(default_factory=dict)
-    steps_outside: int = 0      # steps whose batch lay outside the range the step cost was fitted on
+    # steps whose batch lay outside the range the step cost was fitted on
+    steps_outside: int = 0
 
 
 @dataclass
@@ -75,13 +82,14 @@ class Simulation:
 
 
 class Residency:
-    """`ModelResidency` without weights: which models are resident, and when the loader finishes each; a model's
-    load number n (from 0) takes `load_seconds(model, n)`."""
+    """`ModelResidency` without weights: which models are resident, and when the loader finishes
+    each; a model's load number n (from 0) takes `load_seconds(model, n)`."""
 
     def __init__(self, settings: Settings, load_seconds) -> None:
         self.capacity = settings.max_resident_models or settings.models
         preloaded = settings.model_names[:settings.num_preload_models]
-        self.resident: OrderedDict[str, None] = OrderedDict((n, None) for n in preloaded)   # least recent first
+        # least recent first
+        self.resident: OrderedDict[str, None] = OrderedDict((n, None) for n in preloaded)
         self.loading: dict[str, float] = {}     # model -> when its load ends
         self.loads: list[tuple[str, float, float]] = []
         self._loader_free_at = 0.0
@@ -91,7 +99,8 @@ class Residency:
     def request_load(self, model: str, now: float) -> None:
         if model in self.resident or model in self.loading:
             return
-        start = max(now, self._loader_free_at)     # one loader thread: loads queue behind each other
+        # one loader thread: loads queue behind each other
+        start = max(now, self._loader_free_at)
         nth = self._loads_of[model] = self._loads_of.get(model, -1) + 1
         end = self._loader_free_at = start + self._load_seconds(model, nth)
         self.loading[model] = end
@@ -119,7 +128,8 @@ class Residency:
 class Simulator:
     def __init__(self, settings: Settings, cost, load_seconds) -> None:
         self.s = settings
-        self.cost = cost    # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
+        # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
+        self.cost = cost
         self.alloc = simulated_allocator(settings.allocator, settings.num_blocks, settings.block_size,
                                          settings.blocks_per_request)
         self.residency = Residency(settings, load_seconds)
@@ -129,7 +139,7 @@ class Simulator:
         # decisions of each step, for the tests that hold the simulator to the real engine
         self.trace: list[dict] | None = None
 
-    # --- the scheduler (engine_hooks/engine/scheduler.py) ------------------------------------------------
+    # --- the scheduler (engine_hooks/engine/scheduler.py) -----------------------------------------
     def schedule(self, now: float) -> tuple[list[tuple[SimRequest, int]], list[SimRequest]]:
         entries: list[tuple[SimRequest, int]] = []
         preempted: list[SimRequest] = []
@@ -143,7 +153,8 @@ class Simulator:
         for req in list(self.running):
             if req.status != RUNNING or budget == 0:
                 continue
-            n = req.prompt + req.outputs - req.computed         # _chunk, inlined: this runs for every request
+            # _chunk, inlined: this runs for every request
+            n = req.prompt + req.outputs - req.computed
             if cap and n > cap:
                 n = cap
             if n > budget:
@@ -212,15 +223,16 @@ class Simulator:
         req.status = WAITING
         self.waiting.appendleft(req)
 
-    # --- one step's update (LLMEngine._update) ---------------------------------------------------------
+    # --- one step's update (LLMEngine._update) ----------------------------------------------------
     def _update(self, entries) -> tuple[list[SimRequest], list[SimRequest]]:
-        """(the requests given their first token, those finished): their times are the step's end, known once
-        the step is priced on what the engine counts after its update."""
+        """(the requests given their first token, those finished): their times are the step's
+        end, known once the step is priced on what the engine counts after its update."""
         max_len = self.s.max_model_len
         first, finished = [], []
         for req, n in entries:
             req.computed += n
-            if req.computed == req.prompt + req.outputs:       # the prompt is complete: a token is sampled
+            # the prompt is complete: a token is sampled
+            if req.computed == req.prompt + req.outputs:
                 if req.outputs == 0:
                     first.append(req)
                 req.outputs += 1
@@ -231,7 +243,7 @@ class Simulator:
                     finished.append(req)
         return first, finished
 
-    # --- the engine loop ---------------------------------------------------------------------------------
+    # --- the engine loop --------------------------------------------------------------------------
     def run(self, requests: list[SimRequest]) -> Simulation:
         arrivals = deque(sorted(requests, key=lambda r: r.arrival))
         now = arrivals[0].arrival if arrivals else 0.0
@@ -271,11 +283,13 @@ class Simulator:
             for m in models:
                 residency.used(m)
             first, finished = self._update(entries)
-            # the KV tokens the requests still running hold after the step (what the recorder logs, and what the
-            # attention reads: each sequence's own blocks, whatever its allocator reserved), and the slots their
-            # blocks reserve (every block held is a running request's)
+            # the KV tokens the requests still running hold after the step (what the recorder logs,
+            # and what the attention reads: each sequence's own blocks, whatever its allocator
+            # reserved), and the slots their blocks reserve (every block held is a running
+            # request's)
             cached = sum(r.computed for r in self.running)
-            # the block size's floor, which only the diagnosis from outside leaves out (agent/whatif/predict.py)
+            # the block size's floor, which only the diagnosis from outside leaves out
+            # (agent/whatif/predict.py)
             floor = sum(-r.computed % bs for r in self.running) if self.s.read_from_outside else 0
             used = num_blocks - self.alloc.num_free_blocks()
             reserved = used * bs

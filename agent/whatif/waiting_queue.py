@@ -1,14 +1,15 @@
-"""The simulator's waiting requests, kept in the scheduler's policy order (engine_hooks/engine/scheduler.py
-`_in_policy_order`) instead of sorted again at every step: under overload tens of thousands wait, and a step
-admits a few.
+"""The simulator's waiting requests, kept in the scheduler's policy order
+(engine_hooks/engine/scheduler.py `_in_policy_order`) instead of sorted again at every step: under
+overload tens of thousands wait, and a step admits a few.
 
-The engine's order is a stable sort of its waiting deque (arrivals at the back, preempted requests at the
-front): `fcfs` the deque's order; `short-first` by tokens to compute, then arrival; `length-bucket` by distance
-of the prompt's bucket (a power of two) from the running batch's median bucket, then arrival. A request's place
-in the deque is its `seq` (counting up at the back, down at the front), so the stable sort is a sort on the key
-with `seq` last. A waiting request's key does not change while it waits (it holds no computed token), so each
-lane, one per model (and per bucket under length-bucket), is a heap on that key, and one pass merges the
-lanes' heads: O(log n) for each request a step admits, O(lanes) for the rest.
+The engine's order is a stable sort of its waiting deque (arrivals at the back, preempted requests
+at the front): `fcfs` the deque's order; `short-first` by tokens to compute, then arrival;
+`length-bucket` by distance of the prompt's bucket (a power of two) from the running batch's median
+bucket, then arrival. A request's place in the deque is its `seq` (counting up at the back, down at
+the front), so the stable sort is a sort on the key with `seq` last. A waiting request's key does
+not change while it waits (it holds no computed token), so each lane, one per model (and per bucket
+under length-bucket), is a heap on that key, and one pass merges the lanes' heads: O(log n) for each
+request a step admits, O(lanes) for the rest.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from collections.abc import Container, Iterator
 class WaitingQueue:
     def __init__(self, policy: str) -> None:
         self.policy = policy
-        self._lanes: dict[tuple[str, int], list[tuple]] = {}    # (model, bucket or 0) -> heap of (*key, req)
+        # (model, bucket or 0) -> heap of (*key, req)
+        self._lanes: dict[tuple[str, int], list[tuple]] = {}
         self._per_model: Counter[str] = Counter()
         self._size = 0
-        self._back, self._front = 0, -1       # the seq of the next request queued at the back, at the front
-        self._by_seq: list[tuple[int, object]] = []     # length-bucket only: (seq, req), the taken left in
+        # the seq of the next request queued at the back, at the front
+        self._back, self._front = 0, -1
+        # length-bucket only: (seq, req), the taken left in
+        self._by_seq: list[tuple[int, object]] = []
 
     def __len__(self) -> int:
         return self._size
@@ -72,9 +76,10 @@ class WaitingQueue:
         req.seq = None
 
     def in_order(self, running: list) -> Iterator:
-        """The waiting requests in policy order, for one pass of the scheduler, which takes (`take`) each request
-        it admits or stops. A request it leaves ends its lane's part in the pass: the scheduler leaves only one
-        whose model is not resident, and every later request of that model would be left the same way."""
+        """The waiting requests in policy order, for one pass of the scheduler, which takes
+        (`take`) each request it admits or stops. A request it leaves ends its lane's part in the
+        pass: the scheduler leaves only one whose model is not resident, and every later request
+        of that model would be left the same way."""
         if len(self._lanes) == 1 and self.policy != "length-bucket":
             yield from _one_lane(next(iter(self._lanes.values())))
             return
@@ -90,13 +95,15 @@ class WaitingQueue:
                 heapq.heappush(merge, (_rank(key, target), lane[0][:-1], key))
 
     def _target_bucket(self, running: list) -> int | None:
-        """length-bucket: the median bucket of the running batch, or the bucket of the front of the deque."""
+        """length-bucket: the median bucket of the running batch, or the bucket of the front of
+        the deque."""
         if self.policy != "length-bucket":
             return None
         if running:
             return sorted(r.bucket for r in running)[len(running) // 2]
         by_seq = self._by_seq
-        while by_seq and by_seq[0][1].seq != by_seq[0][0]:    # taken since (or queued again under another seq)
+        # taken since (or queued again under another seq)
+        while by_seq and by_seq[0][1].seq != by_seq[0][0]:
             heapq.heappop(by_seq)
         return by_seq[0][1].bucket if by_seq else None
 
@@ -106,7 +113,8 @@ class WaitingQueue:
 
 
 def _one_lane(lane: list[tuple]):
-    """`in_order` over one lane (one model served): its heap's heads, while the scheduler takes them."""
+    """`in_order` over one lane (one model served): its heap's heads, while the scheduler takes
+    them."""
     while lane:
         req = lane[0][-1]
         yield req

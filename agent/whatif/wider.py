@@ -1,8 +1,9 @@
-"""Where the step cost past the recorded range comes from (agent/whatif/beyond.py): for the bundled engine its
-profile, measured here once on the model, dtype and device it was recorded with; for an engine read from
-outside the roofline prior of the node's GPU (from the frames' NVML sample, else this host measured) and the
-model's shape from its config (`--model-config`). Either is scaled to the recording's own steps. None where
-neither can be had: the fit's straight line goes on, and the text says so."""
+"""Where the step cost past the recorded range comes from (agent/whatif/beyond.py): for the
+bundled engine its profile, measured here once on the model, dtype and device it was recorded
+with; for an engine read from outside the roofline prior of the node's GPU (from the frames' NVML
+sample, else this host measured) and the model's shape from its config (`--model-config`). Either
+is scaled to the recording's own steps. None where neither can be had: the fit's straight line
+goes on, and the text says so."""
 
 from __future__ import annotations
 
@@ -12,20 +13,23 @@ from dataclasses import dataclass
 from stagelens.whatif.beyond import calibrated, fit_profile
 from stagelens.whatif.fit import BUSY_GAP_S, StepCost
 
-ROOFLINE_EFFICIENCY = 0.6   # the share of a datasheet's bandwidth and FLOPs that serving kernels reach
+# the share of a datasheet's bandwidth and FLOPs that serving kernels reach
+ROOFLINE_EFFICIENCY = 0.6
 
 
 @dataclass
 class Wider:
     model_config: str | None = None     # an outside engine's model config.json (file or directory)
-    progress: object = None             # a callable taking one line, for the profile's one-time wait
+    # a callable taking one line, for the profile's one-time wait
+    progress: object = None
     note: str | None = None             # why nothing widened the cost, once asked
 
     def widen(self, cost: StepCost, observed) -> StepCost | None:
         if not observed.engine_config:
             prior = self._prior(observed)
-            # a roofline prices the work alone: the engine's own overheads are in the recorded fit at the range's
-            # edge, and the work past it runs at the share of the datasheet's rates real kernels reach
+            # a roofline prices the work alone: the engine's own overheads are in the recorded fit
+            # at the range's edge, and the work past it runs at the share of the datasheet's rates
+            # real kernels reach
             return None if prior is None else cost.with_beyond(prior, 1 / ROOFLINE_EFFICIENCY)
         profile = self._profile(observed)
         if profile is None:
@@ -41,7 +45,8 @@ class Wider:
         from stagelens.lab.step_profile import cached_profile, profiled_steps
 
         cfg = observed.engine_config
-        # what "auto" became where it was recorded (a bundle from before that was kept: the CPU, the lab's own)
+        # what "auto" became where it was recorded (a bundle from before that was kept: the CPU, the
+        # lab's own)
         device = cfg.get("resolved_device") or (cfg.get("device") if cfg.get("device") != "auto" else "cpu")
         dtype = cfg.get("resolved_dtype") or (cfg.get("dtype") if cfg.get("dtype") != "auto" else None)
         try:

@@ -1,6 +1,7 @@
-"""The workload a node served, as it was: each request's arrival, prompt and output length and model, with what
-was observed of the engine beside it (its settings, its steps and model loads, its KV use), read from a
-recorded bundle (`--replay FILE`) or from a running agent (`--connect URL`)."""
+"""The workload a node served, as it was: each request's arrival, prompt and output length and
+model, with what was observed of the engine beside it (its settings, its steps and model loads,
+its KV use), read from a recorded bundle (`--replay FILE`) or from a running agent (`--connect
+URL`)."""
 
 from __future__ import annotations
 
@@ -33,15 +34,19 @@ class Observed:
     """What replay needs of a recording."""
     source: str
     requests: list[ServedRequest]
-    engine_config: dict | None = None          # the bundled engine's settings (bundle.py engine_config)
+    # the bundled engine's settings (bundle.py engine_config)
+    engine_config: dict | None = None
     steps: list[dict] = field(default_factory=list)
     loads: list[dict] = field(default_factory=list)
     kv_used_ratio_mean: float | None = None    # the frames' KV blocks in use, over the run
-    frames: list = field(default_factory=list)     # for the diagnosis's own fix (`--recommended`), the engine info
-    timelines: list[RequestTimeline] = field(default_factory=list)   # each read and checked once, where it came in
+    # for the diagnosis's own fix (`--recommended`), the engine info
+    frames: list = field(default_factory=list)
+    # each read and checked once, where it came in
+    timelines: list[RequestTimeline] = field(default_factory=list)
 
     def engine_info(self):
-        """The last frame's engine description (records.snapshot.EngineInfo) and its KV blocks, or Nones."""
+        """The last frame's engine description (records.snapshot.EngineInfo) and its KV blocks,
+        or Nones."""
         for frame in reversed(self.frames):
             if frame.engine is not None:
                 usage = frame.engine.usage
@@ -55,7 +60,8 @@ class Observed:
 
     @property
     def window(self) -> tuple[float, float]:
-        """While arrivals ran: the throughput's window, the same for what was measured and what is predicted."""
+        """While arrivals ran: the throughput's window, the same for what was measured and what
+        is predicted."""
         return self.requests[0].arrival, self.requests[-1].arrival
 
 
@@ -99,8 +105,9 @@ def from_agent(url: str) -> Observed:
 
 
 def observed_from_window(source: str, window: dict, frames: list) -> Observed:
-    """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's `whatif_window`),
-    checked as a bundle's records are (agent/recording_checks.py): CollectError naming `source` and the field."""
+    """From an agent's whatif window (agent.runtime.AgentRuntime.whatif_window, the lab host's
+    `whatif_window`), checked as a bundle's records are (agent/recording_checks.py): CollectError
+    naming `source` and the field."""
     from stagelens.recording_checks import RecordingProblem, window_timelines
 
     try:
@@ -128,8 +135,9 @@ def _observed(source: str, timelines: list[RequestTimeline], engine_config: dict
 
 
 def _check_bounds(source: str, timelines: list[RequestTimeline]) -> None:
-    """The limits of a replay (agent/replay_limits.py; a bundle's size and timelines are bounded as it is read,
-    an agent's answer by its bytes), before the fit and the simulation cost what they grow to."""
+    """The limits of a replay (agent/replay_limits.py; a bundle's size and timelines are bounded
+    as it is read, an agent's answer by its bytes), before the fit and the simulation cost what
+    they grow to."""
     models = {t.model for t in timelines}
     if len(models) > MAX_REPLAY_MODELS:
         raise UserError(f"{source}: the requests name {len(models):,} models, more than the {MAX_REPLAY_MODELS} an "
@@ -142,8 +150,9 @@ def _check_bounds(source: str, timelines: list[RequestTimeline]) -> None:
 
 
 def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:
-    """The same requests arriving `factor` times as fast (the gaps from the first arrival divided by it): a
-    Poisson workload at a higher rate with the same draws, as the lab's seeded workload gives one."""
+    """The same requests arriving `factor` times as fast (the gaps from the first arrival divided
+    by it): a Poisson workload at a higher rate with the same draws, as the lab's seeded workload
+    gives one."""
     if factor == 1:
         return requests
     t0 = requests[0].arrival

@@ -1,13 +1,15 @@
-"""Writes the Grafana dashboards: stagelens.json, the node dashboard (the three stages side by side, then one row
-per stage: KV cache, scheduler, cold path; then GPUs, topology & links, and the agent), and stagelens-fleet.json,
-the fleet dashboard (nodes firing per stage and cluster from the recording rules of group stagelens-fleet, then
-every node's stage states and the nodes firing longest, narrowed by cluster, model and gpu).
+"""Writes the Grafana dashboards: stagelens.json, the node dashboard (the three stages side by side,
+then one row per stage: KV cache, scheduler, cold path; then GPUs, topology & links, and the agent),
+and stagelens-fleet.json, the fleet dashboard (nodes firing per stage and cluster from the recording
+rules of group stagelens-fleet, then every node's stage states and the nodes firing longest,
+narrowed by cluster, model and gpu).
 
 Built with grafana-foundation-sdk, the Grafana 11 flavour pinned in pyproject.toml's `dev` extra
 (`grafana-foundation-sdk==1769699379!11.6.0`; an unpinned install picks the 10.1 one). A dev-only
-tool: nothing under agent/, probes/ or engine_hooks/ imports it. Run `python dashboards/grafana/generate.py`
-after changing it and commit the three files; tests/deploy/test_dashboard_grafana.py fails while they differ.
-The datasource is the import-time input DS_PROMETHEUS (Dashboards > Import asks for it).
+tool: nothing under agent/, probes/ or engine_hooks/ imports it. Run `python
+dashboards/grafana/generate.py` after changing it and commit the three files;
+tests/deploy/test_dashboard_grafana.py fails while they differ. The datasource is the import-time
+input DS_PROMETHEUS (Dashboards > Import asks for it).
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from stagelens.vocabulary import STAGE_ALERTS, STAGE_NAMES, STAGES
 GRAFANA_VERSION = "11.6.0"   # the SDK flavour: __requires says which Grafana the JSON is for
 DS = dm.DataSourceRef(type_val="prometheus", uid="${DS_PROMETHEUS}")
 SEL = 'instance=~"$instance"'
-# the fleet dashboard's variables: target labels a fleet's relabelling adds (a node without one matches "All",
-# `.*`); not `model` or `gpu`, which the agent's own series carry (the engine's model, a GPU's index): Prometheus
-# would rename those to exported_*
+# the fleet dashboard's variables: target labels a fleet's relabelling adds (a node without one
+# matches "All", `.*`); not `model` or `gpu`, which the agent's own series carry (the engine's
+# model, a GPU's index): Prometheus would rename those to exported_*
 FLEET_LABELS = {"cluster": "Cluster", "served_model": "Model", "gpu_type": "GPU type"}
 CLUSTER_SEL = 'cluster=~"$cluster"'   # the recording rules keep cluster and stage only
 FLEET_SEL = ",".join(f'{label}=~"${label}"' for label in FLEET_LABELS)
-# StagelensStageFiringFleetWide's share of a cluster's nodes (tests/deploy/test_dashboard_grafana.py keeps them equal)
+# StagelensStageFiringFleetWide's share of a cluster's nodes (tests/deploy/test_dashboard_grafana.py
+# keeps them equal)
 FLEET_SHARE = 0.2
 # stagelens_stage_state encoding
 STATES = [dm.ValueMap(options={
@@ -45,9 +48,10 @@ STATES = [dm.ValueMap(options={
     "1": dm.ValueMappingResult(text="warn", color="orange", index=2),
     "2": dm.ValueMappingResult(text="firing", color="red", index=3)})]
 STATE_STEPS = ((None, "gray"), (0, "green"), (1, "orange"), (2, "red"))
-# The agent's default thresholds (agent/diagnosis/signals.py, docs/stages.md): direction, warn, firing. The panels
-# colour by these; the dashed lines are the thresholds the node's agent really uses (stagelens_signal_threshold),
-# which differ where an operator overrode them. tests/deploy/test_dashboard_grafana.py keeps these equal to the agent's.
+# The agent's default thresholds (agent/diagnosis/signals.py, docs/stages.md): direction, warn,
+# firing. The panels colour by these; the dashed lines are the thresholds the node's agent really
+# uses (stagelens_signal_threshold), which differ where an operator overrode them.
+# tests/deploy/test_dashboard_grafana.py keeps these equal to the agent's.
 SIGNALS = {
     "kv_fragmentation_ratio": ("above", 0.20, 0.30),
     "kv_access_efficiency": ("below", 0.75, 0.60),
@@ -67,8 +71,9 @@ def see(*alerts: str) -> str:
 
 
 class Board:
-    """The dashboard builder with panel ids: Grafana wants them unique within a dashboard; the SDK leaves them 0.
-    Rows and panels are laid out by the SDK (a row starts below the tallest panel of the last line)."""
+    """The dashboard builder with panel ids: Grafana wants them unique within a dashboard; the
+    SDK leaves them 0. Rows and panels are laid out by the SDK (a row starts below the tallest
+    panel of the last line)."""
 
     def __init__(self, dashboard: db.Dashboard) -> None:
         self.dashboard = dashboard
@@ -107,7 +112,8 @@ def series(title: str, targets: list[prometheus.Dataquery], unit: str = "short",
 
 def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, description: str,
                     w: int = THIRD) -> timeseries.Panel:
-    """A time series on the signal's default bands, with the node's warn and firing thresholds as dashed lines."""
+    """A time series on the signal's default bands, with the node's warn and firing thresholds as
+    dashed lines."""
     threshold = f'{c.SIGNAL_THRESHOLD.metric}{{{SEL},signal="{signal}",level="%s"}}'
     targets = [q(expr, legend), q(threshold % "warn", "warn", "B"), q(threshold % "firing", "firing", "C")]
     panel = (series(title, targets, unit, description, w)
@@ -305,7 +311,8 @@ def build() -> db.Dashboard:
 
 
 def fleet_row(b: Board) -> None:
-    """Per cluster, from the recording rules (which keep cluster and stage: model and GPU do not narrow these)."""
+    """Per cluster, from the recording rules (which keep cluster and stage: model and GPU do not
+    narrow these)."""
     b.row("Fleet")
     for stage in STAGES:
         b.add(stat.Panel().title(f"{stage_title(stage)}: nodes firing").datasource(DS).span(QUARTER).height(4)
@@ -362,7 +369,8 @@ def nodes_row(b: Board) -> None:
           .data_links([db.DashboardLink("node dashboard").type(dm.DashboardLinkType.LINK)
                        .url("/d/stagelens-node/stagelens-node?var-instance=${__data.fields.instance}"
                             "&${__url_time_range}")]))
-    shared = [label for label in FLEET_LABELS if label != "cluster"]     # the model and the GPU type
+    # the model and the GPU type
+    shared = [label for label in FLEET_LABELS if label != "cluster"]
     b.add(series("Nodes firing per model and GPU", [q(
         f"count by ({', '.join(shared)}, stage) ({c.STAGE_STATE.metric}{{{FLEET_SEL}}} == 2)",
         " ".join("{{" + label + "}}" for label in (*shared, "stage")))],
@@ -392,7 +400,8 @@ def build_fleet() -> db.Dashboard:
 
 
 def export(d: db.Dashboard) -> dict:
-    """A dashboard as Grafana's import JSON: the SDK's model plus the export-only __inputs/__requires."""
+    """A dashboard as Grafana's import JSON: the SDK's model plus the export-only
+    __inputs/__requires."""
     model = json.loads(json.dumps(d.build(), cls=JSONEncoder))
     return {
         "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",

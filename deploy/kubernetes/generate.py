@@ -1,5 +1,6 @@
-"""Writes prometheusrule.yaml: the Prometheus Operator's PrometheusRule holding dashboards/prometheus/'s alert and
-recording rules (the alerts read recorded series, so both travel together).
+"""Writes prometheusrule.yaml: the Prometheus Operator's PrometheusRule holding
+dashboards/prometheus/'s alert and recording rules (the alerts read recorded series, so both travel
+together).
 
 Run `python deploy/kubernetes/generate.py` after changing the rule files and commit the result;
 tests/deploy/test_deploy.py fails while they differ. Needs PyYAML (the `dev` extra).
@@ -31,7 +32,8 @@ def prometheus_rule() -> dict:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line expressions as literal blocks, like the rule files; long annotations on one line."""
+    """Multi-line expressions as literal blocks, like the rule files; long annotations on one
+    line."""
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:

@@ -1,14 +1,16 @@
-"""Writes a tiny Llama that a real vLLM serves with random weights: a config and a tokenizer, nothing downloaded.
+"""Writes a tiny Llama that a real vLLM serves with random weights: a config and a tokenizer,
+nothing downloaded.
 
 The tests and `bench/accuracy.py --through real-vllm` start vLLM's CPU build on it:
 
-    python deploy/vllm-cpu/tiny_model.py ./tiny-llama
-    python -m vllm.entrypoints.openai.api_server --model ./tiny-llama --load-format dummy --enforce-eager ...
+    python deploy/vllm-cpu/tiny_model.py ./tiny-llama python -m vllm.entrypoints.openai.api_server
+    --model ./tiny-llama --load-format dummy --enforce-eager ...
 
-`--load-format dummy` fills the weights at random, so no weight file is needed. The tokenizer is the lab's byte
-tokenizer (deploy/loadgen/lab_tokenizer.py: one token per UTF-8 byte), so a prompt of N ASCII characters is N
-tokens and a test sets prompt lengths exactly; random weights end a reply at any token, so requests ask
-`ignore_eos` to set output lengths too. Sized for a 2-core machine: two layers, a 64-wide head.
+`--load-format dummy` fills the weights at random, so no weight file is needed. The tokenizer is the
+lab's byte tokenizer (deploy/loadgen/lab_tokenizer.py: one token per UTF-8 byte), so a prompt of N
+ASCII characters is N tokens and a test sets prompt lengths exactly; random weights end a reply at
+any token, so requests ask `ignore_eos` to set output lengths too. Sized for a 2-core machine: two
+layers, a 64-wide head.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ MAX_MODEL_LEN = 4096
 
 
 def llama_config(vocab_size: int) -> dict:
-    """The smallest Llama vLLM's CPU attention takes: head size 64 (a supported size), two layers."""
+    """The smallest Llama vLLM's CPU attention takes: head size 64 (a supported size), two
+    layers."""
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": vocab_size, "hidden_size": 128, "intermediate_size": 256,

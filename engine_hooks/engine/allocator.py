@@ -101,7 +101,8 @@ class ContiguousAllocator(BlockAllocator):
     def __init__(self, num_blocks: int, block_size: int, blocks_per_request: int) -> None:
         super().__init__(num_blocks, block_size)
         self.blocks_per_request = min(blocks_per_request, num_blocks)
-        self._extents: list[tuple[int, int]] = [(0, num_blocks)]   # (start, length), sorted by start
+        # (start, length), sorted by start
+        self._extents: list[tuple[int, int]] = [(0, num_blocks)]
         self._reservation: dict[str, int] = {}                      # request -> extent start
 
     def allocate(self, request_id: str, num_tokens: int) -> bool:

@@ -1,4 +1,5 @@
-"""Paged attention: K/V live in block pools; each sequence reads its context through its block table.
+"""Paged attention: K/V live in block pools; each sequence reads its context through its block
+table.
 
 Per step the batch is described once (`describe_batch`) and reused by every layer:
 - decodes are read in a few groups of similar length: per group one gather of all their blocks
@@ -31,9 +32,11 @@ class DecodeBatch:
     rows: torch.Tensor                 # query rows of the decodes
     block_index: torch.Tensor          # [decodes * max_blocks] physical blocks, padded with block 0
     max_blocks: int
-    key_mask: torch.Tensor | None      # [decodes, 1, 1, max_blocks * block_size]; None when nothing is padded
-    # Gather buffers, made by the first layer and reused by the others: a fresh allocation this large
-    # per layer would cost a page fault per 4 KiB (the allocator returns big blocks to the OS).
+    # [decodes, 1, 1, max_blocks * block_size]; None when nothing is padded
+    key_mask: torch.Tensor | None
+    # Gather buffers, made by the first layer and reused by the others: a fresh allocation this
+    # large per layer would cost a page fault per 4 KiB (the allocator returns big blocks to the
+    # OS).
     k_buf: torch.Tensor | None = None
     v_buf: torch.Tensor | None = None
 
@@ -128,7 +131,8 @@ def _prefill_read(seq: SequenceKV, device: torch.device) -> PrefillRead:
 
 def write_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, slots: torch.Tensor,
              k: torch.Tensor, v: torch.Tensor) -> None:
-    """Store this step's K/V ([tokens, kv_heads, head_dim]) at their slots (block * block_size + offset)."""
+    """Store this step's K/V ([tokens, kv_heads, head_dim]) at their slots (block * block_size +
+    offset)."""
     kv_heads, head_dim = k.shape[1], k.shape[2]
     k_pool.view(-1, kv_heads, head_dim).index_copy_(0, slots, k)
     v_pool.view(-1, kv_heads, head_dim).index_copy_(0, slots, v)

@@ -30,7 +30,8 @@ class Bound:
     low_open: bool = False
 
     def check(self, flag: str, value) -> None:
-        """ConfigError naming the flag, the bounds and the unit unless `value` lies in them (NaN never does)."""
+        """ConfigError naming the flag, the bounds and the unit unless `value` lies in them (NaN
+        never does)."""
         kind = int if self.integer else int | float
         if not (isinstance(value, kind) and not isinstance(value, bool)
                 and (self.low < value if self.low_open else self.low <= value) and value <= self.high):
@@ -51,7 +52,8 @@ def shown(value) -> str:
 
 
 MODELS = Bound(1, MAX_MODELS, "models")
-SEED = Bound(0, 2**63 - 1)         # model i is seeded with seed + i, inside what torch.Generator takes
+# model i is seeded with seed + i, inside what torch.Generator takes
+SEED = Bound(0, 2**63 - 1)
 ENGINE_BOUNDS = {
     "models": MODELS,
     "num_preload_models": Bound(0, MAX_MODELS, "models"),
@@ -60,7 +62,8 @@ ENGINE_BOUNDS = {
     "max_num_seqs": Bound(1, 1024, "requests"),
     "max_num_batched_tokens": Bound(1, MAX_TOKENS, "tokens"),
     "long_prefill_token_threshold": Bound(0, MAX_TOKENS, "tokens"),
-    "max_model_len": Bound(2, MAX_TOKENS, "tokens"),   # a request needs a prompt token and an output token
+    # a request needs a prompt token and an output token
+    "max_model_len": Bound(2, MAX_TOKENS, "tokens"),
     "kv_cache_memory": Bound(1, 2**40, "bytes"),
     "seed": SEED,
 }
@@ -109,9 +112,11 @@ class EngineConfig:
     max_resident_models: int | None = None  # None: every registered model may stay resident
     block_size: int = 16
     max_num_seqs: int = 16
-    max_num_batched_tokens: int | None = None  # None: 512 with chunked prefill, else max(2048, max_model_len)
+    # None: 512 with chunked prefill, else max(2048, max_model_len)
+    max_num_batched_tokens: int | None = None
     enable_chunked_prefill: bool = True
-    long_prefill_token_threshold: int = 0   # with chunked prefill: most prefill tokens one request gets per step
+    # with chunked prefill: most prefill tokens one request gets per step
+    long_prefill_token_threshold: int = 0
     allocator: str = "paged"
     policy: str = "fcfs"
     max_model_len: int = 2048
@@ -125,7 +130,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         self.kv_cache_memory = parse_bytes(self.kv_cache_memory)
         if self.max_num_batched_tokens is None:
-            longest = self.max_model_len if isinstance(self.max_model_len, int) else 0   # validate() judges it
+            # validate() judges it
+            longest = self.max_model_len if isinstance(self.max_model_len, int) else 0
             self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(2048, longest)
         self.validate()
 
@@ -133,7 +139,8 @@ class EngineConfig:
         if self.model not in PRESETS:
             raise ConfigError(f"--model: unknown preset {self.model!r} (choose from {', '.join(PRESETS)})")
         for name, bound in ENGINE_BOUNDS.items():
-            if not (name == "max_resident_models" and self.max_resident_models is None):   # None: all of them
+            # None: all of them
+            if not (name == "max_resident_models" and self.max_resident_models is None):
                 bound.check(flag(name), getattr(self, name))
         bs = self.block_size
         if bs & (bs - 1):
@@ -164,7 +171,8 @@ class EngineConfig:
                               f"({per_token * self.max_model_len} bytes needed)")
 
     def check_device(self) -> None:
-        """The device is one torch can name, and one this machine has: before any engine is built."""
+        """The device is one torch can name, and one this machine has: before any engine is
+        built."""
         if not isinstance(self.device, str) or not DEVICE_SHAPE.fullmatch(self.device):
             raise ConfigError(f"--device: {self.device!r} is not cpu, cuda, cuda:N, mps or auto")
         if self.device in ("auto", "cpu"):
@@ -209,5 +217,6 @@ class EngineConfig:
         return self.kv_cache_memory // (self.kv_bytes_per_token() * self.block_size)
 
     def blocks_per_request(self) -> int:
-        """Blocks a request may need at most: the contiguous allocator reserves this many up front."""
+        """Blocks a request may need at most: the contiguous allocator reserves this many up
+        front."""
         return -(-self.max_model_len // self.block_size)

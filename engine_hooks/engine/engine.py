@@ -8,17 +8,18 @@
 
 `step()` is public so a caller (or a test) can also drive the engine synchronously.
 
-No request can stop the engine: each step runs behind a fault barrier. An exception while scheduling,
-preparing, running the forward pass, sampling or updating fails only the requests it concerns (finish
-reason `error`, their KV blocks returned), is counted by phase in `step_errors` and logged once with
-its traceback, and the loop goes on. Should the loop die anyway, every request still held fails at
-once with the reason, `failure` says why, and `submit` refuses: nobody waits on a dead engine.
+No request can stop the engine: each step runs behind a fault barrier. An exception while
+scheduling, preparing, running the forward pass, sampling or updating fails only the requests it
+concerns (finish reason `error`, their KV blocks returned), is counted by phase in `step_errors` and
+logged once with its traceback, and the loop goes on. Should the loop die anyway, every request
+still held fails at once with the reason, `failure` says why, and `submit` refuses: nobody waits on
+a dead engine.
 
-Observers (`add_observer`) are the engine's own reporting seam, as vLLM's stat loggers are: after every
-step `on_step(engine, stats, batch)`, and as each request ends `on_request_end(engine, request)`, on the
-engine thread. Its vLLM-compatible interfaces (engine_hooks/engine/vllm_face) are observers; the stagelens hooks
-are not (they patch from outside). An observer that raises is counted in `observer_errors`, logged once,
-and never fails a step or a request.
+Observers (`add_observer`) are the engine's own reporting seam, as vLLM's stat loggers are: after
+every step `on_step(engine, stats, batch)`, and as each request ends `on_request_end(engine,
+request)`, on the engine thread. Its vLLM-compatible interfaces (engine_hooks/engine/vllm_face) are
+observers; the stagelens hooks are not (they patch from outside). An observer that raises is counted
+in `observer_errors`, logged once, and never fails a step or a request.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ FINISH_REASONS = (FinishReason.LENGTH, FinishReason.STOP, *FinishReason.FAILED)
 
 
 class EngineStopped(RuntimeError):
-    """The engine takes no more requests: it is stopping, or its loop died (the message says why)."""
+    """The engine takes no more requests: it is stopping, or its loop died (the message says
+    why)."""
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -138,22 +140,26 @@ class LLMEngine:
         self._step_index = itertools.count()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._lock = threading.Lock()             # submit against stop and death: no request slips past both
+        # submit against stop and death: no request slips past both
+        self._lock = threading.Lock()
         self._accepting = True
         self.failure: str | None = None           # why the loop died; None while it serves
-        # Every key present from the start: readers on other threads copy these while the engine counts.
+        # Every key present from the start: readers on other threads copy these while the engine
+        # counts.
         self.step_errors: Counter[str] = Counter(dict.fromkeys(PHASES, 0))
         self.finish_reasons: Counter[str] = Counter(dict.fromkeys(FINISH_REASONS, 0))
         self.totals = EngineTotals()
         self._observers: tuple = ()
-        self._on_step: tuple = ()           # the observers' bound methods, resolved when they are added
+        # the observers' bound methods, resolved when they are added
+        self._on_step: tuple = ()
         self._on_request_end: tuple = ()
         self.observer_errors: Counter[str] = Counter()   # by observer class
 
-    # --- observers (any thread adds or removes; the engine thread calls them) ---------------------------
+    # --- observers (any thread adds or removes; the engine thread calls them) ---------------------
     def add_observer(self, observer) -> None:
-        """`observer.on_step(engine, stats, batch)` after each step, `observer.on_request_end(engine, request)`
-        as each request ends (either method may be absent). Adding one already added changes nothing."""
+        """`observer.on_step(engine, stats, batch)` after each step,
+        `observer.on_request_end(engine, request)` as each request ends (either method may be
+        absent). Adding one already added changes nothing."""
         with self._lock:
             if not any(o is observer for o in self._observers):
                 self._set_observers((*self._observers, observer))
@@ -182,9 +188,10 @@ class LLMEngine:
     # --- the public API (any thread) ------------------------------------------------------------
     def submit(self, prompt_token_ids: list[int], params: SamplingParams | None = None,
                model: str | None = None, request_id: str | None = None, timeout_s: float | None = None) -> Request:
-        """Queue a request; returns it at once. Read it with `stream()` or `wait()`. With `timeout_s` the
-        request fails (finish reason `timeout`) if it has not finished that many seconds after arrival.
-        Raises ValueError for a request that cannot run, EngineStopped when the engine takes none."""
+        """Queue a request; returns it at once. Read it with `stream()` or `wait()`. With
+        `timeout_s` the request fails (finish reason `timeout`) if it has not finished that many
+        seconds after arrival. Raises ValueError for a request that cannot run, EngineStopped
+        when the engine takes none."""
         model = model or self.model_names[0]
         if model not in self.model_names:
             raise ValueError(f"unknown model {model!r} (served: {', '.join(self.model_names)})")
@@ -226,7 +233,8 @@ class LLMEngine:
             self._thread.start()
 
     def stop(self, grace_s: float = 0.0) -> None:
-        """Take no new requests, give those in flight up to `grace_s` seconds to finish, abort the rest."""
+        """Take no new requests, give those in flight up to `grace_s` seconds to finish, abort
+        the rest."""
         with self._lock:
             self._accepting = False
         deadline = time.monotonic() + grace_s
@@ -315,7 +323,8 @@ class LLMEngine:
         try:
             return self.schedule()
         except Exception as exc:
-            # The request being scheduled is the suspect; with none, every request this step considered.
+            # The request being scheduled is the suspect; with none, every request this step
+            # considered.
             culprit = self.scheduler.current
             self._step_failed("schedule", [culprit] if culprit else self.scheduler.requests(), exc, stats)
             return ScheduledBatch(token_budget=self.config.max_num_batched_tokens)
@@ -377,9 +386,10 @@ class LLMEngine:
             stats.kv_slots_reserved += self.allocator.reserved_blocks(req.request_id) * bs
             stats.kv_tokens_cached += req.num_computed_tokens
 
-    # --- ending requests (engine thread) ------------------------------------------------------------
+    # --- ending requests (engine thread) ----------------------------------------------------------
     def _reap(self, stats: StepStats) -> None:
-        """Cancelled and overdue requests leave before scheduling, so their blocks serve this step."""
+        """Cancelled and overdue requests leave before scheduling, so their blocks serve this
+        step."""
         while True:
             try:
                 request_id, reason, error = self._aborts.get_nowait()
@@ -403,7 +413,8 @@ class LLMEngine:
 
     def _step_failed(self, phase: str, requests: list[Request], exc: Exception, stats: StepStats) -> None:
         self.step_errors[phase] += 1
-        if self.step_errors[phase] == 1:   # once per phase with the traceback; later ones are counted
+        # once per phase with the traceback; later ones are counted
+        if self.step_errors[phase] == 1:
             log.error("an engine step failed in %s; its %d request(s) fail, the engine goes on (further "
                       "failures in %s are only counted)", phase, len(requests), phase, exc_info=exc)
         error = f"the engine failed in {phase}: {type(exc).__name__}: {exc}"
@@ -428,13 +439,15 @@ class LLMEngine:
             self._notify(self._on_request_end, req)
 
     def _end_all(self, reason: str, error: str) -> None:
-        """Every request still held (queued, waiting or running) ends now; only once the loop is gone."""
+        """Every request still held (queued, waiting or running) ends now; only once the loop is
+        gone."""
         self._drain_inbox()
         now = time.monotonic()
         for req in list(self._live.values()):
             try:
                 self.scheduler.abort(req)
-            except Exception:   # the scheduler's state may be what broke; the request ends regardless
+            # the scheduler's state may be what broke; the request ends regardless
+            except Exception:
                 log.debug("could not release %s", req.request_id, exc_info=True)
             self._end(req, reason, None, now, error)
 

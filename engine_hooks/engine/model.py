@@ -91,7 +91,8 @@ class Transformer(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids, positions, rotary, kv_pools, slots, batch: AttentionBatch):
-        """Hidden states [tokens, hidden] for a flattened batch; K/V of these tokens land in `kv_pools`."""
+        """Hidden states [tokens, hidden] for a flattened batch; K/V of these tokens land in
+        `kv_pools`."""
         cos, sin = rotary[0][positions], rotary[1][positions]
         x = self.embed(input_ids)
         for layer, (k_pool, v_pool) in zip(self.layers, kv_pools, strict=True):

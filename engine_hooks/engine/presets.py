@@ -1,4 +1,5 @@
-"""Model sizes. `tiny` keeps tests fast, `small` is the CPU default, the larger ones are for GPUs."""
+"""Model sizes. `tiny` keeps tests fast, `small` is the CPU default, the larger ones are for
+GPUs."""
 
 from dataclasses import dataclass
 

@@ -1,4 +1,5 @@
-"""A request's tokens, progress through the KV cache, and lifecycle timestamps (monotonic seconds)."""
+"""A request's tokens, progress through the KV cache, and lifecycle timestamps (monotonic
+seconds)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ _END = object()
 
 
 class Request:
-    """One generation request. Only the engine thread mutates it; readers get the stream or the result."""
+    """One generation request. Only the engine thread mutates it; readers get the stream or the
+    result."""
 
     def __init__(self, request_id: str, model: str, prompt_token_ids: list[int], params: SamplingParams,
                  arrival_time: float | None = None, timeout_s: float | None = None) -> None:
@@ -124,8 +126,8 @@ class Request:
             yield item
 
     def take_available(self) -> tuple[list[int], bool]:
-        """Tokens produced since the last read, without waiting, and whether the request has finished.
-        For event loops, which must not block a thread per request."""
+        """Tokens produced since the last read, without waiting, and whether the request has
+        finished. For event loops, which must not block a thread per request."""
         tokens: list[int] = []
         while True:
             try:

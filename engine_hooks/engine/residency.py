@@ -84,7 +84,8 @@ class ModelResidency:
         while (name := self._queue.get()) is not None:
             try:
                 model, _ = self.load(name)
-            except Exception as exc:  # a broken file must not kill the loader: report and keep serving others
+            # a broken file must not kill the loader: report and keep serving others
+            except Exception as exc:
                 log.error("loading model %s failed: %s", name, exc)
                 self.load_errors[name] = str(exc)
                 with self._lock:

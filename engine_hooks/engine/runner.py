@@ -44,7 +44,8 @@ class ModelRunner:
 
     @staticmethod
     def groups(entries: list[tuple[Request, int]]) -> list[list[tuple[Request, int]]]:
-        """A step's entries split by model: each group is one forward pass (and fails on its own)."""
+        """A step's entries split by model: each group is one forward pass (and fails on its
+        own)."""
         by_model: dict[str, list[tuple[Request, int]]] = defaultdict(list)
         for req, n in entries:
             by_model[req.model].append((req, n))

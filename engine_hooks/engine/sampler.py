@@ -20,7 +20,8 @@ NON_FINITE_LOGITS = "the model produced non-finite logits (NaN or infinity) for 
 
 
 def sample(logits: torch.Tensor, requests: list[Request]) -> list[int | None]:
-    """logits: [len(requests), vocab] -> one token id per request, None where the logits are not finite."""
+    """logits: [len(requests), vocab] -> one token id per request, None where the logits are not
+    finite."""
     logits = logits.float()
     finite = torch.isfinite(logits).all(dim=-1).tolist()
     greedy = logits.argmax(dim=-1).tolist()
@@ -38,5 +39,6 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int | None]:
 def _draw(row: torch.Tensor, req: Request) -> int:
     seed = req.params.seed if req.params.seed is not None else zlib.crc32(req.request_id.encode())
     gen = torch.Generator(device=row.device).manual_seed((seed * 1_000_003 + req.num_tokens) % _SEED_SPACE)
-    scaled = (row - row.max()) / req.params.temperature     # <= 0 everywhere, 0 at the max: softmax is safe
+    # <= 0 everywhere, 0 at the max: softmax is safe
+    scaled = (row - row.max()) / req.params.temperature
     return int(torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=gen))

@@ -22,9 +22,11 @@ from .residency import ModelResidency
 
 @dataclass
 class ScheduledBatch:
-    entries: list[tuple[Request, int]] = field(default_factory=list)   # request, tokens to compute now
+    # request, tokens to compute now
+    entries: list[tuple[Request, int]] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
-    failed: list[Request] = field(default_factory=list)                 # their model could not be loaded
+    # their model could not be loaded
+    failed: list[Request] = field(default_factory=list)
     waiting_reasons: dict[str, str] = field(default_factory=dict)       # request id -> reason
     token_budget: int = 0
 
@@ -40,7 +42,8 @@ class Scheduler:
         self.residency = residency
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.current: Request | None = None   # the request being scheduled: the one to fail if scheduling raises
+        # the request being scheduled: the one to fail if scheduling raises
+        self.current: Request | None = None
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)

@@ -1,4 +1,5 @@
-"""Model weights: made once from a seed, saved to a file, and loaded back by really reading that file."""
+"""Model weights: made once from a seed, saved to a file, and loaded back by really reading that
+file."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ _cache: dict[tuple, dict] = {}
 
 def ideal_layout_curve(kv_heads: int, heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
                        device: torch.device, runs: int = 3) -> dict:
-    """{"sequences": [...], "curves": [[(bytes one attention call reads, bytes/s), ...] per batch size]}."""
+    """{"sequences": [...], "curves": [[(bytes one attention call reads, bytes/s), ...] per batch
+    size]}."""
     key = (kv_heads, heads, head_dim, block_size, dtype, str(device))
     if key not in _cache:
         curves = [[_measure(kv_heads, heads, head_dim, block_size, dtype, device, n, blocks, runs)

@@ -1,9 +1,11 @@
-"""`instrument(engine)` wraps the engine's seams from outside; `uninstrument(engine)` puts them back.
+"""`instrument(engine)` wraps the engine's seams from outside; `uninstrument(engine)` puts them
+back.
 
-Seams: `engine.submit` (arrivals), `engine.step` and `engine.schedule`, `scheduler.preempt`, `allocator.allocate`,
-`runner.forward`, `residency.load` (the loader thread), and the attention function the model
-calls, timed only while an instrumented engine's forward pass runs on the current thread.
-Every hook runs inside the guard: a failing hook is counted and logged once, the engine goes on.
+Seams: `engine.submit` (arrivals), `engine.step` and `engine.schedule`, `scheduler.preempt`,
+`allocator.allocate`, `runner.forward`, `residency.load` (the loader thread), and the attention
+function the model calls, timed only while an instrumented engine's forward pass runs on the current
+thread. Every hook runs inside the guard: a failing hook is counted and logged once, the engine goes
+on.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ _attention_lock = threading.Lock()
 
 
 def instrument(engine, config: RecorderConfig | None = None) -> Recorder:
-    """Start observing `engine`; returns the recorder. Instrumenting twice returns the same recorder."""
+    """Start observing `engine`; returns the recorder. Instrumenting twice returns the same
+    recorder."""
     existing = getattr(engine, _ATTR, None)
     if existing is not None:
         return existing[0]

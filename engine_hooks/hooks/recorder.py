@@ -37,13 +37,17 @@ from stagelens.engine_hooks.records.waits import MODEL_LOADING, NO_FREE_BLOCKS, 
 @dataclass
 class RecorderConfig:
     window_s: float = WINDOW_S        # the window of the derived figures in a snapshot
-    long_prefill_tokens: int = 512    # a prefill step larger than this blocks the requests behind it
+    # a prefill step larger than this blocks the requests behind it
+    long_prefill_tokens: int = 512
     steps_capacity: int = 4096
     timelines_capacity: int = 2048
     events_capacity: int = 1024
-    usage_interval_s: float = 0.25    # how often the allocator's full account is taken (engine thread)
-    free_memory_share: float = 0.10   # "preempted or refused with free memory": at least this share free
-    calibrate: bool = True            # measure dense attention's read bandwidth, the reference for paged
+    # how often the allocator's full account is taken (engine thread)
+    usage_interval_s: float = 0.25
+    # "preempted or refused with free memory": at least this share free
+    free_memory_share: float = 0.10
+    # measure dense attention's read bandwidth, the reference for paged
+    calibrate: bool = True
     lengths_sample: int = 256         # recent sequence lengths kept for block-size advice
 
 
@@ -61,16 +65,21 @@ class Recorder:
         self._lock = threading.Lock()
         self.started = time.monotonic()
         self._active: dict[str, tuple[Request, RequestTimeline]] = {}
-        self._arrived: dict[str, Request] = {}    # submitted, not yet seen by the scheduler (queued behind a step)
+        # submitted, not yet seen by the scheduler (queued behind a step)
+        self._arrived: dict[str, Request] = {}
         self._in_step = False
         self._waits = WaitTracker()
-        self._loading: dict[str, tuple[float, bool]] = {}   # model -> (load start, serving when it started)
+        # model -> (load start, serving when it started)
+        self._loading: dict[str, tuple[float, bool]] = {}
         self._last_load_end = 0.0
-        self._usual_decode_s: float | None = None      # a decode step with no load beside it (moving mean)
-        self._slow_steps: deque[SlowStep] = deque(maxlen=c.steps_capacity)   # decode steps beside a load
+        # a decode step with no load beside it (moving mean)
+        self._usual_decode_s: float | None = None
+        # decode steps beside a load
+        self._slow_steps: deque[SlowStep] = deque(maxlen=c.steps_capacity)
         self._step_index = 0
         self._last_step_end: float | None = None
-        self._previous_step: tuple[int, float, str | None] | None = None   # index, end, long prefill
+        # index, end, long prefill
+        self._previous_step: tuple[int, float, str | None] | None = None
         self._step_long_prefill: str | None = None
         self._step_chunks: list[tuple[RequestTimeline, int]] = []
         self._step_waiting_on_model = 0
@@ -85,13 +94,15 @@ class Recorder:
         cache = engine.kv_cache
         self._token_bytes = cache.bytes_per_token
         self._block_size = cache.block_size
-        self.attention_reference: dict | None = None   # engine_hooks.hooks.calibrate.ideal_layout_curve
+        # engine_hooks.hooks.calibrate.ideal_layout_curve
+        self.attention_reference: dict | None = None
         self._window_settings = WindowSettings(self._block_size, engine.config.preset.num_layers,
                                                c.long_prefill_tokens, c.lengths_sample)
 
-    # --- step boundaries ----------------------------------------------------------------------------
+    # --- step boundaries --------------------------------------------------------------------------
     def on_arrival(self, req: Request) -> None:
-        """A request queued (any thread): it waits from now, though the scheduler sees it only at its next step."""
+        """A request queued (any thread): it waits from now, though the scheduler sees it only at
+        its next step."""
         with self._lock:
             self._arrived[req.request_id] = req
 
@@ -111,7 +122,8 @@ class Recorder:
         now = stats.end
         loading = bool(self._loading) or self._last_load_end > stats.start
         engine = self.engine
-        idle = not stats.num_running and not stats.num_waiting   # the last account before a pause must be true
+        # the last account before a pause must be true
+        idle = not stats.num_running and not stats.num_waiting
         if idle or now - self._usage_at >= self.config.usage_interval_s:
             self._usage, self._usage_at = engine.allocator.usage(), now
         a = self._step_access
@@ -129,7 +141,8 @@ class Recorder:
             "kv_tokens_cached": stats.kv_tokens_cached, "attention_s": self._step_attention_s,
             "kv_useful_bytes": a.useful_bytes, "kv_moved_bytes": a.moved_bytes, "kv_gathered_bytes": a.gathered_bytes,
             "kv_block_runs": a.block_runs, "kv_sequences": a.sequences, "h2d_bytes": self._step_h2d,
-            # what a prefill's attention costs grows with its tokens times its context (what-if's step cost)
+            # what a prefill's attention costs grows with its tokens times its context (what-if's
+            # step cost)
             "prefill_pairs": self._step_prefill_pairs, "forwards": self._step_forwards,
         }
         with self._lock:
@@ -154,7 +167,8 @@ class Recorder:
         self._in_step = False
 
     def _note_decode_step(self, stats, loading: bool) -> None:
-        """Learn what a decode step usually takes; keep what one beside a model load took beyond it."""
+        """Learn what a decode step usually takes; keep what one beside a model load took beyond
+        it."""
         if not stats.num_decode_tokens or stats.num_prefill_tokens:
             return
         duration = stats.end - stats.start
@@ -174,7 +188,8 @@ class Recorder:
         failed = req.finish_reason in FinishReason.FAILED
         left_waiting = len(req.events) >= 2 and req.events[-2][1] in ("arrival", "preempted")
         if failed and left_waiting and timeline.finished is not None:
-            self._charge(req, timeline, timeline.finished)   # cancelled or overdue in the queue: that wait counts
+            # cancelled or overdue in the queue: that wait counts
+            self._charge(req, timeline, timeline.finished)
         self._waits.scheduled(rid)
         self.timelines.append(timeline)
         self.counters["requests_failed_total" if failed else "requests_finished_total"] += 1
@@ -261,7 +276,7 @@ class Recorder:
             if total and free_blocks / total >= self.config.free_memory_share:
                 self.counters["allocation_failures_with_free_memory_total"] += 1
 
-    # --- the forward pass -----------------------------------------------------------------------------
+    # --- the forward pass -------------------------------------------------------------------------
     def on_forward(self, inputs) -> None:
         self._step_access.add(access_stats(inputs.attention, self._block_size, self._token_bytes))
         if self.engine.device.type != "cpu":
@@ -279,7 +294,7 @@ class Recorder:
             self._step_attention_s += sum(s.elapsed_time(e) for s, e in self._cuda_events) / 1000
             self._cuda_events.clear()
 
-    # --- the cold path ----------------------------------------------------------------------------------
+    # --- the cold path ----------------------------------------------------------------------------
     def on_load_start(self, model: str, now: float) -> None:
         serving = bool(self.engine.scheduler.running)
         with self._lock:
@@ -299,7 +314,7 @@ class Recorder:
                 self.counters["h2d_bytes_total"] += nbytes
             self.events.append({"t": now, "event": "load_finished", **record})
 
-    # --- readers (any thread) ----------------------------------------------------------------------------
+    # --- readers (any thread) ---------------------------------------------------------------------
     def recent_timelines(self, since: float | None = None) -> list[RequestTimeline]:
         with self._lock:
             items = self.timelines.items()
@@ -316,7 +331,8 @@ class Recorder:
         return [e for e in items if since is None or e["t"] > since]
 
     def snapshot(self, now: float | None = None) -> EngineSnapshot:
-        """The engine snapshot (engine_hooks.records.snapshot, docs/snapshot.md) at `now` (monotonic)."""
+        """The engine snapshot (engine_hooks.records.snapshot, docs/snapshot.md) at `now`
+        (monotonic)."""
         now = time.monotonic() if now is None else now
         cfg, engine = self.config, self.engine
         with self._lock:
@@ -328,7 +344,8 @@ class Recorder:
             counters = Counters.counted(self.counters)
             wait_seconds = dict(self.wait_seconds)
             dropped = Dropped(steps=self.steps.dropped, timelines=self.timelines.dropped, events=self.events.dropped)
-        if records.usage is not None:   # the full account is the engine thread's; the used blocks are counted now
+        # the full account is the engine thread's; the used blocks are counted now
+        if records.usage is not None:
             records.usage.used_blocks = engine.allocator.num_blocks - engine.allocator.num_free_blocks()
         ec = engine.config
         return EngineSnapshot(
@@ -367,8 +384,9 @@ class Recorder:
         return window_stats(records, self._window_settings, reference=self.attention_reference, now=now, span=span)
 
     def _in_flight_waits(self, now: float) -> list[tuple[float, float]]:
-        """(wait so far, of which decided by the scheduler) of every request not yet finished, those still queued
-        behind the step in progress included: a long prefill's step hides its queue from the step records."""
+        """(wait so far, of which decided by the scheduler) of every request not yet finished,
+        those still queued behind the step in progress included: a long prefill's step hides its
+        queue from the step records."""
         out = []
         for req, timeline in self._active.values():
             waited, decided = timeline.scheduler_wait_s, timeline.decided_wait_s
@@ -379,7 +397,8 @@ class Recorder:
                     decided += now - since
             out.append((waited, decided))
         for rid, req in list(self._arrived.items()):
-            if req.finish_reason is not None:      # failed before any step saw it (engine stopped, aborted)
+            # failed before any step saw it (engine stopped, aborted)
+            if req.finish_reason is not None:
                 del self._arrived[rid]
                 continue
             pending = now - req.arrival_time
@@ -387,8 +406,9 @@ class Recorder:
         return out
 
     def _behind_long_prefill(self, since: float) -> bool:
-        """Would a wait pending since `since` be charged to a long prefill (WaitTracker.charge) if scheduled now?
-        The step running now is the one it waits behind; between steps, the step that just ended."""
+        """Would a wait pending since `since` be charged to a long prefill (WaitTracker.charge)
+        if scheduled now? The step running now is the one it waits behind; between steps, the
+        step that just ended."""
         if self._in_step:
             return self._step_long_prefill is not None
         previous = self._previous_step
@@ -400,7 +420,8 @@ class Recorder:
 
 
 def _kv_usage(usage) -> KvUsage | None:
-    """The allocator's account (engine_hooks.engine.allocator.AllocatorUsage) as the snapshot gives it."""
+    """The allocator's account (engine_hooks.engine.allocator.AllocatorUsage) as the snapshot
+    gives it."""
     if usage is None:
         return None
     return KvUsage(num_blocks=usage.num_blocks, used_blocks=usage.used_blocks, largest_free_run=usage.largest_free_run,

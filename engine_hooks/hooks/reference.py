@@ -20,7 +20,8 @@ def _along(points: list, x: float) -> float:
 
 
 def reference_at(reference: dict | None, sequences: int, nbytes: float) -> float | None:
-    """Bytes/s the ideal layout achieves for `sequences` decodes reading `nbytes` per attention call."""
+    """Bytes/s the ideal layout achieves for `sequences` decodes reading `nbytes` per attention
+    call."""
     if not reference or not reference.get("curves") or sequences < 1 or nbytes <= 0:
         return None
     per_batch = [(n, _along(curve, nbytes)) for n, curve in zip(reference["sequences"], reference["curves"],

@@ -1,5 +1,5 @@
-"""Figures over the recent window, derived from the recorder's step records and timelines: the snapshot's
-`Window` (engine_hooks.records.snapshot).
+"""Figures over the recent window, derived from the recorder's step records and timelines: the
+snapshot's `Window` (engine_hooks.records.snapshot).
 
 Every figure is None when the window holds no data for it: unknown is never reported as healthy.
 """
@@ -26,13 +26,17 @@ from stagelens.engine_hooks.records.timeline import BEHIND_LONG_PREFILL, Request
 
 @dataclass
 class WindowRecords:
-    """What the recorder holds of the window: its steps, the requests that ended in it, the model loads."""
+    """What the recorder holds of the window: its steps, the requests that ended in it, the model
+    loads."""
     steps: list[dict]
     finished: list[RequestTimeline]
     loads: list[dict]
-    in_flight: list[tuple[float, float]] = field(default_factory=list)   # (wait so far, of it decided) of requests
-    loading: dict[str, float] = field(default_factory=dict)              # model -> start, of the loads running now
-    usage: KvUsage | None = None                                          # the allocator's last full account
+    # (wait so far, of it decided) of requests
+    in_flight: list[tuple[float, float]] = field(default_factory=list)
+    # model -> start, of the loads running now
+    loading: dict[str, float] = field(default_factory=dict)
+    # the allocator's last full account
+    usage: KvUsage | None = None
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,14 @@ def kv_figures(steps: list[dict], usage: KvUsage | None, block_size: int, layers
                reference: dict | None) -> KvFigures:
     reserved = sum(s["kv_slots_reserved"] for s in steps)
     cached = sum(s["kv_tokens_cached"] for s in steps)
-    # free memory no request can use (contiguous extents too short), in slots, counted for every step
+    # free memory no request can use (contiguous extents too short), in slots, counted for every
+    # step
     unusable_slots = (usage.unusable_free_blocks or 0) * block_size * len(steps) if usage else 0
     useful = sum(s["kv_useful_bytes"] for s in steps)
     moved = sum(s["kv_moved_bytes"] for s in steps)
-    # Bandwidth is judged on decode steps: a prefill's attention is compute-bound by nature. Each step
-    # is compared with the ideal layout read by as many decodes, as many bytes per call (one call a layer).
+    # Bandwidth is judged on decode steps: a prefill's attention is compute-bound by nature. Each
+    # step is compared with the ideal layout read by as many decodes, as many bytes per call (one
+    # call a layer).
     decode = [s for s in steps if s["attention_s"] > 0 and s["kv_moved_bytes"] and not s["prefill_tokens"]]
     decode_moved = sum(s["kv_moved_bytes"] for s in decode)
     decode_s = sum(s["attention_s"] for s in decode)
@@ -69,7 +75,8 @@ def kv_figures(steps: list[dict], usage: KvUsage | None, block_size: int, layers
     for s in decode:
         ref = reference_at(reference, s["decode_seqs"], s["kv_useful_bytes"] / layers)
         if ref:
-            ratios.append(s["kv_useful_bytes"] / s["attention_s"] / ref)   # useful bytes delivered per second
+            # useful bytes delivered per second
+            ratios.append(s["kv_useful_bytes"] / s["attention_s"] / ref)
     swing = statistics.pstdev(ratios) / statistics.fmean(ratios) if len(ratios) >= 3 else None
     sequences = sum(s["kv_sequences"] for s in steps)
     return KvFigures(
@@ -143,7 +150,8 @@ def cold_path_figures(steps: list[dict], loads: list[dict], loading: dict[str, f
 
 def window_stats(records: WindowRecords, settings: WindowSettings, *, reference: dict | None, now: float,
                  span: float) -> Window:
-    """The window's figures: `span` seconds up to `now`, against the ideal-layout `reference` (or None)."""
+    """The window's figures: `span` seconds up to `now`, against the ideal-layout `reference` (or
+    None)."""
     r, c = records, settings
     kv = kv_figures(r.steps, r.usage, c.block_size, c.layers, reference)
     kv.sequence_lengths = [t.prompt_tokens + t.output_tokens for t in r.finished[-c.lengths_sample:]]

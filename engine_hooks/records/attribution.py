@@ -1,10 +1,11 @@
 """Where a request's time went: its TTFT and end-to-end latency split into components the engine can
 name, so the requests that make the tail can be added up.
 
-Components: every wait reason of the timeline (`no_free_blocks`, `token_budget`, ... `step_boundary`),
-`recompute` (prefill run again after a preemption), `load_slowdown` (what the decode steps it ran in
-took beyond the usual while a model load ran beside them), and `compute` (the rest: its own prefill
-and decode). They add up to the interval. Which stage each one is charged to is the agent's business.
+Components: every wait reason of the timeline (`no_free_blocks`, `token_budget`, ...
+`step_boundary`), `recompute` (prefill run again after a preemption), `load_slowdown` (what the
+decode steps it ran in took beyond the usual while a model load ran beside them), and `compute` (the
+rest: its own prefill and decode). They add up to the interval. Which stage each one is charged to
+is the agent's business.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _waiting(tl: RequestTimeline, step: SlowStep) -> bool:
 
 
 def tail(timelines: list[RequestTimeline], metric: str = "ttft", quantile: float = 0.99) -> TailFigures | None:
-    """The requests at or past the quantile of `metric` ("ttft" or "latency"), their components added up;
-    None without requests."""
+    """The requests at or past the quantile of `metric` ("ttft" or "latency"), their components
+    added up; None without requests."""
     rows = [(value, parts) for t in timelines if (value := _value(t, metric)) is not None
             and (parts := getattr(t, f"{metric}_components")) is not None]
     if not rows:

@@ -1,20 +1,22 @@
-"""The engine snapshot (`stagelens-engine/1`, docs/snapshot.md): what an engine source reports each tick.
+"""The engine snapshot (`stagelens-engine/1`, docs/snapshot.md): what an engine source reports each
+tick.
 
 This is the contract every engine source fills — the bundled engine's flight recorder
-(engine_hooks/hooks/recorder.py) today, an engine read from outside next — and the one shape the agent reads
-engine figures in: the diagnosis, /metrics, the TUI, the HTTP API and recorded bundles.
+(engine_hooks/hooks/recorder.py) today, an engine read from outside next — and the one shape the
+agent reads engine figures in: the diagnosis, /metrics, the TUI, the HTTP API and recorded bundles.
 
 None is a value, never a missing attribute: every figure a source might not observe is None when it
-does not observe it (*not observable*), and the bundled engine also reports None where its window holds
-no data for a figure. So None is never healthy: a reader shows it as unknown, and the diagnosis treats
-a figure's None as "nothing to judge" only where an observed count shows the situation absent (no step
-ran, no model loaded). Two fields say otherwise, and say so where they are: `Health.failure` (None: the
-engine's loop serves) and the `Counters` (0 until the first count).
+does not observe it (*not observable*), and the bundled engine also reports None where its window
+holds no data for a figure. So None is never healthy: a reader shows it as unknown, and the
+diagnosis treats a figure's None as "nothing to judge" only where an observed count shows the
+situation absent (no step ran, no model loaded). Two fields say otherwise, and say so where they
+are: `Health.failure` (None: the engine's loop serves) and the `Counters` (0 until the first count).
 
-`to_dict()` gives the JSON of docs/snapshot.md; `EngineSnapshot.from_dict()` reads it back and checks
-it, raising SnapshotError whose message starts with the field (`window.kv.fragmentation_ratio: ...`).
-Keys it does not know are ignored (new ones may come under the same format); a figure that is absent
-reads as None. Plain dataclasses and no torch: the agent imports this without an engine.
+`to_dict()` gives the JSON of docs/snapshot.md; `EngineSnapshot.from_dict()` reads it back and
+checks it, raising SnapshotError whose message starts with the field
+(`window.kv.fragmentation_ratio: ...`). Keys it does not know are ignored (new ones may come under
+the same format); a figure that is absent reads as None. Plain dataclasses and no torch: the agent
+imports this without an engine.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Any, ClassVar
 from stagelens.engine_hooks.shared.quoting import shown
 
 SNAPSHOT_FORMAT = "stagelens-engine/1"
-# The span of a snapshot's window (`window`): the seconds its deltas and means cover, the hooks' as an outside
-# source's, so that figures of either compare alike
+# The span of a snapshot's window (`window`): the seconds its deltas and means cover, the hooks' as
+# an outside source's, so that figures of either compare alike
 WINDOW_S = 10.0
 
 
@@ -52,18 +54,21 @@ class _Section:
         return cls(**{name: read(data.get(name), f"{where}.{name}") for name, read in readers})
 
 
-# --- what the engine is ------------------------------------------------------------------------------------
+# --- what the engine is ---------------------------------------------------------------------------
 @dataclass(slots=True, kw_only=True)
 class Clock(_Section):
-    monotonic: float      # the instant of the snapshot on the engine's monotonic clock (every other time's)
+    # the instant of the snapshot on the engine's monotonic clock (every other time's)
+    monotonic: float
     wall: float           # the same instant as Unix time
 
 
 @dataclass(slots=True, kw_only=True)
 class EngineInfo(_Section):
     """The engine's configuration and what is loaded (`engine`)."""
-    source: str | None = None     # who fills the snapshot: "hooks" (the bundled engine), "vllm", "sglang"
-    generation: str | None = None  # an engine read from outside: its metric names' generation, as detected
+    # who fills the snapshot: "hooks" (the bundled engine), "vllm", "sglang"
+    source: str | None = None
+    # an engine read from outside: its metric names' generation, as detected
+    generation: str | None = None
     model: str | None = None
     models: int | None = None
     allocator: str | None = None
@@ -78,16 +83,21 @@ class EngineInfo(_Section):
     dtype: str | None = None
     kv_cache_bytes: int | None = None
     kv_bytes_per_token: int | None = None
-    kv_capacity_tokens: int | None = None   # tokens the KV cache holds in all (vLLM's kv_cache_size_tokens)
-    kv_capacity_lever: str | None = None    # an engine read from outside: the flag that sets that capacity, as set
-    block_size_forced: bool | None = None   # the model sets the block size (hybrid attention + mamba)
+    # tokens the KV cache holds in all (vLLM's kv_cache_size_tokens)
+    kv_capacity_tokens: int | None = None
+    # an engine read from outside: the flag that sets that capacity, as set
+    kv_capacity_lever: str | None = None
+    # the model sets the block size (hybrid attention + mamba)
+    block_size_forced: bool | None = None
     resident_models: list[str] | None = None
     loading_models: list[str] | None = None
-    attention_reference: dict | None = None    # as hooks/calibrate.py measured it; hooks/reference.py reads it
+    # as hooks/calibrate.py measured it; hooks/reference.py reads it
+    attention_reference: dict | None = None
 
     @property
     def on_cuda(self) -> bool:
-        """Whether attention runs on a CUDA device (where it is memory-bound); False when unknown."""
+        """Whether attention runs on a CUDA device (where it is memory-bound); False when
+        unknown."""
         return (self.device or "").startswith("cuda")
 
 
@@ -100,7 +110,7 @@ class KvUsage(_Section):
     unusable_free_blocks: int | None = None
 
 
-# --- the window -------------------------------------------------------------------------------------------
+# --- the window -----------------------------------------------------------------------------------
 @dataclass(slots=True, kw_only=True)
 class KvFigures(_Section):
     fragmentation_ratio: float | None = None
@@ -114,12 +124,16 @@ class KvFigures(_Section):
     block_runs_per_sequence: float | None = None
     attention_share_of_step: float | None = None
     sequence_lengths: list[int] | None = None
-    full_while_waiting_share: float | None = None   # share of samples: no room for one more request, and a queue
-    # block-level, from an engine's KV events (vLLM's --kv-events-config); None where none are received
+    # share of samples: no room for one more request, and a queue
+    full_while_waiting_share: float | None = None
+    # block-level, from an engine's KV events (vLLM's --kv-events-config); None where none are
+    # received
     blocks_stored: int | None = None
     blocks_removed: int | None = None
-    blocks_restored: int | None = None          # stored again soon after their removal: KV recomputed
-    block_lifetime_p50_s: float | None = None   # store to removal, of the blocks removed in the window
+    # stored again soon after their removal: KV recomputed
+    blocks_restored: int | None = None
+    # store to removal, of the blocks removed in the window
+    block_lifetime_p50_s: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -133,7 +147,8 @@ class SchedulerFigures(_Section):
     wait_p99_s: float | None = None
     decided_wait_p50_s: float | None = None
     decided_wait_p99_s: float | None = None
-    decided_wait_p99_at_least_s: float | None = None   # where only bounds are known (coarse histograms)
+    # where only bounds are known (coarse histograms)
+    decided_wait_p99_at_least_s: float | None = None
     decided_wait_p99_at_most_s: float | None = None
     requests_finished: int | None = None
     head_of_line_share: float | None = None
@@ -143,7 +158,8 @@ class SchedulerFigures(_Section):
     tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
     step_time_mean_s: float | None = None
-    no_step_for_s: float | None = None   # from outside: no step finished for this long while requests ran
+    # from outside: no step finished for this long while requests ran
+    no_step_for_s: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -185,7 +201,8 @@ class WindowTail(_Section):
 
 @dataclass(slots=True, kw_only=True)
 class Window(_Section):
-    """Figures over the recent window (`window`); `tail` None: the source does not split requests' time."""
+    """Figures over the recent window (`window`); `tail` None: the source does not split
+    requests' time."""
     span_s: float
     kv: KvFigures
     scheduler: SchedulerFigures
@@ -193,12 +210,13 @@ class Window(_Section):
     tail: WindowTail | None = None
 
 
-# --- totals and health ------------------------------------------------------------------------------------
+# --- totals and health ----------------------------------------------------------------------------
 @dataclass(slots=True, kw_only=True)
 class Counters(_Section):
-    """Totals since the engine was instrumented. A source that counts one reports 0 until its first count;
-    None: the source does not count it. In JSON a counter that has not counted yet is left out (absent
-    means 0, docs/snapshot.md): `uncounted` names those, so the JSON reads back as it was written."""
+    """Totals since the engine was instrumented. A source that counts one reports 0 until its
+    first count; None: the source does not count it. In JSON a counter that has not counted yet
+    is left out (absent means 0, docs/snapshot.md): `uncounted` names those, so the JSON reads
+    back as it was written."""
     steps_total: float | None = None
     busy_seconds_total: float | None = None
     idle_seconds_total: float | None = None
@@ -220,7 +238,8 @@ class Counters(_Section):
 
     @classmethod
     def counted(cls, counts: dict[str, float]) -> Counters:
-        """The counters of a source that counts every one: those not in `counts` have not counted yet (0)."""
+        """The counters of a source that counts every one: those not in `counts` have not counted
+        yet (0)."""
         names = counter_names()
         return cls(**{n: counts.get(n, 0) for n in names}, uncounted=frozenset(n for n in names if n not in counts))
 
@@ -258,10 +277,11 @@ class Dropped(_Section):
     events: int | None = None
 
 
-# --- the snapshot ------------------------------------------------------------------------------------------
+# --- the snapshot ---------------------------------------------------------------------------------
 @dataclass(slots=True, kw_only=True)
 class EngineSnapshot(_Section):
-    """One engine source's report of one tick. Sections that are None are not observable by the source."""
+    """One engine source's report of one tick. Sections that are None are not observable by the
+    source."""
     format: str = SNAPSHOT_FORMAT
     clock: Clock
     engine: EngineInfo
@@ -273,15 +293,18 @@ class EngineSnapshot(_Section):
     health: Health | None = None
     dropped: Dropped | None = None
     # Figures a source read off what the engine publishes rather than measured: their path
-    # (`window.kv.fragmentation_ratio`) -> how, in words with the numbers. None: every figure is measured.
+    # (`window.kv.fragmentation_ratio`) -> how, in words with the numbers. None: every figure is
+    # measured.
     inferred: dict[str, str] | None = None
-    # What an engine read from outside sent beside its /metrics, counted since the agent started: traces
-    # (`traces.<count>`: spans received, malformed bodies, forwarded...) and KV events (`kv_events.<count>`)
+    # What an engine read from outside sent beside its /metrics, counted since the agent started:
+    # traces (`traces.<count>`: spans received, malformed bodies, forwarded...) and KV events
+    # (`kv_events.<count>`)
     intake: dict[str, float] | None = None
 
     @property
     def failure(self) -> str | None:
-        """Why the engine's loop died; None while it serves (or when its health is not observable)."""
+        """Why the engine's loop died; None while it serves (or when its health is not
+        observable)."""
         return self.health.failure if self.health is not None else None
 
     @classmethod
@@ -289,7 +312,8 @@ class EngineSnapshot(_Section):
         """The snapshot of a JSON object; SnapshotError naming the field that is not as written."""
         _check_object(data, where or "the snapshot")
         at = f"{where}." if where else ""
-        # what the diagnosis reads first is checked first, so a broken snapshot is named by its worst field
+        # what the diagnosis reads first is checked first, so a broken snapshot is named by its
+        # worst field
         engine = EngineInfo.from_dict(data.get("engine"), f"{at}engine")
         counters = Counters.from_dict(data.get("counters"), f"{at}counters")
         window = Window.from_dict(data.get("window"), f"{at}window")
@@ -305,9 +329,10 @@ class EngineSnapshot(_Section):
                    intake=_by_name(data.get("intake"), f"{at}intake"))
 
 
-# --- JSON ----------------------------------------------------------------------------------------------------
+# --- JSON -----------------------------------------------------------------------------------------
 def _json(value):
-    """A section, or a fresh copy of a list or an object, as JSON-serialisable data (a tuple as a list)."""
+    """A section, or a fresh copy of a list or an object, as JSON-serialisable data (a tuple as a
+    list)."""
     if isinstance(value, _Section):
         return value.to_dict()
     if isinstance(value, list | tuple):
@@ -322,7 +347,8 @@ def _is_number(value) -> bool:
 
 
 def _is_finite(number) -> bool:
-    """Not NaN, not an infinity, not an int too large for a float (10**400, which `math.isfinite` overflows on)."""
+    """Not NaN, not an infinity, not an int too large for a float (10**400, which `math.isfinite`
+    overflows on)."""
     return -sys.float_info.max <= number <= sys.float_info.max
 
 
@@ -388,7 +414,8 @@ def _numbers(value, where: str):
 
 
 def _by_name(value, where: str):
-    """Counts or seconds by name (wait reason, hook, phase): an object of finite numbers, or None."""
+    """Counts or seconds by name (wait reason, hook, phase): an object of finite numbers, or
+    None."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -449,7 +476,8 @@ def _readers(cls) -> tuple:
     out = []
     for f in fields(cls):
         kind = f.type
-        assert isinstance(kind, str)   # annotations are strings here (from __future__ import annotations)
+        # annotations are strings here (from __future__ import annotations)
+        assert isinstance(kind, str)
         if kind in _READERS:
             read = _READERS[kind]
         elif kind.startswith("list[") and kind.endswith("] | None"):

@@ -1,5 +1,6 @@
-"""The engine source: what the sampler reads each tick, whether the engine is the bundled one (its host,
-agent/lab/host.py, or the flight recorder itself) or one read from outside (agent/sources/)."""
+"""The engine source: what the sampler reads each tick, whether the engine is the bundled one
+(its host, agent/lab/host.py, or the flight recorder itself) or one read from outside
+(agent/sources/)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def latency_summary(quantiles: tuple[int, ...] = (50, 99), **series: list[float]) -> dict[str, float | None]:
-    """The serving percentiles every surface shows, named alike: `latency_summary(ttft=[...], latency=[...])` is
-    {"ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s"}, in the order given; None for no values."""
+    """The serving percentiles every surface shows, named alike: `latency_summary(ttft=[...],
+    latency=[...])` is {"ttft_p50_s", "ttft_p99_s", "latency_p50_s", "latency_p99_s"}, in the
+    order given; None for no values."""
     return {f"{name}_p{q}_s": percentile(values, q) for name, values in series.items() for q in quantiles}

@@ -15,7 +15,8 @@ from stagelens.engine_hooks.records.waits import PREEMPTED
 # Reasons beyond the scheduler's own (engine_hooks.records.waits)
 BEHIND_LONG_PREFILL = "behind_long_prefill"
 STEP_BOUNDARY = "step_boundary"
-# A wait whose reason the engine did not publish: an engine read from outside (vLLM's `time_in_queue`)
+# A wait whose reason the engine did not publish: an engine read from outside (vLLM's
+# `time_in_queue`)
 QUEUED = "queued"
 
 
@@ -54,10 +55,12 @@ class RequestTimeline:
     chunks: list[PrefillChunk] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     preemptions: int = 0
-    # where its time went (engine_hooks.records.attribution): component -> seconds, up to the first token and to the end
+    # where its time went (engine_hooks.records.attribution): component -> seconds, up to the first
+    # token and to the end
     ttft_components: dict[str, float] | None = None
     latency_components: dict[str, float] | None = None
-    trace_id: str | None = None      # the engine's own trace of it (an outside engine's span): 32 hex digits
+    # the engine's own trace of it (an outside engine's span): 32 hex digits
+    trace_id: str | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -76,8 +79,8 @@ class RequestTimeline:
 
     @property
     def decided_wait_s(self) -> float:
-        """The part of the wait the scheduler chose: all but waiting for the running step to end, which
-        iteration-level scheduling makes every request pay."""
+        """The part of the wait the scheduler chose: all but waiting for the running step to end,
+        which iteration-level scheduling makes every request pay."""
         return sum(w.seconds for w in self.waits if w.reason != STEP_BOUNDARY)
 
     def wait_by_reason(self) -> dict[str, float]:
@@ -88,7 +91,8 @@ class RequestTimeline:
 
     @classmethod
     def from_dict(cls, d: dict) -> RequestTimeline:
-        """Back from `to_dict` (a recorded bundle, an API answer); the derived fields are recomputed."""
+        """Back from `to_dict` (a recorded bundle, an API answer); the derived fields are
+        recomputed."""
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         known["events"] = [(e["t"], e["event"]) for e in d.get("events") or []]
         known["chunks"] = [PrefillChunk(c["start"], c["end"], c.get("tokens", 0), c.get("step", 0))
@@ -111,8 +115,10 @@ class WaitTracker:
     """Charges waiting time to reasons; one instance per instrumented engine, engine thread only."""
 
     def __init__(self) -> None:
-        self._reason: dict[str, tuple[str, int | None, str | None]] = {}   # request -> reason from last decision
-        self._since: dict[str, float] = {}                                 # request -> charged up to
+        # request -> reason from last decision
+        self._reason: dict[str, tuple[str, int | None, str | None]] = {}
+        # request -> charged up to
+        self._since: dict[str, float] = {}
 
     def charge(self, timeline: RequestTimeline, now: float, previous_step: tuple[int, float, str | None] | None,
                preempted: bool) -> tuple[str, float] | None:

@@ -1,11 +1,12 @@
-"""Timelines read back from data this process did not write (a recorded bundle, an agent's HTTP answer): each
-`RequestTimeline.to_dict()` is checked field by field before it becomes a RequestTimeline, so a malformed one is
-a TimelineError (and left out by `read_timelines`), never a traceback deep in whoever reads it next. Times are
-checked as time allows them: within MAX_TIME_S of zero, nothing ending before it starts, no first token or end
-before the arrival; token counts are whole and at most MAX_TOKENS.
+"""Timelines read back from data this process did not write (a recorded bundle, an agent's HTTP
+answer): each `RequestTimeline.to_dict()` is checked field by field before it becomes a
+RequestTimeline, so a malformed one is a TimelineError (and left out by `read_timelines`), never a
+traceback deep in whoever reads it next. Times are checked as time allows them: within MAX_TIME_S of
+zero, nothing ending before it starts, no first token or end before the arrival; token counts are
+whole and at most MAX_TOKENS.
 
-Values are kept as they were written (an int time stays an int): readers compute on them exactly as they did on
-the dicts."""
+Values are kept as they were written (an int time stays an int): readers compute on them exactly
+as they did on the dicts."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import re
 from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.engine_hooks.shared.quoting import shown
 
-# Seconds either side of zero any recorded time lies within: the year 5000 on the Unix clock, and far past a
-# monotonic one; a time past it (1e300, 10**400) is no time, and would print a 309-digit figure
+# Seconds either side of zero any recorded time lies within: the year 5000 on the Unix clock, and
+# far past a monotonic one; a time past it (1e300, 10**400) is no time, and would print a 309-digit
+# figure
 MAX_TIME_S = 95_617_584_000
 # what an outside engine's span may say (agent/sources/otlp/llm_request_spans.py)
 MAX_TOKENS = 1 << 40
@@ -26,8 +28,8 @@ class TimelineError(ValueError):
 
 
 def read_timeline(d) -> RequestTimeline:
-    """The RequestTimeline `d` (`RequestTimeline.to_dict()`) was written from; TimelineError, naming the field, if
-    it is not one."""
+    """The RequestTimeline `d` (`RequestTimeline.to_dict()`) was written from; TimelineError,
+    naming the field, if it is not one."""
     if not isinstance(d, dict):
         raise TimelineError(f"a timeline must be an object, got {shown(d)}")
     _require(d, "request_id", _STRING)
@@ -48,12 +50,14 @@ def read_timeline(d) -> RequestTimeline:
     _require_items(d, "chunks", {"start": _TIME, "end": _TIME}, {"tokens": _INT, "step": _INT})
     _require_items(d, "waits", {"start": _TIME, "end": _TIME, "reason": _STRING},
                    {"step": _INT_OR_NONE, "held_by": _STRING_OR_NONE})
-    # Written by every stagelens; a writer that left them out (the bundle reader lets it): no name, no preemption
+    # Written by every stagelens; a writer that left them out (the bundle reader lets it): no name,
+    # no preemption
     return RequestTimeline.from_dict({**d, "model": d.get("model") or "", "preemptions": d.get("preemptions") or 0})
 
 
 def read_timelines(items) -> list[RequestTimeline]:
-    """Those of `items` that read as timelines, in their order; the others are left out (untrusted data)."""
+    """Those of `items` that read as timelines, in their order; the others are left out
+    (untrusted data)."""
     out = []
     for d in items if isinstance(items, list) else []:
         try:
@@ -75,8 +79,8 @@ def _require(d: dict, key: str, kind: tuple, nullable: bool = False, optional: b
 
 
 def _require_items(d: dict, key: str, required: dict, optional: dict | None = None) -> None:
-    """`d[key]`: absent, null, or a list of objects with the `required` fields (and the `optional` ones typed);
-    a span (`start`, `end`) ends at or after its start."""
+    """`d[key]`: absent, null, or a list of objects with the `required` fields (and the
+    `optional` ones typed); a span (`start`, `end`) ends at or after its start."""
     items = d.get(key)
     if items is None:
         return
@@ -101,8 +105,8 @@ def _is_int(v) -> bool:
 
 
 def is_time(v) -> bool:
-    """A number of seconds within MAX_TIME_S of 0: the comparisons refuse NaN and the infinities too, and never
-    overflow (a 400-digit int)."""
+    """A number of seconds within MAX_TIME_S of 0: the comparisons refuse NaN and the infinities
+    too, and never overflow (a 400-digit int)."""
     return isinstance(v, int | float) and not isinstance(v, bool) and -MAX_TIME_S <= v <= MAX_TIME_S
 
 

@@ -1,13 +1,14 @@
-"""vLLM's vocabulary, written once: its Prometheus families and its per-request `llm_request` span with the
-`gen_ai.*` attributes it carries (and the GenAI conventions' names our own spans use). The bundled engine's
-vLLM face publishes them, agent/sources reads them back, agent/tracing names its spans with them; the real
-captures (tests/fixtures/real) are the independent check that they are vLLM's.
+"""vLLM's vocabulary, written once: its Prometheus families and its per-request `llm_request` span
+with the `gen_ai.*` attributes it carries (and the GenAI conventions' names our own spans use). The
+bundled engine's vLLM face publishes them, agent/sources reads them back, agent/tracing names its
+spans with them; the real captures (tests/fixtures/real) are the independent check that they are
+vLLM's.
 
-A counter's family is named without its `_total`, as prometheus_client registers it; the exposition (and
-so the reader) has `total_name(name)`.
+A counter's family is named without its `_total`, as prometheus_client registers it; the exposition
+(and so the reader) has `total_name(name)`.
 """
 
-# --- Prometheus families (vLLM V1) ------------------------------------------------------------------------
+# --- Prometheus families (vLLM V1) ----------------------------------------------------------------
 NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
 NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
 NUM_REQUESTS_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
@@ -26,17 +27,20 @@ REQUEST_SUCCESS = "vllm:request_success"                          # ... to here
 REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"              # histograms from here ...
 REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
-ITERATION_TOKENS = "vllm:iteration_tokens_total"                  # a histogram whose name ends in _total
+# a histogram whose name ends in _total
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
 TIME_TO_FIRST_TOKEN_SECONDS = "vllm:time_to_first_token_seconds"
 INTER_TOKEN_LATENCY_SECONDS = "vllm:inter_token_latency_seconds"
-TIME_PER_OUTPUT_TOKEN_SECONDS = "vllm:time_per_output_token_seconds"   # inter-token latency before 0.10
+# inter-token latency before 0.10
+TIME_PER_OUTPUT_TOKEN_SECONDS = "vllm:time_per_output_token_seconds"
 REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS = "vllm:request_time_per_output_token_seconds"
 E2E_REQUEST_LATENCY_SECONDS = "vllm:e2e_request_latency_seconds"
 REQUEST_QUEUE_TIME_SECONDS = "vllm:request_queue_time_seconds"
 REQUEST_INFERENCE_TIME_SECONDS = "vllm:request_inference_time_seconds"
 REQUEST_PREFILL_TIME_SECONDS = "vllm:request_prefill_time_seconds"
 REQUEST_DECODE_TIME_SECONDS = "vllm:request_decode_time_seconds"  # ... to here
-# families only vLLM's V0 engine published (V1 dropped swapping and the CPU cache): how V0 is told apart
+# families only vLLM's V0 engine published (V1 dropped swapping and the CPU cache): how V0 is told
+# apart
 NUM_REQUESTS_SWAPPED = "vllm:num_requests_swapped"
 CPU_CACHE_USAGE_PERC = "vllm:cpu_cache_usage_perc"
 GPU_PREFIX_CACHE_HIT_RATE = "vllm:gpu_prefix_cache_hit_rate"
@@ -47,13 +51,15 @@ def total_name(counter: str) -> str:
     return counter + "_total"
 
 
-# --- the llm_request span ---------------------------------------------------------------------------------
+# --- the llm_request span -------------------------------------------------------------------------
 LLM_REQUEST = "llm_request"
 REQUEST_ID = "gen_ai.request.id"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
-USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"          # vLLM's; the conventions now say input_tokens
-USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"  # vLLM's; the conventions now say output_tokens
+# vLLM's; the conventions now say input_tokens
+USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"
+# vLLM's; the conventions now say output_tokens
+USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
 USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 MAX_TOKENS = "gen_ai.request.max_tokens"
@@ -66,7 +72,8 @@ TIME_IN_MODEL_DECODE = "gen_ai.latency.time_in_model_decode"
 TIME_IN_MODEL_INFERENCE = "gen_ai.latency.time_in_model_inference"
 E2E = "gen_ai.latency.e2e"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
-# the GenAI conventions' names for the operation and who serves it (gen_ai.system: what older backends read)
+# the GenAI conventions' names for the operation and who serves it (gen_ai.system: what older
+# backends read)
 OPERATION_NAME = "gen_ai.operation.name"
 PROVIDER_NAME = "gen_ai.provider.name"
 SYSTEM = "gen_ai.system"

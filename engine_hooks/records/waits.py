@@ -1,4 +1,5 @@
-"""Why the scheduler left a request waiting in a step (torch-free: readers of timelines import it)."""
+"""Why the scheduler left a request waiting in a step (torch-free: readers of timelines import
+it)."""
 
 NO_FREE_BLOCKS = "no_free_blocks"   # the KV cache had no block for it
 TOKEN_BUDGET = "token_budget"       # the step's token budget was spent

@@ -1,13 +1,16 @@
-"""A thread-per-connection HTTP server with the bounds of the agent's main server (agent/server/limits.py):
-what one client, or a thousand slow ones, can make a small `http.server` listener hold.
+"""A thread-per-connection HTTP server with the bounds of the agent's main server
+(agent/server/limits.py): what one client, or a thousand slow ones, can make a small `http.server`
+listener hold.
 
 - At most `max_connections` are handled at once, and at most 3/4 of them from one sending host
-  (engine_hooks/shared/fair_share.py): one more is answered 503 and closed at once, without a thread (a
-  thread each made 1,725 slow connections hold 1,743 threads).
-- A request's line and headers must arrive within `REQUEST_READ_TIMEOUT_S` of the connection or of the
+  (engine_hooks/shared/fair_share.py): one more is answered 503 and closed at once, without a thread
+  (a thread each made 1,725 slow connections hold 1,743 threads).
+- A request's line and headers must arrive within `REQUEST_READ_TIMEOUT_S` of the connection or of
+  the
   previous answer, in all (not per read: a client dripping a byte a second would otherwise hold its
   thread for ever); then the connection is closed.
-- A client that leaves before reading its answer (a broken pipe, a reset) is counted in `clients_gone`,
+- A client that leaves before reading its answer (a broken pipe, a reset) is counted in
+  `clients_gone`,
   never a traceback on stderr; any other failure of a handler is one log line.
 
 Used by the vLLM face's `/metrics` listener and the agent's OTLP/HTTP receiver.
@@ -28,7 +31,8 @@ from stagelens.engine_hooks.shared.fair_share import BUSY_PEER, FairShare, peer_
 
 log = logging.getLogger(__name__)
 
-REQUEST_READ_TIMEOUT_S = 10.0     # from connection (or the previous answer) to the request's headers read
+# from connection (or the previous answer) to the request's headers read
+REQUEST_READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64              # handled at once, a thread each
 _BUSY_BODY = b"too many connections; try again\n"
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -48,7 +52,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self.max_connections = max_connections
         self.request_read_timeout_s = request_read_timeout_s
         self.clients_gone = 0          # left before their answer was written
-        self.refused_busy = 0          # answered 503: max_connections were open, or the host's share of them
+        # answered 503: max_connections were open, or the host's share of them
+        self.refused_busy = 0
         self._connections = FairShare(max_connections)
         self._open: dict[socket.socket, str] = {}     # connection -> its sending host
         self._open_lock = threading.Lock()
@@ -102,7 +107,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         # called inside the handler's `except`: what failed is the exception being handled
         error = sys.exc_info()[1]
-        if isinstance(error, OSError):           # BrokenPipe, ConnectionReset, a timeout: the client's doing
+        # BrokenPipe, ConnectionReset, a timeout: the client's doing
+        if isinstance(error, OSError):
             with self._open_lock:
                 self.clients_gone += 1
             return
@@ -111,7 +117,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
 
 
 class _DeadlineReader(io.RawIOBase):
-    """The socket's bytes, with an overall deadline while one is set: each read waits only what is left."""
+    """The socket's bytes, with an overall deadline while one is set: each read waits only what
+    is left."""
 
     def __init__(self, sock: socket.socket, idle_timeout_s: float | None) -> None:
         self.sock = sock
@@ -131,8 +138,8 @@ class _DeadlineReader(io.RawIOBase):
 
 
 class BoundedHandler(BaseHTTPRequestHandler):
-    """A request handler whose request line and headers are read under the server's deadline. A subclass
-    setting a socket timeout of its own (for a body) restores `self.timeout` after."""
+    """A request handler whose request line and headers are read under the server's deadline. A
+    subclass setting a socket timeout of its own (for a body) restores `self.timeout` after."""
 
     server: BoundedHTTPServer
     timeout = REQUEST_READ_TIMEOUT_S       # per read; the deadline below bounds the whole

@@ -1,9 +1,9 @@
-"""An intake budget shared fairly between sending hosts: one host may hold at most `SHARE` of it, so the
-rest always serves the others (a hostile sender holding the whole byte budget or every call slot made a
-well-behaved engine's batches run out of their retries).
+"""An intake budget shared fairly between sending hosts: one host may hold at most `SHARE` of it, so
+the rest always serves the others (a hostile sender holding the whole byte budget or every call slot
+made a well-behaved engine's batches run out of their retries).
 
-A host is the peer's IPv4 address, or its IPv6 /64 (one machine commonly holds a whole /64, so per address
-would be no bound at all). `take` never waits: the caller refuses with a retryable answer.
+A host is the peer's IPv4 address, or its IPv6 /64 (one machine commonly holds a whole /64, so per
+address would be no bound at all). `take` never waits: the caller refuses with a retryable answer.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ BUSY_PEER = "busy_peer"      # this host already holds its share
 
 
 def peer_key(host: str) -> str:
-    """The sending host an address belongs to: the IPv4 address, or the IPv6 /64 (`2001:db8::/64`)."""
+    """The sending host an address belongs to: the IPv4 address, or the IPv6 /64
+    (`2001:db8::/64`)."""
     try:
         address = ipaddress.ip_address(host.split("%", 1)[0].strip("[]"))
     except ValueError:
@@ -31,7 +32,8 @@ def peer_key(host: str) -> str:
 
 
 def grpc_peer_key(peer: str) -> str:
-    """`peer_key` of gRPC's `context.peer()`: `ipv4:1.2.3.4:567`, `ipv6:[::1]:567` (or %-escaped)."""
+    """`peer_key` of gRPC's `context.peer()`: `ipv4:1.2.3.4:567`, `ipv6:[::1]:567` (or
+    %-escaped)."""
     scheme, _, rest = urllib.parse.unquote(peer).partition(":")
     if scheme == "ipv4":
         return peer_key(rest.rpartition(":")[0])
@@ -41,8 +43,8 @@ def grpc_peer_key(peer: str) -> str:
 
 
 class FairShare:
-    """`limit` units (bytes, connections, calls) held at once by all hosts together, at most `per_peer` of
-    them by one host."""
+    """`limit` units (bytes, connections, calls) held at once by all hosts together, at most
+    `per_peer` of them by one host."""
 
     def __init__(self, limit: int, share: float = SHARE) -> None:
         if limit < 1:
@@ -70,7 +72,8 @@ class FairShare:
             left = self._by_peer.get(peer, 0) - n
             if left > 0:
                 self._by_peer[peer] = left
-            else:                                # a host gone holds no entry: the dict stays as small as the senders
+            # a host gone holds no entry: the dict stays as small as the senders
+            else:
                 self._by_peer.pop(peer, None)
             self.held -= n
 

@@ -1,6 +1,6 @@
-"""A value as an error message about outside data quotes it: JSON's null, and short (a 10**400 read from a file
-is not printed whole). The readers of every layer (records, probes' snapshots, the agent's) word their errors
-with it."""
+"""A value as an error message about outside data quotes it: JSON's null, and short (a 10**400
+read from a file is not printed whole). The readers of every layer (records, probes' snapshots,
+the agent's) word their errors with it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """Figures of the engine snapshot inferred from what an engine publishes, each with how it was read.
 
-An engine read from outside (vLLM, SGLang) publishes gauges at the scrape, counters and coarse histograms
-and, where its traces reach the agent, one span per request. None of them is a stagelens figure; each
-function here turns them into one, says how in words with the numbers (the snapshot's `inferred`, which
-the diagnosis shows beside the evidence), and returns None where what is published does not settle it.
+An engine read from outside (vLLM, SGLang) publishes gauges at the scrape, counters and coarse
+histograms and, where its traces reach the agent, one span per request. None of them is a stagelens
+figure; each function here turns them into one, says how in words with the numbers (the snapshot's
+`inferred`, which the diagnosis shows beside the evidence), and returns None where what is published
+does not settle it.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from stagelens.engine_hooks.records.waits import MAX_NUM_SEQS, MODEL_LOADING, NO
 from stagelens.sources.inference.wait_bounds import WaitBounds
 from stagelens.sources.scrape.families import HistogramDelta, quantile_interpolated
 
-LONG_PREFILL_TOKENS = 512     # as the hooks judge head-of-line blocking (engine_hooks.hooks.recorder)
-LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS   # a step past this holds a long prompt's prefill whole (chunked
-                                             # prefill's default budget is 512 tokens a step)
-KV_FULL = 0.90                # KV usage past which a waiting queue is taken to wait for blocks: under 10% free,
-                              # the hooks' "free memory" line (engine_hooks.hooks.recorder's free_memory_share)
-MIN_FINISHED = 20             # fewer requests finished in the window: their P99 speaks for them, not the queue
+# as the hooks judge head-of-line blocking (engine_hooks.hooks.recorder)
+LONG_PREFILL_TOKENS = 512
+# a step past this holds a long prompt's prefill whole (chunked prefill's default budget is 512
+# tokens a step)
+LONG_STEP_TOKENS = 2 * LONG_PREFILL_TOKENS
+# KV usage past which a waiting queue is taken to wait for blocks: under 10% free, the hooks' "free
+# memory" line (engine_hooks.hooks.recorder's free_memory_share)
+KV_FULL = 0.90
+# fewer requests finished in the window: their P99 speaks for them, not the queue
+MIN_FINISHED = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +46,9 @@ class Gauges:
     held_tokens: float | None = None   # tokens in the running requests (held_tokens())
     adapters: bool = False          # the engine serves LoRA adapters (vllm:lora_requests_info)
     preemptions: float | None = None   # preempted (SGLang: retracted) so far: a counter
-    preempted_share: float | None = None   # of the time since the sample before, the share its preemptions say
-                                           # the KV cache was full (vLLM: mark_preemptions)
+    # of the time since the sample before, the share its preemptions say the KV cache was full
+    # (vLLM: mark_preemptions)
+    preempted_share: float | None = None
 
 
 T = TypeVar("T")
@@ -60,7 +66,8 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def waiting_share(gauges: list[Gauges]) -> Inferred | None:
-    """The share of scrapes that found requests waiting (the hooks count steps; a scrape is a sample)."""
+    """The share of scrapes that found requests waiting (the hooks count steps; a scrape is a
+    sample)."""
     seen = [g.waiting > 0 for g in gauges if g.waiting is not None]
     if not seen:
         return None
@@ -69,14 +76,15 @@ def waiting_share(gauges: list[Gauges]) -> Inferred | None:
 
 
 def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred[dict[str, float]] | None:
-    """Seconds spent waiting in the window by reason, by Little's law: the mean number of requests waiting
-    for a reason times the window. What an engine publishes does not say who waited for KV blocks (vLLM's
-    `capacity` is its whole waiting queue, `deferred` the requests it skipped): the queue of a scrape that
-    found the KV cache full is charged to `no_free_blocks` (after a preemption with room seen, the share
-    full_share says); with the batch held at its limit
-    (pinned_batch), the queue of a scrape that found it there to `max_num_seqs`; the rest to `queued` (a reason
-    the engine does not say). `deferred` counts as waiting on a model only where the engine serves LoRA
-    adapters (loading one is what defers a request there) and the engine publishes who it deferred."""
+    """Seconds spent waiting in the window by reason, by Little's law: the mean number of
+    requests waiting for a reason times the window. What an engine publishes does not say who
+    waited for KV blocks (vLLM's `capacity` is its whole waiting queue, `deferred` the requests
+    it skipped): the queue of a scrape that found the KV cache full is charged to
+    `no_free_blocks` (after a preemption with room seen, the share full_share says); with the
+    batch held at its limit (pinned_batch), the queue of a scrape that found it there to
+    `max_num_seqs`; the rest to `queued` (a reason the engine does not say). `deferred` counts as
+    waiting on a model only where the engine serves LoRA adapters (loading one is what defers a
+    request there) and the engine publishes who it deferred."""
     if span <= 0:
         return None
     seen = [g for g in gauges if g.waiting is not None]
@@ -84,7 +92,8 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred[dict[s
         return None
     waiting = [g.waiting for g in seen if g.waiting is not None]   # seen's queues, one a sample
     adapters = any(g.adapters for g in seen) and any(g.deferred is not None for g in seen)
-    full = [full_share(g) for g in seen]      # per sample, once: charge_queued calls this for every request
+    # per sample, once: charge_queued calls this for every request
+    full = [full_share(g) for g in seen]
     limit = pinned_batch(seen)
     at_limit = [limit is not None and not f and g.running == limit.value for g, f in zip(seen, full, strict=True)]
     on_model = [min(g.deferred or 0.0, w) if adapters else 0.0 for g, w in zip(seen, waiting, strict=True)]
@@ -112,17 +121,20 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred[dict[s
     return Inferred(out, ", ".join(parts) + f", times the {span:.0f} s window")
 
 
-PINNED_SAMPLES = 3   # samples that found a queue and the same batch, at the least, to call it the batch's limit
-PINNED_SHARE = 0.75  # ... and of those that found a queue with room, the share at that batch (a sample may fall
-                     # between a request's end and its successor's admission)
+# samples that found a queue and the same batch, at the least, to call it the batch's limit
+PINNED_SAMPLES = 3
+# ... and of those that found a queue with room, the share at that batch (a sample may fall between
+# a request's end and its successor's admission)
+PINNED_SHARE = 0.75
 
 
 def pinned_batch(gauges: list[Gauges]) -> Inferred | None:
-    """The batch limit the samples show, where they show one: the most that ran in the window, found at (nearly)
-    every sample (scrape or gauge poll, at least PINNED_SAMPLES) that found requests waiting with room in the KV
-    cache. vLLM admits a waiting request whenever its token budget, a KV block and --max-num-seqs allow: a batch
-    that never grows while a queue waits and blocks are free is held by its limit (a budget-bound batch varies as
-    prefills come and go). The limit itself is not published."""
+    """The batch limit the samples show, where they show one: the most that ran in the window,
+    found at (nearly) every sample (scrape or gauge poll, at least PINNED_SAMPLES) that found
+    requests waiting with room in the KV cache. vLLM admits a waiting request whenever its token
+    budget, a KV block and --max-num-seqs allow: a batch that never grows while a queue waits and
+    blocks are free is held by its limit (a budget-bound batch varies as prefills come and go).
+    The limit itself is not published."""
     queued = [g for g in gauges if g.waiting and g.running is not None and g.kv_ratio is not None
               and not kv_full(g)]
     if not queued:
@@ -136,21 +148,23 @@ def pinned_batch(gauges: list[Gauges]) -> Inferred | None:
 
 
 def kv_full(g: Gauges) -> bool:
-    """Whether the sample found no room in the KV cache for one more request like those running (_no_room), or
-    followed a preemption that says the cache was full since the sample before (vLLM: mark_preemptions)."""
+    """Whether the sample found no room in the KV cache for one more request like those running
+    (_no_room), or followed a preemption that says the cache was full since the sample before
+    (vLLM: mark_preemptions)."""
     return full_share(g) > 0
 
 
 def full_share(g: Gauges) -> float:
-    """How much of the time up to the sample the KV cache had no room: all of it where its usage leaves none,
-    else the share its preemptions say (vLLM: mark_preemptions), as for a sample of the gauge poll's rate."""
+    """How much of the time up to the sample the KV cache had no room: all of it where its usage
+    leaves none, else the share its preemptions say (vLLM: mark_preemptions), as for a sample of
+    the gauge poll's rate."""
     return 1.0 if _no_room(g) else g.preempted_share or 0.0
 
 
 def _no_room(g: Gauges) -> bool:
-    """Whether the sample's KV usage leaves no room for one more request like those running: under 10% free,
-    or less free than a running request holds on average (an allocator reserving much per request is full
-    long before 90%)."""
+    """Whether the sample's KV usage leaves no room for one more request like those running:
+    under 10% free, or less free than a running request holds on average (an allocator reserving
+    much per request is full long before 90%)."""
     if g.kv_ratio is None:
         return False
     per_request = g.kv_ratio / g.running if g.running else 0.0
@@ -159,13 +173,16 @@ def _no_room(g: Gauges) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class KvCapacity:
-    """The KV cache's size as published: its blocks, the tokens they hold in all, and the blocks the engine
-    keeps for itself (vLLM V1 takes one null block from the pool at start: an idle V1 reads 1/num_blocks)."""
+    """The KV cache's size as published: its blocks, the tokens they hold in all, and the blocks
+    the engine keeps for itself (vLLM V1 takes one null block from the pool at start: an idle V1
+    reads 1/num_blocks)."""
     num_blocks: int
-    tokens: int                     # kv_cache_size_tokens where published, else num_blocks x block_size
+    # kv_cache_size_tokens where published, else num_blocks x block_size
+    tokens: int
     block_size: int
     reserved_blocks: int = 0
-    forced_block_size: bool = False  # a hybrid model's block holds a mamba state: the block size is not a choice
+    # a hybrid model's block holds a mamba state: the block size is not a choice
+    forced_block_size: bool = False
     lever: str | None = None         # the engine's flag that set the size, with its value
 
     @property
@@ -173,18 +190,20 @@ class KvCapacity:
         return self.tokens / self.num_blocks
 
 
-MIN_BLOCKS_IN_USE = 4   # fewer blocks in use on average: a few requests' partial blocks, no pattern to judge
+# fewer blocks in use on average: a few requests' partial blocks, no pattern to judge
+MIN_BLOCKS_IN_USE = 4
 
 
 def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | None:
-    """The share of reserved KV slots holding no token, over the window's scrapes: slots in use (KV usage x
-    blocks, less the engine's reserved blocks, x tokens a block) against the tokens the running requests hold
-    (Gauges.held_tokens), less the block size's floor: each running request's last block is partly empty
-    whatever the allocator does (vLLM's CPU blocks hold 128 tokens: one short request leaves most of its block
-    empty), so up to a block less one token a request is not waste. Not judged with fewer than
-    MIN_BLOCKS_IN_USE blocks in use on average, nor where the model forces the block size: a hybrid model's
-    block is sized to hold a mamba state, so its empty attention slots are the model's, not a setting's
-    (Inferred with no value, saying so)."""
+    """The share of reserved KV slots holding no token, over the window's scrapes: slots in use
+    (KV usage x blocks, less the engine's reserved blocks, x tokens a block) against the tokens
+    the running requests hold (Gauges.held_tokens), less the block size's floor: each running
+    request's last block is partly empty whatever the allocator does (vLLM's CPU blocks hold 128
+    tokens: one short request leaves most of its block empty), so up to a block less one token a
+    request is not waste. Not judged with fewer than MIN_BLOCKS_IN_USE blocks in use on average,
+    nor where the model forces the block size: a hybrid model's block is sized to hold a mamba
+    state, so its empty attention slots are the model's, not a setting's (Inferred with no value,
+    saying so)."""
     if kv is None or not kv.num_blocks:
         return None
     if kv.forced_block_size:
@@ -214,15 +233,16 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
 
 
 def mark_preemptions(samples: list[Gauges], per_preemption_s: float) -> list[Gauges]:
-    """vLLM's samples (in time order) with `preempted_share` set from the preemptions counted since the sample
-    before. vLLM preempts a running request only when it cannot allocate it a KV block (V1 when allocate_slots
-    fails, V0 when it cannot append slots; else only an operator's reset of the prefix cache), so the cache was
-    full then, whatever usage the sample, taken later, reads. For how long is not published: each preemption
-    counts as `per_preemption_s` of the time between the two samples (the gauge poll's period: what a sample at
-    its rate would find), so a busy host's few samples far apart read as many close together would, rather than
-    full all along. SGLang's retractions are not marked: that each one came for want of room is not established
-    here for every release (its counter is recent; the older gauge counts those retracted now), so they count
-    where the usage seen leaves no room (full_while_waiting)."""
+    """vLLM's samples (in time order) with `preempted_share` set from the preemptions counted
+    since the sample before. vLLM preempts a running request only when it cannot allocate it a KV
+    block (V1 when allocate_slots fails, V0 when it cannot append slots; else only an operator's
+    reset of the prefix cache), so the cache was full then, whatever usage the sample, taken
+    later, reads. For how long is not published: each preemption counts as `per_preemption_s` of
+    the time between the two samples (the gauge poll's period: what a sample at its rate would
+    find), so a busy host's few samples far apart read as many close together would, rather than
+    full all along. SGLang's retractions are not marked: that each one came for want of room is
+    not established here for every release (its counter is recent; the older gauge counts those
+    retracted now), so they count where the usage seen leaves no room (full_while_waiting)."""
     return samples[:1] + [dataclasses.replace(g, preempted_share=_preempted_share(before, g, per_preemption_s))
                           for before, g in itertools.pairwise(samples)]
 
@@ -230,25 +250,29 @@ def mark_preemptions(samples: list[Gauges], per_preemption_s: float) -> list[Gau
 def _preempted_share(before: Gauges, g: Gauges, per_preemption_s: float) -> float | None:
     if g.preemptions is None or before.preemptions is None:
         return None
-    rise = g.preemptions - before.preemptions     # fewer: a restart, which says nothing of the time between
+    # fewer: a restart, which says nothing of the time between
+    rise = g.preemptions - before.preemptions
     if rise <= 0:
         return 0.0
     span = g.at - before.at
     return min(1.0, rise * per_preemption_s / span) if span > 0 else 1.0
 
 
-FEWEST_SAMPLES = 3   # a share of fewer can only read 0, 1/2 or 1: ok or firing by the signal's default lines (0.2,
-                     # 0.5), nothing between, so the same window could read ok on one run and FIRING on the next
+# a share of fewer can only read 0, 1/2 or 1: ok or firing by the signal's default lines (0.2, 0.5),
+# nothing between, so the same window could read ok on one run and FIRING on the next
+FEWEST_SAMPLES = 3
 
 
 def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
-    """The share of samples, scrapes and the gauge polls between them (each against the one before), that found
-    the KV cache with no room for one more request (_no_room) while requests waited or were preempted since (an
-    engine sets its KV usage once a step, so one scrape a window can miss it): a queue the KV cache holds back, the
-    KV cache's evidence that the scheduler's queue is its consequence. A sample after a preemption with room seen
-    counts for the share of its time the preemptions say the cache was full (vLLM: mark_preemptions). The same
-    test charges the queue's wait to `no_free_blocks` (wait_seconds_by_reason, by full_share), so the stage that
-    fires and the charge agree. Fewer than FEWEST_SAMPLES samples give no share, saying so."""
+    """The share of samples, scrapes and the gauge polls between them (each against the one
+    before), that found the KV cache with no room for one more request (_no_room) while requests
+    waited or were preempted since (an engine sets its KV usage once a step, so one scrape a
+    window can miss it): a queue the KV cache holds back, the KV cache's evidence that the
+    scheduler's queue is its consequence. A sample after a preemption with room seen counts for
+    the share of its time the preemptions say the cache was full (vLLM: mark_preemptions). The
+    same test charges the queue's wait to `no_free_blocks` (wait_seconds_by_reason, by
+    full_share), so the stage that fires and the charge agree. Fewer than FEWEST_SAMPLES samples
+    give no share, saying so."""
     seen = [share for before, g in itertools.pairwise(scrapes) if (share := _full_while_pressed(before, g)) is not None]
     if not seen:
         return None
@@ -264,10 +288,12 @@ def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
 
 
 def _full_while_pressed(before: Gauges, g: Gauges) -> float | None:
-    """How much of a sample (against the one before) found the KV cache full while requests were pressed: all of
-    it where its usage left no room while requests waited or were preempted, else the share of its time a
-    preemption says it was (vLLM); None where neither the usage nor what pressed is published."""
-    if g.preempted_share:     # preempted since the sample before: pressed, and full for that share at least
+    """How much of a sample (against the one before) found the KV cache full while requests were
+    pressed: all of it where its usage left no room while requests waited or were preempted, else
+    the share of its time a preemption says it was (vLLM); None where neither the usage nor what
+    pressed is published."""
+    # preempted since the sample before: pressed, and full for that share at least
+    if g.preempted_share:
         return full_share(g)
     preempted = (None if g.preemptions is None or before.preemptions is None
                  else g.preemptions > before.preemptions)
@@ -277,23 +303,26 @@ def _full_while_pressed(before: Gauges, g: Gauges) -> float | None:
 
 
 def held_tokens(counted: Counted) -> float | None:
-    """Tokens in the requests now running, by bookkeeping on the engine's own counts: every prompt counted
-    (once, at its first token) and every token generated, less the prompt and output lengths of the
-    requests that finished (their histograms' sums); plus, for the running requests still in their prefill
-    (running less those past their first token and not finished: the TTFT and e2e histograms' counts), half a
-    prompt each, as far as a chunked prefill has got on average: a prompt found in its prefill, which is
-    longer than a mean prompt (a long prompt spends longer in prefill: `prompt_in_prefill`). Before any
-    request finished (the counts say 0), the finished sums are 0 whether published or not, and a prompt in
-    prefill is as long as the prompts counted so far; with no prompt counted either, not known (None).
+    """Tokens in the requests now running, by bookkeeping on the engine's own counts: every prompt
+    counted (once, at its first token) and every token generated, less the prompt and output lengths
+    of the requests that finished (their histograms' sums); plus, for the running requests still in
+    their prefill (running less those past their first token and not finished: the TTFT and e2e
+    histograms' counts), half a prompt each, as far as a chunked prefill has got on average: a
+    prompt found in its prefill, which is longer than a mean prompt (a long prompt spends longer in
+    prefill: `prompt_in_prefill`). Before any request finished (the counts say 0), the finished sums
+    are 0 whether published or not, and a prompt in prefill is as long as the prompts counted so
+    far; with no prompt counted either, not known (None).
 
-    The bookkeeping drifts over a server's life: a request that got its first token and never finished
-    (aborted, timed out) stays counted for ever. So it is bounded by what is running now: nothing when no
-    request runs, and, once more requests are past their first token and unfinished than run (drifted), at
-    most the running requests times the longest request finished (its prompt and output histograms' highest
-    bucket bounds; a mean would not do: the requests running at any moment are the long ones more often than
-    the finished are). Without drift that bound is not applied: early in a run the few requests finished are
-    the short ones, and the long ones running would be cut to their length. The prompt tokens served from the
-    prefix cache (its hit share) sit in blocks shared with other requests: they need no slots of their own."""
+    The bookkeeping drifts over a server's life: a request that got its first token and never
+    finished (aborted, timed out) stays counted for ever. So it is bounded by what is running
+    now: nothing when no request runs, and, once more requests are past their first token and
+    unfinished than run (drifted), at most the running requests times the longest request
+    finished (its prompt and output histograms' highest bucket bounds; a mean would not do: the
+    requests running at any moment are the long ones more often than the finished are). Without
+    drift that bound is not applied: early in a run the few requests finished are the short ones,
+    and the long ones running would be cut to their length. The prompt tokens served from the
+    prefix cache (its hit share) sit in blocks shared with other requests: they need no slots of
+    their own."""
     c = counted
     if 0 in (c.ended, c.finished_prompts) and not c.ended and not c.finished_prompts:
         # a count published says no request has finished yet: their sums are 0, published yet or not
@@ -311,7 +340,8 @@ def held_tokens(counted: Counted) -> float | None:
         in_prefill = max(0.0, running - max(0.0, c.first_tokens - c.ended))
         prompt = _prompt_length(c, prompts, finished_prompt_tokens)
         if in_prefill and prompt is None:
-            return None   # requests hold prompts of no known length: not judged, rather than read as empty
+            # requests hold prompts of no known length: not judged, rather than read as empty
+            return None
         held += in_prefill * (prompt or 0.0) / 2
     # drifted says the running count is known
     if running is not None and drifted(c) and c.longest_request is not None:
@@ -322,8 +352,9 @@ def held_tokens(counted: Counted) -> float | None:
 
 
 def _prompt_length(c: Counted, prompt_tokens: float, finished_prompt_tokens: float) -> float | None:
-    """The length of a prompt found in its prefill: length-weighted over the finished prompts, or their mean;
-    before any request finished, the mean of the prompts counted at their first token (c's token sums, known)."""
+    """The length of a prompt found in its prefill: length-weighted over the finished prompts, or
+    their mean; before any request finished, the mean of the prompts counted at their first token
+    (c's token sums, known)."""
     if c.prompt_in_prefill:
         return c.prompt_in_prefill
     if c.finished_prompts:
@@ -332,52 +363,63 @@ def _prompt_length(c: Counted, prompt_tokens: float, finished_prompt_tokens: flo
 
 
 def drifted(c: Counted) -> bool:
-    """Whether the counts hold requests that got their first token and will never finish: more requests past
-    their first token and unfinished than are running."""
+    """Whether the counts hold requests that got their first token and will never finish: more
+    requests past their first token and unfinished than are running."""
     running, first_tokens, ended = c.running, c.first_tokens, c.ended
     return running is not None and first_tokens is not None and ended is not None and first_tokens - ended > running
 
 
 @dataclass(frozen=True, slots=True)
 class Counted:
-    """An engine's cumulative counts at one scrape, as `held_tokens` reads them; None: not published."""
-    prompt_tokens: float | None = None            # prompt tokens counted (at each request's first token)
+    """An engine's cumulative counts at one scrape, as `held_tokens` reads them; None: not
+    published."""
+    # prompt tokens counted (at each request's first token)
+    prompt_tokens: float | None = None
     generated_tokens: float | None = None
-    finished_prompt_tokens: float | None = None   # the prompt lengths of the requests finished (a histogram's sum)
+    # the prompt lengths of the requests finished (a histogram's sum)
+    finished_prompt_tokens: float | None = None
     finished_generated_tokens: float | None = None
     finished_prompts: float | None = None         # ... and how many (its count)
     running: float | None = None
-    first_tokens: float | None = None             # requests past their first token (the TTFT histogram's count)
+    # requests past their first token (the TTFT histogram's count)
+    first_tokens: float | None = None
     ended: float | None = None                    # requests finished (the e2e histogram's count)
-    prefix_hit_share: float | None = None         # prompt tokens found in the prefix cache / prompt tokens queried
-    longest_request: float | None = None          # tokens: no finished request had more prompt, nor more output
-    prompt_in_prefill: float | None = None        # the mean prompt, weighted by its length (length_biased_mean)
+    # prompt tokens found in the prefix cache / prompt tokens queried
+    prefix_hit_share: float | None = None
+    # tokens: no finished request had more prompt, nor more output
+    longest_request: float | None = None
+    # the mean prompt, weighted by its length (length_biased_mean)
+    prompt_in_prefill: float | None = None
 
 
 def step_period(span: float, steps: int | None) -> float | None:
-    """The mean time between steps: what a request arriving mid-step waits for any scheduler (the hooks'
-    `step_boundary`, which is no stage's fault)."""
+    """The mean time between steps: what a request arriving mid-step waits for any scheduler (the
+    hooks' `step_boundary`, which is no stage's fault)."""
     return span / steps if steps and span > 0 else None
 
 
 def decided_waits(timelines: list[RequestTimeline], period: float, longest_step: float | None = None) -> list[float]:
-    """Each request's queue time that its scheduler decided, from the step boundaries the spans show.
+    """Each request's queue time that its scheduler decided, from the step boundaries the spans
+    show.
 
-    A request arriving mid-step waits for the step in progress (the hooks' `step_boundary`, no stage's fault),
-    and how long that step ran is not published: the inter-token P99 bounds it too loosely on a noisy host,
-    where arrivals meet the one step in a hundred that ran long. What the spans do show is when steps began or
-    ended: each request's first scheduling, first token and end. A request not scheduled at such a moment after
-    its arrival was held back from there on. The moment must come half a step period before its own scheduling:
-    the end of the step in progress is recorded a little before the next step schedules it. Whatever the spans
-    show, a wait past the longest step seen (`longest_step`: ordinary_step_bounds, the top of the inter-token
-    latencies' longest bucket) was decided: no step in progress runs longer than every step. One request held
-    alone is no pattern (sustained_p99). A short request's wait behind a long prompt's prefill, running when it
-    arrived and over by its scheduling, is decided whole, as the hooks judge head-of-line blocking: chunked
-    prefill would have let it in; the end of such a prefill is no boundary it was held at."""
+    A request arriving mid-step waits for the step in progress (the hooks' `step_boundary`, no
+    stage's fault), and how long that step ran is not published: the inter-token P99 bounds it
+    too loosely on a noisy host, where arrivals meet the one step in a hundred that ran long.
+    What the spans do show is when steps began or ended: each request's first scheduling, first
+    token and end. A request not scheduled at such a moment after its arrival was held back from
+    there on. The moment must come half a step period before its own scheduling: the end of the
+    step in progress is recorded a little before the next step schedules it. Whatever the spans
+    show, a wait past the longest step seen (`longest_step`: ordinary_step_bounds, the top of the
+    inter-token latencies' longest bucket) was decided: no step in progress runs longer than
+    every step. One request held alone is no pattern (sustained_p99). A short request's wait
+    behind a long prompt's prefill, running when it arrived and over by its scheduling, is
+    decided whole, as the hooks judge head-of-line blocking: chunked prefill would have let it
+    in; the end of such a prefill is no boundary it was held at."""
     slack = period / 2
     longs = _long_prefills(timelines)
     long_starts = [start for start, _ in longs]
-    long_reach = list(itertools.accumulate((end for _, end in longs), max))   # the latest end of those begun
+    # the latest end of those begun
+    long_reach = list(itertools.accumulate((end for _, end in longs), max))
     long_ends = sorted(end for _, end in longs)
     marks = sorted((t, tl.request_id) for tl in timelines for t in _step_moments(tl)
                    if not _within(long_ends, t, slack))
@@ -398,7 +440,8 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
 
 
 def _step_moments(tl: RequestTimeline) -> list[float]:
-    """When a step began (its first scheduling) or ended (its first token, its end), as its span shows."""
+    """When a step began (its first scheduling) or ended (its first token, its end), as its span
+    shows."""
     return [t for t in (tl.arrival + tl.scheduler_wait_s, tl.first_token, tl.finished) if t is not None]
 
 
@@ -410,10 +453,11 @@ def _within(ordered: list[float], t: float, slack: float) -> bool:
 
 def ordinary_step_bounds(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
                          iterations: HistogramDelta | None = None) -> tuple[float | None, float | None]:
-    """How long the step in progress at a request's arrival is, from the ordinary steps (ordinary_steps), read
-    once a scrape: (typically at most: their P99 by count, a working bound never reported (weighted by time,
-    the one or two stalls left in would bound every wait); at most: the top of the longest one's bucket, None
-    where that is +Inf). (None, None) where nothing was observed."""
+    """How long the step in progress at a request's arrival is, from the ordinary steps
+    (ordinary_steps), read once a scrape: (typically at most: their P99 by count, a working bound
+    never reported (weighted by time, the one or two stalls left in would bound every wait); at
+    most: the top of the longest one's bucket, None where that is +Inf). (None, None) where
+    nothing was observed."""
     ordinary = ordinary_steps(inter_token, timelines, iterations)
     if ordinary is None:
         return None, None
@@ -423,17 +467,18 @@ def ordinary_step_bounds(inter_token: HistogramDelta | None, timelines: list[Req
 
 def ordinary_steps(inter_token: HistogramDelta | None, timelines: list[RequestTimeline],
                    iterations: HistogramDelta | None = None) -> HistogramDelta | None:
-    """The steps a request may arrive in, from the inter-token latencies (a decoding request waits one step
-    between tokens, so every step with one running shows there).
+    """The steps a request may arrive in, from the inter-token latencies (a decoding request waits
+    one step between tokens, so every step with one running shows there).
 
-    Without the stalls of long prompts prefilled in one step: every request decoding through one waited the
-    whole prefill for its next token, so the observations from the bucket of the shortest long prefill in the
-    spans up are taken as such stalls and left out (the spans cannot count the decoders still running), and a
-    wait behind a long prefill stays the scheduler's (head-of-line blocking) however often the long prefills
-    stall decoding. A prefill chunked over several steps is longer than any of its steps: leaving out what is
-    longer than it leaves every ordinary step in. The spans of long prompts still decoding are not in yet: the
-    steps of over LONG_STEP_TOKENS (`iterations`, the tokens-per-step histogram) say what share of the steps
-    were such prefills, and that share of the longest observations is left out too."""
+    Without the stalls of long prompts prefilled in one step: every request decoding through one
+    waited the whole prefill for its next token, so the observations from the bucket of the
+    shortest long prefill in the spans up are taken as such stalls and left out (the spans cannot
+    count the decoders still running), and a wait behind a long prefill stays the scheduler's
+    (head-of-line blocking) however often the long prefills stall decoding. A prefill chunked
+    over several steps is longer than any of its steps: leaving out what is longer than it leaves
+    every ordinary step in. The spans of long prompts still decoding are not in yet: the steps of
+    over LONG_STEP_TOKENS (`iterations`, the tokens-per-step histogram) say what share of the
+    steps were such prefills, and that share of the longest observations is left out too."""
     if inter_token is None or inter_token.count <= 0:
         return None
     bounds = [b for b, _ in inter_token.buckets]
@@ -468,9 +513,10 @@ def _long_prefills(timelines: list[RequestTimeline]) -> list[tuple[float, float]
 
 
 def sustained_p99(values: list[float]) -> float:
-    """The P99 of `values`, reached by at least two of them: one request kept waiting while every other went
-    through (a host that stalled the engine once, a span whose step in progress is not in the window yet) is
-    not a scheduler's pattern; a scheduler that holds requests back holds back several."""
+    """The P99 of `values`, reached by at least two of them: one request kept waiting while every
+    other went through (a host that stalled the engine once, a span whose step in progress is not
+    in the window yet) is not a scheduler's pattern; a scheduler that holds requests back holds
+    back several."""
     if len(values) < 2:
         return 0.0
     p99 = percentile(values, 99)
@@ -480,12 +526,13 @@ def sustained_p99(values: list[float]) -> float:
 
 def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
                      waiting_now: float | None) -> tuple[float, int] | None:
-    """(mean seconds, requests) that the requests queued for the scheduler in the window spent queued in it, by
-    Little's law: the window's `queued` seconds (wait_seconds_by_reason: not for KV blocks, not deferred for a
-    model) over every request that was in the queue in it, those that left it (`admitted`: the most of the
-    first tokens and the queue times observed) and those still in it (`waiting_now`). It needs no request to
-    finish, when a queue that hardly moves holds every span back; a mean, so at most the P99 it stands in for.
-    None when not published or no request queued."""
+    """(mean seconds, requests) that the requests queued for the scheduler in the window spent
+    queued in it, by Little's law: the window's `queued` seconds (wait_seconds_by_reason: not for
+    KV blocks, not deferred for a model) over every request that was in the queue in it, those
+    that left it (`admitted`: the most of the first tokens and the queue times observed) and
+    those still in it (`waiting_now`). It needs no request to finish, when a queue that hardly
+    moves holds every span back; a mean, so at most the P99 it stands in for. None when not
+    published or no request queued."""
     if not by_reason or QUEUED not in by_reason or admitted is None or waiting_now is None:
         return None
     requests = round(admitted + waiting_now)
@@ -495,14 +542,15 @@ def queued_mean_wait(by_reason: dict[str, float] | None, admitted: float | None,
 def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ordinary_step: float | None = None,
                      queued: tuple[float, int] | None = None, longest_step: float | None = None,
                      waiting_now: float | None = None) -> Inferred[float] | WaitBounds | None:
-    """The P99 of the wait the scheduler decided, from the requests' spans when the agent receives them (the
-    P99 that at least two requests reach: sustained_p99); without them only bounds are known
-    (agent.sources.inference.wait_bounds). Spans tell of a request only when it ends: the mean time
-    queued in the window
-    (`queued`, queued_mean_wait, over two requests at least) less the step in progress (at most the longer of
-    `period` and `ordinary_step`: ordinary_step_bounds) bounds it from below. Where that bound is past what
-    fewer than MIN_FINISHED finished requests show while requests still wait (`waiting_now`), those waiting
-    wait longer than the few that finished: the P99 is known only from below (WaitBounds, no upper bound)."""
+    """The P99 of the wait the scheduler decided, from the requests' spans when the agent
+    receives them (the P99 that at least two requests reach: sustained_p99); without them only
+    bounds are known (agent.sources.inference.wait_bounds). Spans tell of a request only when it
+    ends: the mean time queued in the window (`queued`, queued_mean_wait, over two requests at
+    least) less the step in progress (at most the longer of `period` and `ordinary_step`:
+    ordinary_step_bounds) bounds it from below. Where that bound is past what fewer than
+    MIN_FINISHED finished requests show while requests still wait (`waiting_now`), those waiting
+    wait longer than the few that finished: the P99 is known only from below (WaitBounds, no
+    upper bound)."""
     found = _finished_wait_p99(timelines, period, longest_step, waiting_now)
     if queued is None or queued[1] < 2 or period is None:
         return found
@@ -537,9 +585,9 @@ def _ms(seconds: float | None) -> str:
 
 
 def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -> Inferred | None:
-    """The share of short requests' decided wait spent while a long prompt's prefill ran, from the spans:
-    each span's prefill interval is known, so a short request's queue time overlapping a long one's
-    prefill was spent behind it."""
+    """The share of short requests' decided wait spent while a long prompt's prefill ran, from
+    the spans: each span's prefill interval is known, so a short request's queue time overlapping
+    a long one's prefill was spent behind it."""
     if not timelines or period is None:
         return None
     long_prefills = _long_prefills(timelines)
@@ -549,7 +597,8 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
     waited = behind = 0.0
     for tl in short:
         for w in tl.waits:
-            # only a prefill begun before the wait ended, and at most the longest one before it began, overlaps it
+            # only a prefill begun before the wait ended, and at most the longest one before it
+            # began, overlaps it
             near = long_prefills[bisect.bisect_left(starts, w.start - longest):bisect.bisect_left(starts, w.end)]
             overlap = sum(max(0.0, min(w.end, end) - max(w.start, start)) for start, end in near)
             waited += max(0.0, w.seconds - period)
@@ -564,10 +613,11 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
 
 def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None,
                   seen: list[Gauges] | tuple = ()) -> list[RequestTimeline]:
-    """The timelines with each one's `queued` time split by the mix of waiting reasons, so the tail attribution
-    charges it to the stage that held the queue (the spans do not say why a request waited): the mix the gauges
-    `seen` (time order; the gauge poll's) found while it waited, else the window's `by_reason`. A request that
-    waited through a model load early in a run is charged to the load, whatever the latest window holds."""
+    """The timelines with each one's `queued` time split by the mix of waiting reasons, so the
+    tail attribution charges it to the stage that held the queue (the spans do not say why a
+    request waited): the mix the gauges `seen` (time order; the gauge poll's) found while it
+    waited, else the window's `by_reason`. A request that waited through a model load early in a
+    run is charged to the load, whatever the latest window holds."""
     window_mix = _mix(by_reason)
     at = [g.at for g in seen]
     out = []

@@ -1,12 +1,14 @@
-"""What an engine's coarse queue-time histogram and its queue gauges can say of the P99 wait, without spans.
+"""What an engine's coarse queue-time histogram and its queue gauges can say of the P99 wait,
+without spans.
 
-vLLM's queue-time buckets start at (0, 0.3 s]: a P99 there could be 50 us or 290 ms, on either side of the
-scheduler's 5 ms and 20 ms lines, and interpolating inside the bucket makes a number up. So only bounds are
-said: a bucket starting above zero bounds the P99 from below; the first bucket bounds it from above, and the
-mean (_sum/_count) tightens that: at most 1% of waits can exceed 100 times the mean (Markov's inequality).
-Without observations in the window, Little's law on the queue's gauges: a queue present at every scrape,
-with so many requests a second leaving it, is waited on for its mean wait. The diagnosis judges a signal
-from its bounds only where both ends fall on the same side of a threshold (agent.diagnosis.signals.Bounded).
+vLLM's queue-time buckets start at (0, 0.3 s]: a P99 there could be 50 us or 290 ms, on either side
+of the scheduler's 5 ms and 20 ms lines, and interpolating inside the bucket makes a number up. So
+only bounds are said: a bucket starting above zero bounds the P99 from below; the first bucket
+bounds it from above, and the mean (_sum/_count) tightens that: at most 1% of waits can exceed 100
+times the mean (Markov's inequality). Without observations in the window, Little's law on the
+queue's gauges: a queue present at every scrape, with so many requests a second leaving it, is
+waited on for its mean wait. The diagnosis judges a signal from its bounds only where both ends fall
+on the same side of a threshold (agent.diagnosis.signals.Bounded).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ class WaitBounds:
 
 def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], left_per_s: float | None,
                           span: float, step: float | None = None) -> WaitBounds | None:
-    """Bounds of the P99 of the wait the scheduler decided (the queue time less a step, `step`, which any
-    scheduler makes a request arriving mid-step wait), from the window's queue-time histogram, else from the
-    queue's gauges at each scrape (`waiting`) and the requests leaving it a second (`left_per_s`)."""
+    """Bounds of the P99 of the wait the scheduler decided (the queue time less a step, `step`,
+    which any scheduler makes a request arriving mid-step wait), from the window's queue-time
+    histogram, else from the queue's gauges at each scrape (`waiting`) and the requests leaving
+    it a second (`left_per_s`)."""
     bucket = quantile_bounds(queue, 0.99)
     if bucket is not None:
         lower, upper = bucket
@@ -60,7 +63,8 @@ def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], le
 
 
 def _less_step(step: float | None) -> str:
-    """What the bound of the decided wait leaves out of the queue time: the step in progress at arrival."""
+    """What the bound of the decided wait leaves out of the queue time: the step in progress at
+    arrival."""
     if not step:
         return ""
     return f", less one step period ({_said(step)}) that any scheduler makes a request arriving mid-step wait"

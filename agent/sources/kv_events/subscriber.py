@@ -1,26 +1,27 @@
 """vLLM's KV-cache events read from outside: block-level KV evidence from a ZMQ subscription.
 
-vLLM started with `--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", ...}'` (and
-the bundled engine with its vLLM face, kv_events_publisher.py) publishes one message per step that changed
-its KV cache: `[topic, sequence number (8 bytes, big-endian), msgpack KVEventBatch]`. The batch is
-`[ts, events, data_parallel_rank?]` (a map `{"ts", "events", "data_parallel_rank"}` is read too). Each
-event is either a tagged array, `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
-lora_id, medium, lora_name, ...]`, fields by position (vLLM up to 0.2x), or a map with its tag under
-`type` (later releases); both are read, event by event. Block hashes are ints or bytes, as vLLM's
-releases have written them.
+vLLM started with `--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq", ...}'`
+(and the bundled engine with its vLLM face, kv_events_publisher.py) publishes one message per step
+that changed its KV cache: `[topic, sequence number (8 bytes, big-endian), msgpack KVEventBatch]`.
+The batch is `[ts, events, data_parallel_rank?]` (a map `{"ts", "events", "data_parallel_rank"}` is
+read too). Each event is either a tagged array, `["BlockStored", block_hashes, parent_block_hash,
+token_ids, block_size, lora_id, medium, lora_name, ...]`, fields by position (vLLM up to 0.2x), or a
+map with its tag under `type` (later releases); both are read, event by event. Block hashes are ints
+or bytes, as vLLM's releases have written them.
 
-`KvEventsSubscriber` keeps the blocks alive now (hash -> when stored, each copy a store of the same hash not
-yet removed; bounded in copies, however they spread over hashes: the oldest are dropped and counted), and a
-history of what each batch did, so `figures(since)` says per window: blocks stored and removed, clears, the
-lifetime of removed blocks (store to remove, on the publisher's clock), blocks stored again within
-`restore_window_s` of their removal (recompute churn: the footprint of preemption or eviction thrash), and
-the live block count; with totals since `start()` of messages, malformed payloads,
-unknown event tags and batches lost to sequence gaps. Nothing in a message raises: what cannot be read is
-counted. Reads are thread-safe; the socket lives on the subscriber's own thread. A publisher controls every
-figure, so each removal costs O(1) under the lock (a hash stored again holds its copies in a deque), a
-message is at most MAX_MESSAGE_BYTES (ZMQ drops a larger one) and its arrays MAX_ARRAY_LEN long (a longer one
-is malformed), the lifetimes kept are bounded like the history, and a sequence that jumps implausibly far
-(past MAX_SEQUENCE_GAP) is a new numbering, not batches lost.
+`KvEventsSubscriber` keeps the blocks alive now (hash -> when stored, each copy a store of the same
+hash not yet removed; bounded in copies, however they spread over hashes: the oldest are dropped and
+counted), and a history of what each batch did, so `figures(since)` says per window: blocks stored
+and removed, clears, the lifetime of removed blocks (store to remove, on the publisher's clock),
+blocks stored again within `restore_window_s` of their removal (recompute churn: the footprint of
+preemption or eviction thrash), and the live block count; with totals since `start()` of messages,
+malformed payloads, unknown event tags and batches lost to sequence gaps. Nothing in a message
+raises: what cannot be read is counted. Reads are thread-safe; the socket lives on the subscriber's
+own thread. A publisher controls every figure, so each removal costs O(1) under the lock (a hash
+stored again holds its copies in a deque), a message is at most MAX_MESSAGE_BYTES (ZMQ drops a
+larger one) and its arrays MAX_ARRAY_LEN long (a longer one is malformed), the lifetimes kept are
+bounded like the history, and a sequence that jumps implausibly far (past MAX_SEQUENCE_GAP) is a new
+numbering, not batches lost.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ import zmq
 log = logging.getLogger(__name__)
 
 TAG_FIELD = "type"
-# Each event's fields in vLLM's declaration order: a tagged array holds them after its tag. Newer fields
-# come last, so an older (shorter) array simply lacks them.
+# Each event's fields in vLLM's declaration order: a tagged array holds them after its tag. Newer
+# fields come last, so an older (shorter) array simply lacks them.
 EVENT_FIELDS = {
     "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
                     "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"),
@@ -48,14 +49,16 @@ EVENT_FIELDS = {
     "AllBlocksCleared": (),
 }
 RECV_TIMEOUT_MS = 100
-# Live block copies kept (and removed blocks remembered for restores): ~135 bytes each, so a publisher filling
-# them holds ~35 MiB (a million held 135 MiB, past the pod's limit beside the frame history). vLLM's KV cache
-# is ~30,000 blocks of 16 for an 8B model on an 80 GB GPU; past the bound the oldest are dropped and counted.
+# Live block copies kept (and removed blocks remembered for restores): ~135 bytes each, so a
+# publisher filling them holds ~35 MiB (a million held 135 MiB, past the pod's limit beside the
+# frame history). vLLM's KV cache is ~30,000 blocks of 16 for an 8B model on an 80 GB GPU; past the
+# bound the oldest are dropped and counted.
 MAX_LIVE_BLOCKS = 2**18
 MAX_MESSAGE_BYTES = 16 * 2**20    # vLLM's batches are a step's events: kilobytes
 MAX_SEQUENCE_GAP = 1_000_000      # KV-event batches: a day of a batch every 100 ms
-MAX_ARRAY_LEN = 2**18             # hashes (or events) in one array: a 1M-token prefill is 65,536 blocks of 16; 16 MiB
-                                  # of one-byte hashes would unpack into a 16M-long list held under the lock
+# hashes (or events) in one array: a 1M-token prefill is 65,536 blocks of 16; 16 MiB of one-byte
+# hashes would unpack into a 16M-long list held under the lock
+MAX_ARRAY_LEN = 2**18
 # the counters kept since start(): KvEventFigures' totals, and `totals`
 TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
           "unmatched_removals", "dropped_blocks")
@@ -63,13 +66,15 @@ TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_b
 
 @dataclass(frozen=True)
 class KvEventFigures:
-    """What the events said in a window (`window_s` long), and totals since the subscriber started."""
+    """What the events said in a window (`window_s` long), and totals since the subscriber
+    started."""
     window_s: float
     batches: int                    # batches received in the window
     blocks_stored: int
     blocks_removed: int
     clears: int                     # AllBlocksCleared events
-    lifetime_mean_s: float | None   # of blocks removed in the window whose store was seen; None if none
+    # of blocks removed in the window whose store was seen; None if none
+    lifetime_mean_s: float | None
     lifetime_p50_s: float | None
     restored_blocks: int            # stored again within restore_window_s of their removal
     live_blocks: int                # stored and not removed, now
@@ -79,7 +84,8 @@ class KvEventFigures:
     malformed_events: int           # events of a known tag whose fields could not be read
     unknown_events: int             # events with a tag this reader does not know
     lost_batches: int               # sequence numbers skipped
-    sequence_resets: int            # the sequence went back (the publisher restarted) or jumped implausibly far
+    # the sequence went back (the publisher restarted) or jumped implausibly far
+    sequence_resets: int
     unmatched_removals: int         # removals of blocks whose store was not seen
     dropped_blocks: int             # live block copies forgotten to keep memory bounded
 
@@ -105,12 +111,15 @@ class KvEventsSubscriber:
         self.restore_window_s = restore_window_s
         self.max_live_blocks = max_live_blocks
         self._lock = threading.Lock()
-        # block key -> publisher ts stored; a deque of them for a key stored again before its removal (copies)
+        # block key -> publisher ts stored; a deque of them for a key stored again before its
+        # removal (copies)
         self._live: OrderedDict = OrderedDict()
         self._live_count = 0
-        self._removed_at: OrderedDict = OrderedDict()    # block key -> publisher ts removed, oldest first
+        # block key -> publisher ts removed, oldest first
+        self._removed_at: OrderedDict = OrderedDict()
         self._history: deque[_BatchRecord] = deque(maxlen=max_history)
-        self._lifetimes: deque[tuple[float, float]] = deque(maxlen=max_history)   # (monotonic, lifetime s)
+        # (monotonic, lifetime s)
+        self._lifetimes: deque[tuple[float, float]] = deque(maxlen=max_history)
         self._last_seq: int | None = None
         self._started_at: float | None = None
         self._totals = dict.fromkeys(TOTALS, 0)
@@ -119,9 +128,10 @@ class KvEventsSubscriber:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    # --- lifecycle ---------------------------------------------------------------------------------
+    # --- lifecycle --------------------------------------------------------------------------------
     def start(self, timeout: float = 5.0) -> None:
-        """Connect (on the subscriber's own thread) and start reading; raises if the socket cannot connect."""
+        """Connect (on the subscriber's own thread) and start reading; raises if the socket
+        cannot connect."""
         if self._thread is not None:
             return
         self._stop.clear()
@@ -161,10 +171,11 @@ class KvEventsSubscriber:
         with self._lock:
             return self._last_seq
 
-    # --- reads (any thread) ------------------------------------------------------------------------
+    # --- reads (any thread) -----------------------------------------------------------------------
     @property
     def totals(self) -> dict[str, int]:
-        """The counters since start() (TOTALS), a copy: what `figures()` gives without reading the history."""
+        """The counters since start() (TOTALS), a copy: what `figures()` gives without reading
+        the history."""
         with self._lock:
             return dict(self._totals)
 
@@ -188,7 +199,7 @@ class KvEventsSubscriber:
                 **self._totals,
             )
 
-    # --- the reading thread ------------------------------------------------------------------------
+    # --- the reading thread -----------------------------------------------------------------------
     def _loop(self) -> None:
         ctx = zmq.Context()
         sock = None
@@ -233,11 +244,12 @@ class KvEventsSubscriber:
                 self._apply(ts, events, now)
             except _Malformed:
                 self._totals["malformed"] += 1
-            except Exception:   # a reader bug is counted as the message it could not read, never raised
+            # a reader bug is counted as the message it could not read, never raised
+            except Exception:
                 self._totals["malformed"] += 1
                 log.debug("kv-events subscriber: could not read a message", exc_info=True)
 
-    # --- internals (under the lock) ----------------------------------------------------------------
+    # --- internals (under the lock) ---------------------------------------------------------------
     def _track_sequence(self, seq: int) -> None:
         last = self._last_seq
         if last is not None:
@@ -290,14 +302,16 @@ class KvEventsSubscriber:
         self._history.append(_BatchRecord(now, stored, removed, clears, restored))
 
     def _drop_oldest_copy(self) -> None:
-        """Forget the oldest copy of the least recently stored block (O(1)): the cap holds for repeats too."""
+        """Forget the oldest copy of the least recently stored block (O(1)): the cap holds for
+        repeats too."""
         self._take_oldest_copy(next(iter(self._live)))
         self._live_count -= 1
         self._totals["dropped_blocks"] += 1
 
     def _add_copy(self, key, ts: float) -> None:
-        """One more copy of `key`: its time alone for the first (a deque costs ~600 bytes: a million blocks would
-        hold 600 MB), a deque from the second on; the key becomes the most recently stored."""
+        """One more copy of `key`: its time alone for the first (a deque costs ~600 bytes: a
+        million blocks would hold 600 MB), a deque from the second on; the key becomes the most
+        recently stored."""
         held = self._live.get(key)
         if held is None:
             self._live[key] = ts
@@ -309,7 +323,8 @@ class KvEventsSubscriber:
             self._live[key] = deque((held, ts))
 
     def _take_oldest_copy(self, key) -> float | None:
-        """The time the oldest copy of `key` was stored, that copy forgotten (O(1)); None when none is live."""
+        """The time the oldest copy of `key` was stored, that copy forgotten (O(1)); None when
+        none is live."""
         held = self._live.get(key)
         if held is None:
             return None
@@ -329,7 +344,8 @@ class KvEventsSubscriber:
 
 
 def _newest(records: deque, since: float, at) -> list:
-    """The records (kept oldest first) from `since` on, read from the newest end: a window costs its own size."""
+    """The records (kept oldest first) from `since` on, read from the newest end: a window costs
+    its own size."""
     out = []
     for record in reversed(records):
         if at(record) < since:
@@ -358,7 +374,8 @@ def _read_batch(payload: bytes) -> tuple[float, list]:
 
 
 def _read_event(raw) -> tuple[str, dict] | None:
-    """(tag, fields by name) from an array- or map-tagged event; None for an unknown tag or shape."""
+    """(tag, fields by name) from an array- or map-tagged event; None for an unknown tag or
+    shape."""
     if isinstance(raw, list | tuple) and raw and isinstance(raw[0], str):
         names = EVENT_FIELDS.get(raw[0])
         return None if names is None else (raw[0], dict(zip(names, raw[1:], strict=False)))
@@ -368,7 +385,8 @@ def _read_event(raw) -> tuple[str, dict] | None:
 
 
 def _block_keys(ev: dict) -> list:
-    """The event's block keys: each hash (int or bytes), with its KV-cache group when that is not 0."""
+    """The event's block keys: each hash (int or bytes), with its KV-cache group when that is not
+    0."""
     hashes = ev.get("block_hashes")
     if not isinstance(hashes, list | tuple):
         raise _Malformed("block_hashes is not a list")

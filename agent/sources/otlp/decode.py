@@ -1,13 +1,15 @@
-"""An OTLP traces request body to an `ExportTraceServiceRequest`, at a bounded cost whatever is sent.
+"""An OTLP traces request body to an `ExportTraceServiceRequest`, at a bounded cost whatever is
+sent.
 
 A protobuf body is measured on the wire before it is parsed: a 4 MiB message of 2M empty spans would
 otherwise become 2M span objects (75 -> 422 MB of RSS). Each sub-message costs an object, so their
-number is bounded (MAX_ITEMS, spans among them MAX_SPANS) before a byte is parsed, and so is the number
-of fields the measuring reads (MAX_FIELDS: 2M scalar fields would cost it a second of CPU). The OTLP JSON form
-is bounded the same way by its containers and separators (counted in C, `bytes.count`), which also
-bounds the pure-Python cost of protobuf's JSON mapping (13 s of CPU for 4 MiB unbounded). Over a bound,
-the request is refused whole (413, RESOURCE_EXHAUSTED over gRPC: not worth retrying as it is); vLLM's
-batches (512 spans by default, a few dozen items each) are far inside.
+number is bounded (MAX_ITEMS, spans among them MAX_SPANS) before a byte is parsed, and so is the
+number of fields the measuring reads (MAX_FIELDS: 2M scalar fields would cost it a second of CPU).
+The OTLP JSON form is bounded the same way by its containers and separators (counted in C,
+`bytes.count`), which also bounds the pure-Python cost of protobuf's JSON mapping (13 s of CPU for 4
+MiB unbounded). Over a bound, the request is refused whole (413, RESOURCE_EXHAUSTED over gRPC: not
+worth retrying as it is); vLLM's batches (512 spans by default, a few dozen items each) are far
+inside.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 MAX_SPANS = 8192                 # spans in one request (vLLM's exporter sends at most 512)
-MAX_ITEMS = 65536                # sub-messages in one protobuf request: spans, attributes, values, events ...
-MAX_FIELDS = 131072              # fields read on the wire before parsing: ~0.7 us each, the GIL held (a vLLM
-                                 # batch of 512 spans with 14 attributes is ~34,000)
-MAX_JSON_ITEMS = 65536           # JSON containers and separators in one request (each a Python object at least)
+# sub-messages in one protobuf request: spans, attributes, values, events ...
+MAX_ITEMS = 65536
+# fields read on the wire before parsing: ~0.7 us each, the GIL held (a vLLM batch of 512 spans with
+# 14 attributes is ~34,000)
+MAX_FIELDS = 131072
+# JSON containers and separators in one request (each a Python object at least)
+MAX_JSON_ITEMS = 65536
 
 _SPAN = "opentelemetry.proto.trace.v1.Span"
 
@@ -108,9 +113,10 @@ def _check_protobuf_size(payload: bytes) -> None:
 
 
 def count_submessages(buf: bytes, descriptor) -> tuple[int, int, int]:
-    """(fields, sub-messages, spans) in a serialized message of `descriptor`, read from the wire tags
-    without building a thing; the counting stops once one passes its bound (MAX_FIELDS, MAX_ITEMS,
-    MAX_SPANS). A malformed wire is left to the parser that follows (it says what is wrong)."""
+    """(fields, sub-messages, spans) in a serialized message of `descriptor`, read from the wire
+    tags without building a thing; the counting stops once one passes its bound (MAX_FIELDS,
+    MAX_ITEMS, MAX_SPANS). A malformed wire is left to the parser that follows (it says what is
+    wrong)."""
     fields = items = spans = 0
     stack: list[tuple[int, int, object]] = []
     pos, end, desc = 0, len(buf), descriptor
@@ -148,7 +154,8 @@ def count_submessages(buf: bytes, descriptor) -> tuple[int, int, int]:
                 continue
             pos += size
         else:
-            return fields, items, spans              # groups and bad wire types: the parser refuses them
+            # groups and bad wire types: the parser refuses them
+            return fields, items, spans
 
 
 def _message_field(cache: dict, desc, number: int):

@@ -1,9 +1,10 @@
-"""`--otlp-forward`: every accepted OTLP body sent on, unchanged, to the site's collector (OTLP/HTTP).
+"""`--otlp-forward`: every accepted OTLP body sent on, unchanged, to the site's collector
+(OTLP/HTTP).
 
 From one background thread, through a queue bounded in bodies and in bytes (`max_queued`,
-`max_queued_bytes`): a slow, hung or dead upstream never delays the answer to the engine and never makes
-the agent hold more than the bound (256 bodies of 4 MiB were ~1 GiB before the bytes were bounded). A
-body that does not fit is dropped and counted (`forward_dropped`), never waited for.
+`max_queued_bytes`): a slow, hung or dead upstream never delays the answer to the engine and never
+makes the agent hold more than the bound (256 bodies of 4 MiB were ~1 GiB before the bytes were
+bounded). A body that does not fit is dropped and counted (`forward_dropped`), never waited for.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ log = logging.getLogger(__name__)
 
 ANSWER_BYTES = 1024 * 1024            # an upstream's answer past this counts as a failed forward
 MAX_QUEUED = 256
-MAX_QUEUED_BYTES = 16 * 1024 * 1024   # four full-size bodies waiting: what a hung upstream can make us hold
+# four full-size bodies waiting: what a hung upstream can make us hold
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
 
 
 class Forwarder:
-    """Sends bodies to `url` in the order accepted; `count(name)` is told `forwarded`, `forward_failed`,
-    `forward_dropped`."""
+    """Sends bodies to `url` in the order accepted; `count(name)` is told `forwarded`,
+    `forward_failed`, `forward_dropped`."""
 
     def __init__(self, url: str, count: Callable[[str], None], *, max_queued: int = MAX_QUEUED,
                  max_queued_bytes: int = MAX_QUEUED_BYTES, timeout_s: float = 5.0) -> None:
@@ -111,7 +113,8 @@ class Forwarder:
 
 
 def forward_parts(url: str) -> urllib.parse.SplitResult:
-    """An OTLP/HTTP URL split; ValueError for one that is not (no http(s) scheme, no host, a bad port)."""
+    """An OTLP/HTTP URL split; ValueError for one that is not (no http(s) scheme, no host, a bad
+    port)."""
     parts: urllib.parse.SplitResult | None
     parts = urllib.parse.urlsplit(url)
     try:

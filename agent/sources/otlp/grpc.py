@@ -1,12 +1,12 @@
 """OTLP/gRPC `TraceService/Export` for the OtlpReceiver (receiver.py), which it knows as its intake
 (intake.py).
 
-On gRPC's asyncio server, in a thread of its own: a call waiting for its request costs a coroutine, not
-one of four worker threads (four Exports that never sent their message blocked all intake). Each call
-must deliver its one message within `read_timeout_s` (else DEADLINE_EXCEEDED), at most `MAX_CALLS` are
-served at once (more: RESOURCE_EXHAUSTED, as gRPC answers), and the decoding runs on a small thread pool
-so the event loop keeps taking calls. The port is bound without SO_REUSEPORT: a second agent on the same
-port fails to start instead of silently taking half of the spans.
+On gRPC's asyncio server, in a thread of its own: a call waiting for its request costs a coroutine,
+not one of four worker threads (four Exports that never sent their message blocked all intake). Each
+call must deliver its one message within `read_timeout_s` (else DEADLINE_EXCEEDED), at most
+`MAX_CALLS` are served at once (more: RESOURCE_EXHAUSTED, as gRPC answers), and the decoding runs on
+a small thread pool so the event loop keeps taking calls. The port is bound without SO_REUSEPORT: a
+second agent on the same port fails to start instead of silently taking half of the spans.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from stagelens.sources.otlp.intake import SpanIntake
 log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
-MAX_CALLS = 6               # served at once (each ~10 MB while its 4 MiB message is taken), 3/4 of them
-                            # for one host; a stalled one holds a slot for read_timeout_s at most
-MAX_OPEN_CALLS = 64         # gRPC's own bound, past which it answers RESOURCE_EXHAUSTED: the calls over
-                            # MAX_CALLS are answered UNAVAILABLE at once, before their message is read
+# served at once (each ~10 MB while its 4 MiB message is taken), 3/4 of them for one host; a stalled
+# one holds a slot for read_timeout_s at most
+MAX_CALLS = 6
+# gRPC's own bound, past which it answers RESOURCE_EXHAUSTED: the calls over MAX_CALLS are answered
+# UNAVAILABLE at once, before their message is read
+MAX_OPEN_CALLS = 64
 RETRY_AFTER_S = 1
 DECODE_THREADS = 2
 EMPTY_RESPONSE = b""        # an ExportTraceServiceResponse with nothing in it, serialized
@@ -62,8 +64,8 @@ class GrpcIntake:
         server = grpc.aio.server(maximum_concurrent_rpcs=MAX_OPEN_CALLS, options=[
             ("grpc.max_receive_message_length", self.intake.max_body_bytes),
             ("grpc.so_reuseport", 0)])
-        # a stream of bytes in (no deserializer): the call's messages are read here, under a deadline, and
-        # the very bytes received are what is decoded and forwarded
+        # a stream of bytes in (no deserializer): the call's messages are read here, under a
+        # deadline, and the very bytes received are what is decoded and forwarded
         handler = grpc.stream_unary_rpc_method_handler(self._export)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
         try:
@@ -93,14 +95,15 @@ class GrpcIntake:
             whose = "this host's share of " if busy == "busy_peer" else ""
             failure = _retry_later(f"busy: {whose}{MAX_CALLS} calls already in flight; retry")
         if failure is not None:
-            # aborted here, not inside an `except`: an exception raised while another is handled keeps that
-            # one, its traceback and the frames holding the 4 MiB body alive until the cycle collector runs
-            # (RSS grew call after call)
+            # aborted here, not inside an `except`: an exception raised while another is handled
+            # keeps that one, its traceback and the frames holding the 4 MiB body alive until the
+            # cycle collector runs (RSS grew call after call)
             await context.abort(*failure)
         return EMPTY_RESPONSE
 
     async def _refusal(self, messages, peer: str) -> tuple | None:
-        """Receives and ingests the call's message; None when accepted, else `context.abort`'s arguments."""
+        """Receives and ingests the call's message; None when accepted, else `context.abort`'s
+        arguments."""
         import grpc
 
         intake = self.intake
@@ -160,8 +163,8 @@ class GrpcIntake:
 
 
 def _retry_later(reason: str) -> tuple:
-    """`context.abort`'s arguments for a refusal to retry: UNAVAILABLE with a RetryInfo, both in the status
-    details (as gRPC defines them) and under the key OTel's Python exporter reads."""
+    """`context.abort`'s arguments for a refusal to retry: UNAVAILABLE with a RetryInfo, both in
+    the status details (as gRPC defines them) and under the key OTel's Python exporter reads."""
     import grpc
     from google.protobuf import any_pb2
     from google.rpc import error_details_pb2, status_pb2

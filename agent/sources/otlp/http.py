@@ -5,8 +5,8 @@ does not import.
 
 A body is read only within the receiver's budget of body bytes in flight (`max_inflight_bytes`, all
 connections and gRPC calls together, at most 3/4 of it for one sending host): past it the request is
-answered 503 with Retry-After, which OTLP exporters retry, before the body is read, so eight senders of
-4 MiB cannot make the agent hold 2.9 GB, nor one host keep the others out.
+answered 503 with Retry-After, which OTLP exporters retry, before the body is read, so eight senders
+of 4 MiB cannot make the agent hold 2.9 GB, nor one host keep the others out.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from stagelens.sources.otlp.intake import SpanIntake
 log = logging.getLogger(__name__)
 
 TRACES_PATH = "/v1/traces"
-DRAIN_BYTES = 16 * 1024 * 1024      # a refused body up to this size is read and discarded before the answer
+# a refused body up to this size is read and discarded before the answer
+DRAIN_BYTES = 16 * 1024 * 1024
 RETRY_AFTER_S = 1
 
-# google.rpc.Code of an HTTP answer's Status body
-_RPC_CODE = {400: 3, 408: 4, 411: 3, 413: 8, 415: 3, 503: 14}   # INVALID_ARGUMENT, DEADLINE_EXCEEDED,
-                                                                 # RESOURCE_EXHAUSTED, UNAVAILABLE
+# google.rpc.Code of an HTTP answer's Status body: INVALID_ARGUMENT, DEADLINE_EXCEEDED,
+# RESOURCE_EXHAUSTED, UNAVAILABLE
+_RPC_CODE = {400: 3, 408: 4, 411: 3, 413: 8, 415: 3, 503: 14}
 
 
 class HttpIntake(BoundedHTTPServer):
@@ -42,7 +43,8 @@ class HttpIntake(BoundedHTTPServer):
 
 
 def error_body(status: int, kind: str | None, reason: str) -> tuple[bytes, str]:
-    """A google.rpc.Status in the request's encoding (as the OTLP spec asks), else one line of text."""
+    """A google.rpc.Status in the request's encoding (as the OTLP spec asks), else one line of
+    text."""
     code = _RPC_CODE.get(status, 13)        # INTERNAL
     if kind == JSON:
         return json.dumps({"code": code, "message": reason}).encode() + b"\n", JSON
@@ -98,8 +100,8 @@ class _Handler(BoundedHandler):
             log.warning("OTLP/HTTP request failed: %s: %s", type(e).__name__, one_line(e))
             refusal = 500, f"internal error: {one_line(e)}"
         finally:
-            # given back before the answer: a sender's next body, sent once it has this answer, must find
-            # the bytes free
+            # given back before the answer: a sender's next body, sent once it has this answer, must
+            # find the bytes free
             body = None
             intake.bodies.give(peer, held)
         if refusal is not None:
@@ -118,8 +120,9 @@ class _Handler(BoundedHandler):
     do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
     def _refuse(self, status: int, reason: str, kind: str | None = None, allow: str | None = None) -> None:
-        """Answer an error. A body not read yet is read and discarded first (up to DRAIN_BYTES, in time):
-        closing on unread bytes resets the connection, and the client could lose the answer."""
+        """Answer an error. A body not read yet is read and discarded first (up to DRAIN_BYTES,
+        in time): closing on unread bytes resets the connection, and the client could lose the
+        answer."""
         if self._body == "pending":
             self._drain()
         body, content_type = error_body(status, kind, reason)
@@ -143,7 +146,8 @@ class _Handler(BoundedHandler):
         return length
 
     def _read_body(self, length: int) -> bytearray:
-        """The body read into one buffer of its declared size (not chunks joined: that held it twice)."""
+        """The body read into one buffer of its declared size (not chunks joined: that held it
+        twice)."""
         body = bytearray(length)
         view = memoryview(body)
         self._receive(length, lambda left: self.rfile.readinto1(view[length - left:]))
@@ -159,8 +163,8 @@ class _Handler(BoundedHandler):
             pass
 
     def _receive(self, length: int, read_into) -> None:
-        """`length` bytes of body, each read by `read_into(bytes left)` (the count it read), all within
-        read_timeout_s (not per read: a slow sender is cut)."""
+        """`length` bytes of body, each read by `read_into(bytes left)` (the count it read), all
+        within read_timeout_s (not per read: a slow sender is cut)."""
         intake = self.server.intake
         self._body = "broken"       # until all of it is read: a connection cut short is not reused
         deadline = time.monotonic() + intake.read_timeout_s

@@ -1,36 +1,41 @@
 """vLLM's per-request `llm_request` span → a RequestTimeline (the pure part of the OTLP receiver).
 
-vLLM, started with `--otlp-traces-endpoint`, exports one span per finished request: named `llm_request`,
-kind SERVER, starting at the request's arrival (Unix epoch), ending when the request finished, parented
-to the client's `traceparent`, with `gen_ai.*` attributes (vllm/tracing.py `SpanAttributes`, set in the
-output processor's `do_tracing`). What this module reads:
+vLLM, started with `--otlp-traces-endpoint`, exports one span per finished request: named
+`llm_request`, kind SERVER, starting at the request's arrival (Unix epoch), ending when the request
+finished, parented to the client's `traceparent`, with `gen_ai.*` attributes (vllm/tracing.py
+`SpanAttributes`, set in the output processor's `do_tracing`). What this module reads:
 
 | attribute | type | becomes |
 |---|---|---|
 | `gen_ai.request.id` | string | `request_id` (else the span id in hex) |
-| `gen_ai.response.model` (else `gen_ai.request.model`) | string | `model` (else `unknown`: vLLM V1 omits it) |
+| `gen_ai.response.model` (else `gen_ai.request.model`) | string | `model` (else `unknown`: vLLM V1
+  omits it) |
 | `gen_ai.usage.prompt_tokens` (else `input_tokens`) | int | `prompt_tokens` (0 when absent) |
 | `gen_ai.usage.completion_tokens` (else `output_tokens`) | int | `output_tokens` (0 when absent) |
-| `gen_ai.latency.time_in_queue` | int/double s | one `queued` wait from arrival, and the `scheduled` event |
+| `gen_ai.latency.time_in_queue` | int/double s | one `queued` wait from arrival, and the
+  `scheduled` event |
 | `gen_ai.latency.time_to_first_token` | int/double s | `first_token` = arrival + it |
 | `gen_ai.latency.time_in_model_prefill` | int/double s | one prefill chunk after the queue wait |
-| `gen_ai.response.finish_reasons` | string array | `finish_reason` (an ERROR span status reads `error`) |
+| `gen_ai.response.finish_reasons` | string array | `finish_reason` (an ERROR span status reads
+  `error`) |
 
-vLLM sets no span status and (upstream) no finish reason, so `finish_reason` is usually None. Where the
-span names no model, the engine source fills it from its `/metrics` (`with_model`). The span's own trace id is
-kept (`trace_id`), so a figure drawn from the request can point at the engine's own trace.
-`gen_ai.latency.e2e` and `time_in_model_decode` are not needed: the span's own end is the finish.
+vLLM sets no span status and (upstream) no finish reason, so `finish_reason` is usually None. Where
+the span names no model, the engine source fills it from its `/metrics` (`with_model`). The span's
+own trace id is kept (`trace_id`), so a figure drawn from the request can point at the engine's own
+trace. `gen_ai.latency.e2e` and `time_in_model_decode` are not needed: the span's own end is the
+finish.
 
 Times: span timestamps are epoch nanoseconds of the engine's host; timelines carry this process's
-`time.monotonic()` seconds. `clock_offset` is `time.monotonic() - time.time()` taken once by the caller,
-so the conversion is exact only when the engine and the agent share a host clock (the agent runs beside
-the engine on its node). Approximations that come from vLLM itself: its queue time runs from the engine
-core receiving the request (not the HTTP arrival) to its first scheduling, so the `queued` wait is placed
-at arrival and the gap between the frontend and the engine core counts as compute.
+`time.monotonic()` seconds. `clock_offset` is `time.monotonic() - time.time()` taken once by the
+caller, so the conversion is exact only when the engine and the agent share a host clock (the agent
+runs beside the engine on its node). Approximations that come from vLLM itself: its queue time runs
+from the engine core receiving the request (not the HTTP arrival) to its first scheduling, so the
+`queued` wait is placed at arrival and the gap between the frontend and the engine core counts as
+compute.
 
-A figure that is absent, of the wrong type, negative, not finite or past the span's end is left unknown
-(and named in `problems`); a span without usable start and end times gives None. Nothing here raises on
-a span's content.
+A figure that is absent, of the wrong type, negative, not finite or past the span's end is left
+unknown (and named in `problems`); a span without usable start and end times gives None. Nothing
+here raises on a span's content.
 """
 
 from __future__ import annotations
@@ -64,18 +69,20 @@ __all__ = ["LLM_REQUEST", "QUEUED", "timeline_from_span", "with_model"]
 
 UNKNOWN_MODEL = "unknown"
 
-PROMPT_TOKENS = (USAGE_PROMPT_TOKENS, USAGE_INPUT_TOKENS)             # vLLM's name, then the conventions'
+# vLLM's name, then the conventions'
+PROMPT_TOKENS = (USAGE_PROMPT_TOKENS, USAGE_INPUT_TOKENS)
 COMPLETION_TOKENS = (USAGE_COMPLETION_TOKENS, USAGE_OUTPUT_TOKENS)
 
-_TOLERANCE_S = 1e-3      # a latency attribute may overshoot the span's own duration by this much (rounding)
+# a latency attribute may overshoot the span's own duration by this much (rounding)
+_TOLERANCE_S = 1e-3
 _MAX_TOKENS = 1 << 40
 
 
 def timeline_from_span(span: trace_pb2.Span, clock_offset: float,
                        problems: list[str] | None = None) -> RequestTimeline | None:
-    """The request an `llm_request` span describes, in this process's monotonic seconds; None when it
-    is not an `llm_request` span or its start and end times are unusable. Figures that cannot be trusted
-    are left unknown and their attribute named in `problems` (when given)."""
+    """The request an `llm_request` span describes, in this process's monotonic seconds; None
+    when it is not an `llm_request` span or its start and end times are unusable. Figures that
+    cannot be trusted are left unknown and their attribute named in `problems` (when given)."""
     notes: list[str] = problems if problems is not None else []
     if span.name != LLM_REQUEST:
         return None
@@ -125,8 +132,8 @@ def timeline_from_span(span: trace_pb2.Span, clock_offset: float,
 
 
 def with_model(timelines: list[RequestTimeline], model: str | None) -> list[RequestTimeline]:
-    """The timelines, those whose span named no model (vLLM V1 omits it) given `model`: the one the engine's
-    `/metrics` names. Copies: the receiver keeps its own as they came."""
+    """The timelines, those whose span named no model (vLLM V1 omits it) given `model`: the one
+    the engine's `/metrics` names. Copies: the receiver keeps its own as they came."""
     if not model:
         return timelines
     return [dataclasses.replace(t, model=model) if t.model == UNKNOWN_MODEL else t for t in timelines]
@@ -197,7 +204,8 @@ def _finish_reason(span: trace_pb2.Span, attrs: dict[str, common_pb2.AnyValue], 
 
 
 def _first_of_json_list(text: str) -> str | None:
-    """vLLM writes the finish reasons as a JSON list inside a string ('["length"]'): the first of them."""
+    """vLLM writes the finish reasons as a JSON list inside a string ('["length"]'): the first of
+    them."""
     try:
         reasons = json.loads(text)
     except ValueError:

@@ -4,50 +4,51 @@ Started with `--otlp-traces-endpoint`, vLLM exports one `llm_request` span per f
 `OtlpReceiver` listens for them:
 
 - OTLP/HTTP `POST /v1/traces` (agent/sources/otlp/http.py; give vLLM `http_url + "/v1/traces"` with
-  `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`): protobuf (`application/x-protobuf`) or the OTLP
-  JSON mapping (`application/json`, hex trace and span ids), optionally gzip-compressed. 200 with an empty
-  `ExportTraceServiceResponse` in the request's encoding; 400 for a body that does not parse, 408 for a
-  body not received within `read_timeout_s` (all of it, not per read), 411 without a Content-Length
-  (chunked bodies are refused), 413 past `max_body_bytes` (as sent or inflated) or past the bounds on
-  spans and items in one request (agent/sources/otlp/decode.py), 415 for another content type or
-  encoding, 503 (Retry-After) while `max_inflight_bytes` of bodies are already being received or the
-  sending host already holds its share of them (3/4: engine_hooks/shared/fair_share.py), 404 for
-  another path, 405 for another method. An error carries a one-line reason: a `google.rpc.Status` in the
-  request's encoding where it has one (as the OTLP spec asks), else text. A refused body is read and
-  discarded (up to DRAIN_BYTES) before the answer, so the client gets it. The listener has the agent's
-  bounds: `max_connections` at once, 3/4 of them from one host (more: 503), and a request's headers due within
-  `request_read_timeout_s` of the connection or of the previous answer (the main server's deadline: a
-  kept-alive connection idle that long is closed too; `idle_timeout_s` caps each read); `stop()` closes
-  them all.
+  `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`): protobuf (`application/x-protobuf`) or the
+  OTLP JSON mapping (`application/json`, hex trace and span ids), optionally gzip-compressed. 200
+  with an empty `ExportTraceServiceResponse` in the request's encoding; 400 for a body that does not
+  parse, 408 for a body not received within `read_timeout_s` (all of it, not per read), 411 without
+  a Content-Length (chunked bodies are refused), 413 past `max_body_bytes` (as sent or inflated) or
+  past the bounds on spans and items in one request (agent/sources/otlp/decode.py), 415 for another
+  content type or encoding, 503 (Retry-After) while `max_inflight_bytes` of bodies are already being
+  received or the sending host already holds its share of them (3/4:
+  engine_hooks/shared/fair_share.py), 404 for another path, 405 for another method. An error carries
+  a one-line reason: a `google.rpc.Status` in the request's encoding where it has one (as the OTLP
+  spec asks), else text. A refused body is read and discarded (up to DRAIN_BYTES) before the answer,
+  so the client gets it. The listener has the agent's bounds: `max_connections` at once, 3/4 of them
+  from one host (more: 503), and a request's headers due within `request_read_timeout_s` of the
+  connection or of the previous answer (the main server's deadline: a kept-alive connection idle
+  that long is closed too; `idle_timeout_s` caps each read); `stop()` closes them all.
 - OTLP/gRPC (vLLM's default protocol) when `grpc_port` is not None (agent/sources/otlp/grpc.py):
-  `TraceService/Export` on gRPC's asyncio server, a call's message due within `read_timeout_s`; a body
-  that does not parse is answered INVALID_ARGUMENT, one too large RESOURCE_EXHAUSTED; past the calls in
-  flight, or the byte budget it shares with OTLP/HTTP, or the host's share of either, UNAVAILABLE with a
-  RetryInfo (exporters retry it).
+  `TraceService/Export` on gRPC's asyncio server, a call's message due within `read_timeout_s`; a
+  body that does not parse is answered INVALID_ARGUMENT, one too large RESOURCE_EXHAUSTED; past the
+  calls in flight, or the byte budget it shares with OTLP/HTTP, or the host's share of either,
+  UNAVAILABLE with a RetryInfo (exporters retry it).
 
-One request is decoded at a time (the decoding is CPU under the GIL anyway): with the bounds on bytes
-and items, what the intake can make the agent hold is bounded whatever is sent (see deploy/).
+One request is decoded at a time (the decoding is CPU under the GIL anyway): with the bounds on
+bytes and items, what the intake can make the agent hold is bounded whatever is sent (see deploy/).
 
 Every `llm_request` span becomes a RequestTimeline (agent/sources/otlp/llm_request_spans.py) kept in
-a ring
-of `capacity` (the oldest dropped and counted); other spans are counted and ignored; a span that cannot
-be read is dropped alone (counted), the rest of its request kept. Span times (epoch nanoseconds) are
-converted to this process's monotonic clock with one offset, `time.monotonic() - time.time()`, taken at
-`start()`: the engine and the agent must share a host clock, as they do on one node.
+a ring of `capacity` (the oldest dropped and counted); other spans are counted and ignored; a span
+that cannot be read is dropped alone (counted), the rest of its request kept. Span times (epoch
+nanoseconds) are converted to this process's monotonic clock with one offset, `time.monotonic() -
+time.time()`, taken at `start()`: the engine and the agent must share a host clock, as they do on
+one node.
 
-With `forward_to` (an OTLP/HTTP traces URL, e.g. the site's collector), every accepted request body is
-sent on unchanged (agent/sources/otlp/forward.py: same bytes, content type and encoding; a gRPC one
-as the
-protobuf it carried) from a background thread through a queue bounded in bodies and bytes: a slow or dead
-upstream never delays the answer to the engine; a body that does not fit is dropped (counted).
+With `forward_to` (an OTLP/HTTP traces URL, e.g. the site's collector), every accepted request body
+is sent on unchanged (agent/sources/otlp/forward.py: same bytes, content type and encoding; a gRPC
+one as the protobuf it carried) from a background thread through a queue bounded in bodies and
+bytes: a slow or dead upstream never delays the answer to the engine; a body that does not fit is
+dropped (counted).
 
-`counts` is a plain dict of counters (COUNTERS), for a caller to publish as metrics: requests received,
-`malformed` (answered 400) and `rejected` (408, 411, 413, 415, 503), `busy` (503: too many bytes in
-flight), `busy_peer` (503 or UNAVAILABLE: the sending host held its share of bytes, connections or
-calls); spans, `llm_request_spans`, `ignored_spans` (other names), `malformed_spans` (an `llm_request`
-span without usable times, or one that cannot be read), `invalid_attributes` (figures left unknown);
-`forwarded`, `forward_failed`, `forward_dropped` (the queue was full); `timelines_dropped` (pushed out of
-the ring); `clients_gone` (an HTTP client that left before its answer).
+`counts` is a plain dict of counters (COUNTERS), for a caller to publish as metrics: requests
+received, `malformed` (answered 400) and `rejected` (408, 411, 413, 415, 503), `busy` (503: too many
+bytes in flight), `busy_peer` (503 or UNAVAILABLE: the sending host held its share of bytes,
+connections or calls); spans, `llm_request_spans`, `ignored_spans` (other names), `malformed_spans`
+(an `llm_request` span without usable times, or one that cannot be read), `invalid_attributes`
+(figures left unknown); `forwarded`, `forward_failed`, `forward_dropped` (the queue was full);
+`timelines_dropped` (pushed out of the ring); `clients_gone` (an HTTP client that left before its
+answer).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ from stagelens.sources.otlp.llm_request_spans import LLM_REQUEST, timeline_from_
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_INFLIGHT_BYTES = 8 * 1024 * 1024    # bodies being received or decoded at once, HTTP and gRPC together
+# bodies being received or decoded at once, HTTP and gRPC together
+MAX_INFLIGHT_BYTES = 8 * 1024 * 1024
 
 COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", "malformed", "rejected", "busy",
             "busy_peer", "malformed_spans", "invalid_attributes", "forwarded", "forward_failed", "forward_dropped",
@@ -114,7 +116,8 @@ class OtlpReceiver:
         self._http_port = http_port
         self._grpc_port = grpc_port
         self._lock = threading.Lock()
-        self._decoding = threading.Lock()      # one request decoded at a time: bounds what decoding holds
+        # one request decoded at a time: bounds what decoding holds
+        self._decoding = threading.Lock()
         self._timelines: deque[RequestTimeline] = deque(maxlen=capacity)
         self._counts = dict.fromkeys(COUNTERS, 0)
         self._http: HttpIntake | None = None
@@ -196,8 +199,9 @@ class OtlpReceiver:
         return self.bodies.held
 
     def hold_bytes(self, peer: str, n: int) -> None:
-        """Holds `n` body bytes for the sending host `peer` (give them back with `bodies.give`); RequestRejected
-        503, counted `busy` or `busy_peer`, when the budget or the host's share of it is spent."""
+        """Holds `n` body bytes for the sending host `peer` (give them back with `bodies.give`);
+        RequestRejected 503, counted `busy` or `busy_peer`, when the budget or the host's share
+        of it is spent."""
         refused = self.bodies.take(peer, n)
         if refused is None:
             return
@@ -211,7 +215,8 @@ class OtlpReceiver:
         return self._forwarder.queued_bytes if self._forwarder is not None else 0
 
     def recent_timelines(self, since: float | None = None) -> list[RequestTimeline]:
-        """The kept timelines that finished after `since` (this process's monotonic seconds), by finish."""
+        """The kept timelines that finished after `since` (this process's monotonic seconds), by
+        finish."""
         with self._lock:
             kept = [t for t in self._timelines if since is None or (t.finished is not None and t.finished > since)]
         return sorted(kept, key=lambda t: t.finished or 0.0)
@@ -219,8 +224,8 @@ class OtlpReceiver:
     # -- receiving
 
     def ingest(self, body: bytes, content_type: str, encoding: str | None = None) -> bytes:
-        """One OTLP request body: decoded, its spans kept, forwarded; the answer's body. Raises `RequestRejected`
-        with the HTTP status and a one-line reason when it cannot be accepted."""
+        """One OTLP request body: decoded, its spans kept, forwarded; the answer's body. Raises
+        `RequestRejected` with the HTTP status and a one-line reason when it cannot be accepted."""
         self.count("received_requests")
         try:
             return self.accept(body, content_type, encoding)
@@ -258,7 +263,8 @@ class OtlpReceiver:
                     problems: list[str] = []
                     try:
                         tl = timeline_from_span(span, self.clock_offset, problems)
-                    except Exception as e:     # one span's oddity (finish reasons nested 100,000 deep) is its own
+                    # one span's oddity (finish reasons nested 100,000 deep) is its own
+                    except Exception as e:
                         log.debug("llm_request span dropped: %s", one_line(e))
                         tl, problems = None, []
                     invalid += len(problems) if tl is not None else 0

@@ -1,11 +1,12 @@
-"""Which engine a scrape comes from, and which generation of its metric names; or, when it holds none of the
-engine's families, one line saying what it holds instead.
+"""Which engine a scrape comes from, and which generation of its metric names; or, when it holds
+none of the engine's families, one line saying what it holds instead.
 
 vLLM and SGLang renamed their families more than once (vLLM V0 -> V1, `gpu_cache_usage_perc` ->
-`kv_cache_usage_perc`; SGLang 0.3 -> 0.4 and its per-rank labels), and a scrape of the wrong engine, or of
-an engine with its metrics off, holds only the Python client's `python_*`/`process_*` families: read as the
-engine, that is a silent "nothing happened". So the generation is said beside every diagnosis, and a scrape
-with none of the engine's families is a failed collection, never an idle engine.
+`kv_cache_usage_perc`; SGLang 0.3 -> 0.4 and its per-rank labels), and a scrape of the wrong engine,
+or of an engine with its metrics off, holds only the Python client's `python_*`/`process_*`
+families: read as the engine, that is a silent "nothing happened". So the generation is said beside
+every diagnosis, and a scrape with none of the engine's families is a failed collection, never an
+idle engine.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ _RANK_LABELS = ("engine_type", "tp_rank", "dp_rank", "pp_rank")
 
 
 class EngineMismatchError(CollectError):
-    """The scrape holds none of the engine's families: another engine, its metrics off, or no engine."""
+    """The scrape holds none of the engine's families: another engine, its metrics off, or no
+    engine."""
 
 
 def generation(ex: Exposition, kind: str, where: str) -> str:
-    """The engine and its names' generation ("vLLM V1 (0.10-style names)"); EngineMismatchError, saying what
-    `where` publishes instead, when the scrape holds none of `kind`'s families."""
+    """The engine and its names' generation ("vLLM V1 (0.10-style names)"); EngineMismatchError,
+    saying what `where` publishes instead, when the scrape holds none of `kind`'s families."""
     if not any(name.startswith(PREFIX[kind]) for name in ex.families):
         raise EngineMismatchError(found_instead(ex, kind, where))
     return _vllm(ex) if kind == "vllm" else _sglang(ex)
@@ -78,9 +80,9 @@ def _vllm(ex: Exposition) -> str:
 
 
 def _vllm_v0(ex: Exposition, engines: set[str]) -> bool:
-    """Whether the scrape is vLLM V0's: a family only V0 published, or the old usage name alone with no `engine`
-    label on any family (V1 labels every family of its engines with it; V0 never did), as a V0 build that
-    publishes none of those families shows."""
+    """Whether the scrape is vLLM V0's: a family only V0 published, or the old usage name alone
+    with no `engine` label on any family (V1 labels every family of its engines with it; V0 never
+    did), as a V0 build that publishes none of those families shows."""
     if any(n in ex.families for n in _V0_ONLY):
         return True
     return GPU_CACHE_USAGE_PERC in ex.families and KV_CACHE_USAGE_PERC not in ex.families and not engines

@@ -1,13 +1,13 @@
 """A live vLLM or SGLang server as an engine source, read from its own `/metrics`.
 
-Each `snapshot()` scrapes `URL/metrics` under a hard deadline, keeps that scrape, and fills the engine
-snapshot from the gauges as they are now and from counter and histogram deltas since the previous
-scrape (the window). Label sets are added up (the `engine` label of data parallelism, SGLang's ranks);
-ratios are averaged. A figure no exposed metric gives stays None: not observable. A failed scrape
-raises `EngineScrapeError` or `ExpositionError` with a one-line reason (the sampler counts it as a
-failed `engine` collector). METRICS is the one table of which metric fills which figure
-(docs/engines.md is its prose). The snapshot's parts are built over one scrape window by window.py and
-scheduler.py; the source keeps the scrapes and what lasts from one window to the next.
+Each `snapshot()` scrapes `URL/metrics` under a hard deadline, keeps that scrape, and fills the
+engine snapshot from the gauges as they are now and from counter and histogram deltas since the
+previous scrape (the window). Label sets are added up (the `engine` label of data parallelism,
+SGLang's ranks); ratios are averaged. A figure no exposed metric gives stays None: not observable. A
+failed scrape raises `EngineScrapeError` or `ExpositionError` with a one-line reason (the sampler
+counts it as a failed `engine` collector). METRICS is the one table of which metric fills which
+figure (docs/engines.md is its prose). The snapshot's parts are built over one scrape window by
+window.py and scheduler.py; the source keeps the scrapes and what lasts from one window to the next.
 """
 
 from __future__ import annotations
@@ -99,10 +99,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KINDS = ("vllm", "sglang")
-SCRAPE_TIMEOUT_S = 5.0                # a busy engine's, not the sampling interval's: a real vLLM (0.32, CPU build)
-                                      # under load answered in 0.6-3 s; a tick waits for it, the next comes after
-MAX_BODY_BYTES = 8 * 1024 * 1024      # a /metrics body past this is not an engine's: prometheus_text.MAX_SERIES
-                                      # lines of 400 bytes; reading 32 MB held the agent's /metrics 300 ms
+# a busy engine's, not the sampling interval's: a real vLLM (0.32, CPU build) under load answered in
+# 0.6-3 s; a tick waits for it, the next comes after
+SCRAPE_TIMEOUT_S = 5.0
+# a /metrics body past this is not an engine's: prometheus_text.MAX_SERIES lines of 400 bytes;
+# reading 32 MB held the agent's /metrics 300 ms
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class EngineScrapeError(CollectError):
@@ -119,7 +121,8 @@ ANSWER_REFUSED = (EngineAnswerRefused, ExpositionError)
 
 @dataclass(frozen=True, slots=True)
 class Metric:
-    """One figure stagelens reads, the families that give it (newest name first) and what it fills."""
+    """One figure stagelens reads, the families that give it (newest name first) and what it
+    fills."""
     kind: str                  # gauge | counter | histogram | info
     vllm: tuple[str, ...]
     sglang: tuple[str, ...]
@@ -184,19 +187,21 @@ def names_for(kind: str) -> dict[str, tuple[str, ...]]:
     return {figure: m.vllm if kind == "vllm" else m.sglang for figure, m in METRICS.items()}
 
 
-POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora", "preemptions")   # what the gauge poll reads
-LENGTHS_SAMPLE = 256                  # requests' lengths kept for block-size advice, as the hooks keep
+# what the gauge poll reads
+POLLED = ("running", "waiting", "waiting_by_reason", "kv_usage", "lora", "preemptions")
+# requests' lengths kept for block-size advice, as the hooks keep
+LENGTHS_SAMPLE = 256
 
 
 class VllmSource:
     """An engine source for a vLLM (or, with kind="sglang", an SGLang) server at `url`.
 
-    `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the engine
-    exports its `llm_request` spans to): the request timelines, the tail and the figures only spans give.
-    `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events: block-level figures.
-    `poll_s`, when given, reads the queue gauges that often between scrapes
-    (agent.sources.scrape.gauge_poll).
-    `start()` and `close()` start and stop them with the agent."""
+    `spans`, when given, is where the engine's per-request traces arrive (an OtlpReceiver the
+    engine exports its `llm_request` spans to): the request timelines, the tail and the figures
+    only spans give. `kv_events`, when given, is a KvEventsSubscriber on the engine's KV events:
+    block-level figures. `poll_s`, when given, reads the queue gauges that often between scrapes
+    (agent.sources.scrape.gauge_poll). `start()` and `close()` start and stop them with the
+    agent."""
 
     def __init__(self, url: str, timeout_s: float = SCRAPE_TIMEOUT_S, kind: str = "vllm", window_s: float = WINDOW_S,
                  spans=None, kv_events=None, poll_s: float | None = None) -> None:
@@ -206,7 +211,8 @@ class VllmSource:
             raise ValueError(f"the scrape timeout must be positive, got {timeout_s}")
         if not window_s > 0:
             raise ValueError(f"the window must be positive, got {window_s}")
-        self._parts = urllib.parse.urlsplit(url.rstrip("/"))    # to fetch: with its credentials, if any
+        # to fetch: with its credentials, if any
+        self._parts = urllib.parse.urlsplit(url.rstrip("/"))
         self.url = redact_url(url.rstrip("/"))                  # to show: without
         self.metrics_url = self.url + "/metrics"
         self.timeout_s = timeout_s
@@ -215,24 +221,30 @@ class VllmSource:
         self.spans = spans
         self.kv_events = kv_events
         self.reading = Reading()
-        self.generation: str | None = None     # the metric names' generation the latest scrape showed
+        # the metric names' generation the latest scrape showed
+        self.generation: str | None = None
         self._scrapes: deque[Scrape] = deque()
-        self._started: float | None = None      # when a restart of the engine was seen (monotonic), if one was
-        self._by_reason: dict[str, float] | None = None   # the latest window's waiting seconds by reason
+        # when a restart of the engine was seen (monotonic), if one was
+        self._started: float | None = None
+        # the latest window's waiting seconds by reason
+        self._by_reason: dict[str, float] | None = None
         # a step outlasting scrapes (agent.sources.inference.step_stall)
         self._steps = StepWatch()
         self._names_of = names_for(kind)
         self._rules = {name: (figure, rule_for(figure, METRICS[figure].kind))
                        for figure, names in self._names_of.items() for name in names}
-        self.refused: dict[str, int] = {}   # scrapes whose family for a figure was implausible, by figure
+        # scrapes whose family for a figure was implausible, by figure
+        self.refused: dict[str, int] = {}
         polled = [n for f in POLLED for n in self._names(f)]
-        self.heavy = HeavyAnswers(self.metrics_url)       # the pause after an answer too heavy to read often
+        # the pause after an answer too heavy to read often
+        self.heavy = HeavyAnswers(self.metrics_url)
         self.poller = GaugePoller(self._fetch, self._polled_gauges, polled, poll_s) if poll_s else None
         self._last_poll: Gauges | None = None   # the poll before, which the next is marked against
 
-    # --- lifecycle ----------------------------------------------------------------------------------------
+    # --- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start the span receiver and the KV-events subscriber; UserError when one cannot (a port taken)."""
+        """Start the span receiver and the KV-events subscriber; UserError when one cannot (a
+        port taken)."""
         for name, part in (("traces", self.spans), ("KV events", self.kv_events), ("gauge poll", self.poller)):
             if part is None:
                 continue
@@ -247,19 +259,22 @@ class VllmSource:
             if part is not None:
                 part.stop()
 
-    # --- the engine source interface (agent/sampler.py) ------------------------------------------------
+    # --- the engine source interface (agent/sampler.py) -------------------------------------------
     def snapshot(self, now_monotonic: float) -> EngineSnapshot:
         exposition = self._parse(*self._read_body())
-        if self.kind == "sglang":   # every tensor-parallel rank publishes its scheduler's figures: count them once
+        # every tensor-parallel rank publishes its scheduler's figures: count them once
+        if self.kind == "sglang":
             exposition = Exposition({n: without_rank_copies(f) for n, f in exposition.families.items()},
                                     exposition.duplicates)
-        self.generation = generation(exposition, self.kind, self.metrics_url)   # EngineMismatchError: not this engine
+        # EngineMismatchError: not this engine
+        self.generation = generation(exposition, self.kind, self.metrics_url)
         self._refuse_implausible(exposition)
         scrape = Scrape(now_monotonic, exposition, self._gauges(exposition, now_monotonic))
         if self._scrapes and self._scrapes[-1].at >= scrape.at:
             self._scrapes.clear()          # a clock that did not advance gives no window
         elif self._scrapes and self._restarted(self._scrapes[-1].exposition, exposition):
-            self._started = scrape.at      # counters count from zero again (counter_delta); lengths from here
+            # counters count from zero again (counter_delta); lengths from here
+            self._started = scrape.at
         self._scrapes.append(scrape)
         # the window's base: the newest earlier scrape at least window_s old, else the oldest kept
         while len(self._scrapes) > 2 and self._scrapes[1].at <= scrape.at - self.window_s:
@@ -271,9 +286,9 @@ class VllmSource:
         return snap
 
     def recent_timelines(self, since: float | None = None) -> list:
-        """Requests the engine's spans told of (none without `spans`), their queue time charged by the mix of
-        waiting reasons the gauge poll saw while each waited, else the latest window's (a span does not say why
-        its request waited)."""
+        """Requests the engine's spans told of (none without `spans`), their queue time charged
+        by the mix of waiting reasons the gauge poll saw while each waited, else the latest
+        window's (a span does not say why its request waited)."""
         return [] if self.spans is None else charge_queued(self._named(self.spans.recent_timelines(since)),
                                                            self._by_reason, self._polled())
 
@@ -284,8 +299,9 @@ class VllmSource:
         return was is not None and count is not None and count < was
 
     def _window_timelines(self, start: float) -> tuple[list, list[int] | None]:
-        """From one read of the spans kept (by finish): the requests that finished after `start`, the window, and
-        the lengths (prompt and output tokens) of the latest LENGTHS_SAMPLE finished, window or not."""
+        """From one read of the spans kept (by finish): the requests that finished after `start`,
+        the window, and the lengths (prompt and output tokens) of the latest LENGTHS_SAMPLE
+        finished, window or not."""
         if self.spans is None:
             return [], None
         kept = [t for t in self.spans.recent_timelines() if t.finished is not None]
@@ -295,9 +311,11 @@ class VllmSource:
         return self._named(kept[bisect.bisect_right(kept, start, key=lambda t: t.finished):]), lengths
 
     def _named(self, timelines: list) -> list:
-        """The spans' timelines, the model filled in where a span names none, from the latest scrape's."""
+        """The spans' timelines, the model filled in where a span names none, from the latest
+        scrape's."""
         try:
-            latest = self._scrapes[-1]    # one step: the HTTP API reads timelines while the sampler scrapes
+            # one step: the HTTP API reads timelines while the sampler scrapes
+            latest = self._scrapes[-1]
         except IndexError:
             return timelines
         return with_model(timelines, self._model(latest.exposition))
@@ -307,7 +325,7 @@ class VllmSource:
         running = ex.first(self._names("running"))
         return label(running, "model_name") or label(running, "name")
 
-    # --- scraping ----------------------------------------------------------------------------------
+    # --- scraping ---------------------------------------------------------------------------------
     def _fetch(self) -> str:
         """The body of /metrics, for the gauge poll: a heavy one pauses the reads
         (agent.sources.scrape.heavy_answers)."""
@@ -317,9 +335,10 @@ class VllmSource:
         return text
 
     def _read_body(self) -> tuple[str, str | None]:
-        """The body of /metrics, read within `timeout_s` in all (name lookup, connect, headers and body under one
-        deadline, agent.http_client.request: a server dripping its answer cannot hold the sampler past it), and
-        why it is heavy if it is near a cap (None if not). ReadPaused while a heavy answer's pause lasts."""
+        """The body of /metrics, read within `timeout_s` in all (name lookup, connect, headers
+        and body under one deadline, agent.http_client.request: a server dripping its answer
+        cannot hold the sampler past it), and why it is heavy if it is near a cap (None if not).
+        ReadPaused while a heavy answer's pause lasts."""
         self.heavy.check()
         target = self._parts.path.rstrip("/") + "/metrics"
         try:
@@ -348,8 +367,8 @@ class VllmSource:
         return text, _near_a_cap(len(body), sample_lines(text))
 
     def _parse(self, text: str, heavy: str | None) -> Exposition:
-        """The scrape's families; a body near a cap, or whose parse broke or neared its deadline, pauses the
-        reads after it."""
+        """The scrape's families; a body near a cap, or whose parse broke or neared its deadline,
+        pauses the reads after it."""
         started = time.thread_time()
         try:
             exposition = parse_exposition(text)
@@ -375,7 +394,7 @@ class VllmSource:
                             self.url, printable(refusal.why), ENGINE_INTAKE.metric)
             self.refused[refusal.figure] = self.refused.get(refusal.figure, 0) + 1
 
-    # --- filling the snapshot ----------------------------------------------------------------------
+    # --- filling the snapshot ---------------------------------------------------------------------
     def _names(self, figure: str) -> tuple[str, ...]:
         return self._names_of[figure]
 
@@ -383,8 +402,9 @@ class VllmSource:
         return gauges_of(ex, self._names_of, at)
 
     def _polled_gauges(self, ex: Exposition, at: float) -> Gauges:
-        """One poll's gauges, marked against the poll before as it arrives (on the poll's thread), so that the
-        samples kept (10 minutes of them) are marked once, not again at every scrape and every read."""
+        """One poll's gauges, marked against the poll before as it arrives (on the poll's
+        thread), so that the samples kept (10 minutes of them) are marked once, not again at
+        every scrape and every read."""
         g = self._gauges(ex, at)
         if self._last_poll is not None:
             g = marked(self.kind, [self._last_poll, g])[1]
@@ -463,8 +483,8 @@ class VllmSource:
                                    inferred={**waits.inferred, DECIDED: floor.how})
 
     def _intake(self) -> dict[str, float] | None:
-        """What the span receiver and the KV-events subscriber took in and dropped, and the scrapes' families
-        refused as implausible, so far."""
+        """What the span receiver and the KV-events subscriber took in and dropped, and the
+        scrapes' families refused as implausible, so far."""
         out: dict[str, float] = {f"metrics.refused_{k}": v for k, v in self.refused.items()}
         out.update({f"metrics.{k}": v for k, v in self.heavy.counts.items() if v})
         if self.spans is not None:
@@ -476,9 +496,10 @@ class VllmSource:
         return out or None
 
 
-# --- reading families ----------------------------------------------------------------------------------
+# --- reading families -----------------------------------------------------------------------------
 def _near_a_cap(size: int, series: int) -> str | None:
-    """Why a body of `size` bytes and `series` sample lines is heavy (past NEAR_SHARE of a cap), or None."""
+    """Why a body of `size` bytes and `series` sample lines is heavy (past NEAR_SHARE of a cap),
+    or None."""
     if size > NEAR_SHARE * MAX_BODY_BYTES:
         return f"a body of {size} bytes, past half of the {MAX_BODY_BYTES} a scrape reads"
     if series > NEAR_SHARE * MAX_SERIES:

@@ -1,10 +1,11 @@
 """Reading figures off one scrape's families, and off the change between two scrapes.
 
-Label sets are added up (vLLM's `engine` label, one per data-parallel engine; SGLang's data-parallel ranks,
-once its tensor- and pipeline-parallel copies are set aside by `without_rank_copies`); ratios are averaged
-over them. Counters and histograms are read as deltas between two scrapes; a counter that went down (the
-engine restarted) counts from zero. Quantiles come from the window's bucket counts, as Prometheus's
-`histogram_quantile` does, where the buckets place them; `quantile_said` says the bound where they do not.
+Label sets are added up (vLLM's `engine` label, one per data-parallel engine; SGLang's data-parallel
+ranks, once its tensor- and pipeline-parallel copies are set aside by `without_rank_copies`); ratios
+are averaged over them. Counters and histograms are read as deltas between two scrapes; a counter
+that went down (the engine restarted) counts from zero. Quantiles come from the window's bucket
+counts, as Prometheus's `histogram_quantile` does, where the buckets place them; `quantile_said`
+says the bound where they do not.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 
 from stagelens.sources.scrape.prometheus_text import Family, Sample
 
-# Labels that tell apart copies of one scheduler's figures: SGLang publishes them from every tensor- and
-# pipeline-parallel rank (and each rank's process id); its data-parallel ranks are separate schedulers.
+# Labels that tell apart copies of one scheduler's figures: SGLang publishes them from every tensor-
+# and pipeline-parallel rank (and each rank's process id); its data-parallel ranks are separate
+# schedulers.
 RANK_COPIES = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "pid"})
 
 
@@ -30,8 +32,8 @@ def values(family: Family | None, suffix: str = "") -> list:
 
 
 def without_rank_copies(family: Family) -> Family:
-    """The family with one sample (the largest) per label set that differs only in RANK_COPIES: adding up
-    the copies would count every request once per tensor-parallel rank."""
+    """The family with one sample (the largest) per label set that differs only in RANK_COPIES:
+    adding up the copies would count every request once per tensor-parallel rank."""
     kept: dict[tuple, Sample] = {}
     for s in family.samples:
         key = (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in RANK_COPIES)))
@@ -47,7 +49,8 @@ def total(family: Family | None) -> float | None:
 
 
 def mean(family: Family | None) -> float | None:
-    """A ratio's mean over label sets (each data-parallel engine has its own KV pool of the same size)."""
+    """A ratio's mean over label sets (each data-parallel engine has its own KV pool of the same
+    size)."""
     samples = values(family)
     return sum(s.value for s in samples) / len(samples) if samples else None
 
@@ -94,8 +97,8 @@ def histogram_part(family: Family | None, suffix: str) -> float | None:
 
 
 def highest_bound(family: Family | None) -> float | None:
-    """The lowest bucket bound every observation of a histogram lies under (inf when some lie past its last
-    finite bound); None without observations."""
+    """The lowest bucket bound every observation of a histogram lies under (inf when some lie
+    past its last finite bound); None without observations."""
     found = _cumulative(family)
     if found is None or found[1] <= 0:
         return None
@@ -104,9 +107,9 @@ def highest_bound(family: Family | None) -> float | None:
 
 
 def length_biased_mean(family: Family | None) -> float | None:
-    """E[L^2] / E[L] of a histogram's observations, each taken at its bucket's middle (the last finite bound
-    past it): the mean length of one found in progress at a random moment, since a long one is in progress for
-    longer (the inspection paradox); None without observations."""
+    """E[L^2] / E[L] of a histogram's observations, each taken at its bucket's middle (the last
+    finite bound past it): the mean length of one found in progress at a random moment, since a
+    long one is in progress for longer (the inspection paradox); None without observations."""
     found = _cumulative(family)
     if found is None or found[1] <= 0:
         return None
@@ -134,8 +137,8 @@ def _cumulative(family: Family | None) -> tuple[dict[float, float], float, float
 
 
 def histogram_delta(now: Family | None, before: Family | None) -> HistogramDelta | None:
-    """Observations between two scrapes; None without both or when the buckets changed (a restart with
-    other buckets); a reset (counts went down) counts from zero."""
+    """Observations between two scrapes; None without both or when the buckets changed (a restart
+    with other buckets); a reset (counts went down) counts from zero."""
     a, b = _cumulative(now), _cumulative(before)
     if a is None or b is None or set(a[0]) != set(b[0]):
         return None
@@ -145,10 +148,11 @@ def histogram_delta(now: Family | None, before: Family | None) -> HistogramDelta
 
 
 def quantile(h: HistogramDelta | None, q: float) -> float | None:
-    """The q-quantile of the window's observations, interpolated within its bucket as Prometheus's
-    histogram_quantile does; None without observations, and None where interpolating would make a number
-    up: in a first bucket that starts at zero (vLLM's queue time: (0, 0.3 s], where the mean can be 50 us) and
-    past the last finite bound (SGLang's TTFT clamped to 30 s). `quantile_said` says what is known there."""
+    """The q-quantile of the window's observations, interpolated within its bucket as
+    Prometheus's histogram_quantile does; None without observations, and None where interpolating
+    would make a number up: in a first bucket that starts at zero (vLLM's queue time: (0, 0.3 s],
+    where the mean can be 50 us) and past the last finite bound (SGLang's TTFT clamped to 30 s).
+    `quantile_said` says what is known there."""
     bucket = quantile_bucket(h, q)
     if bucket is None or bucket[0] <= 0 or math.isinf(bucket[1]):
         return None
@@ -156,9 +160,9 @@ def quantile(h: HistogramDelta | None, q: float) -> float | None:
 
 
 def quantile_interpolated(h: HistogramDelta | None, q: float) -> float | None:
-    """The q-quantile interpolated as histogram_quantile does, in any bucket (the highest finite bound past
-    it): a working estimate for an internal bound (the longest step, from the inter-token latency), never a
-    figure reported as measured."""
+    """The q-quantile interpolated as histogram_quantile does, in any bucket (the highest finite
+    bound past it): a working estimate for an internal bound (the longest step, from the
+    inter-token latency), never a figure reported as measured."""
     bucket = quantile_bucket(h, q)
     if bucket is None:
         return None
@@ -169,8 +173,9 @@ def quantile_interpolated(h: HistogramDelta | None, q: float) -> float | None:
 
 
 def quantile_said(h: HistogramDelta | None, q: float) -> str | None:
-    """The q-quantile in words, in seconds, as far as the buckets place it: "< 0.3 s" in a first bucket from
-    zero, ">= 30 s" past the last finite bound, else the interpolated value; None without observations."""
+    """The q-quantile in words, in seconds, as far as the buckets place it: "< 0.3 s" in a first
+    bucket from zero, ">= 30 s" past the last finite bound, else the interpolated value; None
+    without observations."""
     bucket = quantile_bucket(h, q)
     if bucket is None:
         return None

@@ -1,16 +1,16 @@
-"""A light poll of an engine's queue gauges between scrapes, so that what lasts less than the scrape interval
-(a model load of a few hundred milliseconds, the requests it defers) is still seen.
+"""A light poll of an engine's queue gauges between scrapes, so that what lasts less than the scrape
+interval (a model load of a few hundred milliseconds, the requests it defers) is still seen.
 
-A gauge is a sample at the instant it is read: one scrape a second misses a queue that comes and goes in
-between. `GaugePoller` reads `/metrics` a few times a second on a thread of its own, keeps only the lines
-of the few gauge families it is told (the queue, its reasons, KV usage, whether adapters are served), and
-turns them into `Gauges` with the source's own reading, so the poll and the scrape cannot disagree on what
-a family means. The window's inferences (agent.sources.inference.figures) take these samples beside
-the scrapes'.
+A gauge is a sample at the instant it is read: one scrape a second misses a queue that comes and
+goes in between. `GaugePoller` reads `/metrics` a few times a second on a thread of its own, keeps
+only the lines of the few gauge families it is told (the queue, its reasons, KV usage, whether
+adapters are served), and turns them into `Gauges` with the source's own reading, so the poll and
+the scrape cannot disagree on what a family means. The window's inferences
+(agent.sources.inference.figures) take these samples beside the scrapes'.
 
-A failed poll is counted and skipped: the scrape, not the poll, reports an engine that cannot be read. A poll
-while the engine's reads are paused (agent.sources.scrape.heavy_answers) is counted as such, and
-reads nothing.
+A failed poll is counted and skipped: the scrape, not the poll, reports an engine that cannot be
+read. A poll while the engine's reads are paused (agent.sources.scrape.heavy_answers) is counted as
+such, and reads nothing.
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from stagelens.sources.scrape.heavy_answers import ReadPaused
 from stagelens.sources.scrape.prometheus_text import Exposition, parse_exposition
 
 POLL_S = 0.25          # four reads a second: a load of 0.3 s is seen at least once
-KEEP_S = 600.0         # samples kept: what a request's wait is charged by, as long as its span may come later
+# samples kept: what a request's wait is charged by, as long as its span may come later
+KEEP_S = 600.0
 
 
 class GaugePoller:
-    """Polls `fetch()` (the /metrics body) every `interval_s`, keeping `read(exposition, at)` of the lines of
-    `names` only, for `keep_s`. `start()` and `stop()` may be called again safely."""
+    """Polls `fetch()` (the /metrics body) every `interval_s`, keeping `read(exposition, at)` of
+    the lines of `names` only, for `keep_s`. `start()` and `stop()` may be called again safely."""
 
     def __init__(self, fetch: Callable[[], str], read: Callable[[Exposition, float], Gauges],
                  names: Iterable[str], interval_s: float = POLL_S, keep_s: float = KEEP_S) -> None:
@@ -88,8 +89,9 @@ class GaugePoller:
         return gauges
 
     def _only_named(self, text: str) -> str:
-        """The lines of the families polled (their samples and their # TYPE / # HELP): parsing a whole body
-        of histograms four times a second would cost the node more than the poll is worth."""
+        """The lines of the families polled (their samples and their # TYPE / # HELP): parsing a
+        whole body of histograms four times a second would cost the node more than the poll is
+        worth."""
         keep = []
         for line in text.splitlines():
             name = line.split(None, 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else \

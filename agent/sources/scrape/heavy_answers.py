@@ -1,11 +1,12 @@
 """Backing off an engine whose /metrics costs the agent too much to read.
 
-A body under the caps but near them (7.8 MB, 19,400 series) spent the scrape's whole parse budget every second,
-and the gauge poll fetched it four times a second: `serve --engine vllm` sat at ~0.8 core (the DaemonSet's
-limit is 500m). After a heavy answer (over a cap, near one, or a parse that broke or neared its deadline) the
-engine is not read for a pause, scrape and poll alike; each heavy answer doubles the pause, up to MAX_PAUSE_S,
-and a calm of twice that starts the doubling over. So an engine that is always heavy costs one read every
-MAX_PAUSE_S, whatever it sends. Each pause is counted and said (one log line a pause).
+A body under the caps but near them (7.8 MB, 19,400 series) spent the scrape's whole parse budget
+every second, and the gauge poll fetched it four times a second: `serve --engine vllm` sat at ~0.8
+core (the DaemonSet's limit is 500m). After a heavy answer (over a cap, near one, or a parse that
+broke or neared its deadline) the engine is not read for a pause, scrape and poll alike; each heavy
+answer doubles the pause, up to MAX_PAUSE_S, and a calm of twice that starts the doubling over. So
+an engine that is always heavy costs one read every MAX_PAUSE_S, whatever it sends. Each pause is
+counted and said (one log line a pause).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ log = logging.getLogger(__name__)
 
 FIRST_PAUSE_S = 2.0
 MAX_PAUSE_S = 120.0
-NEAR_SHARE = 0.5          # a body past half of a cap (bytes, series, the parse's CPU time) is near it
+# a body past half of a cap (bytes, series, the parse's CPU time) is near it
+NEAR_SHARE = 0.5
 
 
 class ReadPaused(CollectError):
@@ -32,8 +34,9 @@ class ReadPaused(CollectError):
 
 
 class HeavyAnswers:
-    """The pause after heavy answers of the engine at `url`. `heavy(why)` starts (or doubles) it; `check()`
-    raises ReadPaused while it lasts. Thread-safe: the scrape and the gauge poll share one."""
+    """The pause after heavy answers of the engine at `url`. `heavy(why)` starts (or doubles) it;
+    `check()` raises ReadPaused while it lasts. Thread-safe: the scrape and the gauge poll share
+    one."""
 
     def __init__(self, url: str, first_s: float = FIRST_PAUSE_S, most_s: float = MAX_PAUSE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -54,7 +57,8 @@ class HeavyAnswers:
                                  f"{self.most_s:g} s")
 
     def heavy(self, why: str) -> None:
-        """An answer too heavy to read again soon: pause (twice the last pause, unless calm came between)."""
+        """An answer too heavy to read again soon: pause (twice the last pause, unless calm came
+        between)."""
         with self._lock:
             now = self._clock()
             calm = now - self._last > 2 * self.most_s

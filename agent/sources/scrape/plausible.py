@@ -1,12 +1,14 @@
 """What an engine may plausibly say: the rules its figures pass before any of them is read.
 
-An engine read from outside is trusted for nothing. A family whose samples break a rule is refused whole for
-that scrape (a histogram missing one bucket would mislead more than no histogram): its figures read as not
-observed, never exported, and the refusal is counted and said once. The rules:
-- every gauge, counter and histogram sample is a finite number, not below zero (-2e9 running requests);
-- a histogram's buckets each have a number for `le` (the text Prometheus writes: ASCII, "+Inf") and are
-  cumulative, each label set's counts never falling as `le` grows (a glitch bucket read as data made a
-  firing scheduler "not judged");
+An engine read from outside is trusted for nothing. A family whose samples break a rule is refused
+whole for that scrape (a histogram missing one bucket would mislead more than no histogram): its
+figures read as not observed, never exported, and the refusal is counted and said once. The rules:
+- every gauge, counter and histogram sample is a finite number, not below zero (-2e9 running
+  requests);
+- a histogram's buckets each have a number for `le` (the text Prometheus writes: ASCII, "+Inf") and
+  are
+  cumulative, each label set's counts never falling as `le` grows (a glitch bucket read as data made
+  a firing scheduler "not judged");
 - a count of requests stays under MAX_REQUESTS, a ratio under 1;
 - the KV cache's configuration labels are whole numbers in range (num_gpu_blocks 2e29 is no GPU's).
 (A KV-event sequence's plausible jump is the KV-event subscriber's:
@@ -21,16 +23,20 @@ from dataclasses import dataclass
 
 from stagelens.sources.scrape.prometheus_text import Exposition, Family
 
-MAX_REQUESTS = 1_000_000          # running or waiting on one server: far past any engine's max_num_seqs or queue
+# running or waiting on one server: far past any engine's max_num_seqs or queue
+MAX_REQUESTS = 1_000_000
 MAX_RATIO = 1.0
-MAX_LABEL = {"block_size": 1 << 16, "num_gpu_blocks": 1 << 32}   # an H200's KV cache is ~1e6 blocks of 16
+# an H200's KV cache is ~1e6 blocks of 16
+MAX_LABEL = {"block_size": 1 << 16, "num_gpu_blocks": 1 << 32}
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """What one figure's family must hold: its kind (gauge | counter | histogram | info) and a bound."""
+    """What one figure's family must hold: its kind (gauge | counter | histogram | info) and a
+    bound."""
     kind: str
-    most: float | None = None      # the largest plausible sample value; None: any finite non-negative value
+    # the largest plausible sample value; None: any finite non-negative value
+    most: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +56,9 @@ def rule_for(figure: str, kind: str) -> Rule:
 
 
 def refuse_implausible(exposition: Exposition, rules: dict[str, tuple[str, Rule]]) -> list[Refusal]:
-    """Remove from `exposition` every family that breaks its rule (`rules`: family name -> (figure, rule)), and
-    say why, one Refusal a family; a series given twice, already read once by the parser, is one too."""
+    """Remove from `exposition` every family that breaks its rule (`rules`: family name ->
+    (figure, rule)), and say why, one Refusal a family; a series given twice, already read once
+    by the parser, is one too."""
     refused = []
     for name, (figure, rule) in rules.items():
         family = exposition.family(name)
@@ -90,8 +97,8 @@ _BOUND = re.compile(r"[+-]?(?:inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)",
 
 
 def _buckets_broken(family: Family) -> str | None:
-    """Why a histogram's buckets cannot be read as one, or None: an `le` that is no number, or counts that
-    fall as `le` grows within a label set."""
+    """Why a histogram's buckets cannot be read as one, or None: an `le` that is no number, or
+    counts that fall as `le` grows within a label set."""
     by_set: dict[tuple, list[tuple[float, float]]] = {}
     for sample in family.samples:
         if not sample.name.endswith("_bucket"):

@@ -4,10 +4,11 @@ prometheus_client's parser does the reading; this keeps only what an engine sour
 family's type and its samples) and turns any parse failure into one `ExpositionError` whose message
 is a single line, so a collector failure reads cleanly in a frame.
 
-An engine's exposition is a few thousand series; a body of hundreds of thousands (26 MB under the body cap
-took 11.5 s and 1.1 GB to parse) is refused before parsing, by a count of its sample lines, and the parse
-itself has a deadline in the thread's CPU time, checked between families. A series given twice (the same name
-and labels) is read once, its first sample, and counted: adding both up doubled the engine's figures.
+An engine's exposition is a few thousand series; a body of hundreds of thousands (26 MB under the
+body cap took 11.5 s and 1.1 GB to parse) is refused before parsing, by a count of its sample lines,
+and the parse itself has a deadline in the thread's CPU time, checked between families. A series
+given twice (the same name and labels) is read once, its first sample, and counted: adding both up
+doubled the engine's figures.
 """
 
 from __future__ import annotations
@@ -44,16 +45,19 @@ class Family:
 
 
 class Exposition:
-    """The families of one scrape, found by the name the engine exposes (a counter's with `_total` too)."""
+    """The families of one scrape, found by the name the engine exposes (a counter's with
+    `_total` too)."""
 
     def __init__(self, families: dict[str, Family], duplicates: int = 0) -> None:
         self.families = families
-        self.duplicates = duplicates     # samples left out: a series already given in this exposition
+        # samples left out: a series already given in this exposition
+        self.duplicates = duplicates
 
     def family(self, name: str) -> Family | None:
         found = self.families.get(name)
         if found is None and name.endswith("_total"):
-            found = self.families.get(name[: -len("_total")])   # the parser drops a counter's suffix
+            # the parser drops a counter's suffix
+            found = self.families.get(name[: -len("_total")])
         return found
 
     def first(self, names: tuple[str, ...]) -> Family | None:
@@ -65,23 +69,26 @@ class Exposition:
         return None
 
 
-MAX_SERIES = 20_000         # sample lines: an engine's exposition has a few thousand; this parses in ~0.5 s
+# sample lines: an engine's exposition has a few thousand; this parses in ~0.5 s
+MAX_SERIES = 20_000
 PARSE_DEADLINE_S = 1.0
 
 
 def parse_exposition(text: str, max_series: int = MAX_SERIES, deadline_s: float = PARSE_DEADLINE_S) -> Exposition:
-    """The families of `text`; ExpositionError when it is not exposition text, holds more than `max_series`
-    sample lines, or takes longer than `deadline_s` to parse."""
+    """The families of `text`; ExpositionError when it is not exposition text, holds more than
+    `max_series` sample lines, or takes longer than `deadline_s` to parse."""
     series = sample_lines(text)
     if series > max_series:
         raise ExpositionTooCostly(f"the exposition has {series} series, more than the {max_series} an engine's "
                                   "/metrics is read with: refused unparsed")
-    # CPU time of this thread, not wall time: on a busy host a thread waiting for a core would give up on a
-    # sound scrape; what the deadline bounds is the work a huge or hostile body costs
+    # CPU time of this thread, not wall time: on a busy host a thread waiting for a core would give
+    # up on a sound scrape; what the deadline bounds is the work a huge or hostile body costs
     deadline = time.thread_time() + deadline_s
     kinds: dict[str, str] = {}
-    samples_by_family: dict[str, list[Sample]] = {}   # lines without a # TYPE come one family a sample: kept whole
-    seen: set = set()            # (sample name, labels) already read, so a repeated series counts once
+    # lines without a # TYPE come one family a sample: kept whole
+    samples_by_family: dict[str, list[Sample]] = {}
+    # (sample name, labels) already read, so a repeated series counts once
+    seen: set = set()
     duplicates = 0
     try:
         for f in text_string_to_metric_families(text):
@@ -89,7 +96,8 @@ def parse_exposition(text: str, max_series: int = MAX_SERIES, deadline_s: float 
                 raise ExpositionTooCostly(f"the exposition took longer than {deadline_s:g} s to parse (CPU time): "
                                       "given up")
             if f.name.endswith("_created"):
-                continue     # prometheus_client's creation times, a family of their own in text 0.0.4
+                # prometheus_client's creation times, a family of their own in text 0.0.4
+                continue
             kinds.setdefault(f.name, f.type)
             samples = samples_by_family.setdefault(f.name, [])
             for s in f.samples:
@@ -110,7 +118,8 @@ def parse_exposition(text: str, max_series: int = MAX_SERIES, deadline_s: float 
 
 
 def sample_lines(text: str) -> int:
-    """How many lines of `text` hold a sample (neither blank nor a comment), counted without parsing."""
+    """How many lines of `text` hold a sample (neither blank nor a comment), counted without
+    parsing."""
     lines = text.count("\n") + (not text.endswith("\n"))
     comments = text.count("\n#") + text.startswith("#")
     blanks = text.count("\n\n") + text.startswith("\n")
@@ -118,5 +127,6 @@ def sample_lines(text: str) -> int:
 
 
 def _one_line(exc: Exception) -> str:
-    text = printable(" ".join(str(exc).split())) or type(exc).__name__    # it may quote the engine's own line
+    # it may quote the engine's own line
+    text = printable(" ".join(str(exc).split())) or type(exc).__name__
     return text if len(text) <= 200 else text[:197] + "..."

@@ -17,7 +17,8 @@ def level_color(ratio: float | None, warn: float | None, firing: float | None) -
 
 
 def bar(ratio: float | None, width: int, warn: float | None = None, firing: float | None = None) -> Text:
-    """`▕████▌   ▏` of `ratio` (0..1) in `width` cells, the frame included; `?` cells when unknown."""
+    """`▕████▌   ▏` of `ratio` (0..1) in `width` cells, the frame included; `?` cells when unknown.
+    """
     inner = max(1, width - 2)
     text = Text("▕", style="grey50")
     if ratio is None:
@@ -44,8 +45,9 @@ class Bar:
 
 
 class LinkStrip:
-    """One cell per link, its height the link's use against its cap (the busier of tx and rx), coloured by
-    the thresholds: twelve NVLinks read at a glance. Too narrow for a cell each: the busiest link's Bar."""
+    """One cell per link, its height the link's use against its cap (the busier of tx and rx),
+    coloured by the thresholds: twelve NVLinks read at a glance. Too narrow for a cell each: the
+    busiest link's Bar."""
 
     def __init__(self, ratios: list[float | None], warn: float | None = None, firing: float | None = None) -> None:
         self.ratios, self.warn, self.firing = ratios, warn, firing

@@ -1,9 +1,10 @@
-"""A table of one-line cells laid out with one pass over them: the dashboard's tables, redrawn every frame.
+"""A table of one-line cells laid out with one pass over them: the dashboard's tables, redrawn every
+frame.
 
-Rich's Table measures and renders every cell through its own padding and console render; the GPU table
-of a DGX (8 rows x 16 columns) cost ~16 ms a frame that way, a third of the TUI's CPU at 1 s refresh.
-Here a column is as wide as its widest cell, flexible columns (bars, long text) share what is left, and
-each row is one Text.
+Rich's Table measures and renders every cell through its own padding and console render; the GPU
+table of a DGX (8 rows x 16 columns) cost ~16 ms a frame that way, a third of the TUI's CPU at 1 s
+refresh. Here a column is as wide as its widest cell, flexible columns (bars, long text) share what
+is left, and each row is one Text.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ class CellTable:
         return max([len(col.header) if self.show_header else 0, *cells, col.min_width])
 
     def _widths(self, available: int) -> tuple[list[int], int]:
-        """Column widths and the gap between columns for `available` cells: natural widths; then, when they
-        do not fit, a gap of one, then the widest columns narrowed (their cells end in an ellipsis)."""
+        """Column widths and the gap between columns for `available` cells: natural widths; then,
+        when they do not fit, a gap of one, then the widest columns narrowed (their cells end in
+        an ellipsis)."""
         natural = [self._natural(n) for n in range(len(self.columns))]
         widths = [col.min_width if col.flex else natural[n] for n, col in enumerate(self.columns)]
         gaps = len(self.columns) - 1
@@ -62,7 +64,8 @@ class CellTable:
         shares = sum(self.columns[n].flex for n in flexible)
         for n in flexible:
             widths[n] += spare * self.columns[n].flex // shares if self.expand else natural[n] - widths[n]
-        if self.expand and flexible:     # what integer shares leave goes to the last flexible column
+        # what integer shares leave goes to the last flexible column
+        if self.expand and flexible:
             widths[flexible[-1]] += spare - sum(spare * self.columns[n].flex // shares for n in flexible)
         return widths, gap
 

@@ -63,7 +63,8 @@ class HistoryPlot:
                 lines[row] = (level, color)      # firing wins a shared row: it is drawn last
         for row in range(self.height - 1, -1, -1):
             line_style = _LINE_STYLES[lines[row][1]] if row in lines else None
-            # consecutive cells of one style are one segment: a plot row is a handful of segments, not 70
+            # consecutive cells of one style are one segment: a plot row is a handful of segments,
+            # not 70
             run, run_style = [], None
             for i in range(width):
                 char, style = self._cell(values[i - pad] if i >= pad else None, row, i >= pad, line_style)

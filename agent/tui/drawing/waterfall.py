@@ -1,4 +1,5 @@
-"""Requests drawn as waterfalls: queue, prefill, decode and preempted time on one shared time axis."""
+"""Requests drawn as waterfalls: queue, prefill, decode and preempted time on one shared time
+axis."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ BLAME_W = 10
 
 
 def blame(timeline: RequestTimeline) -> str:
-    """The stage that took most of the request's latency and its share ("cold 91%"); "queue" when a queue the
-    engine gave no reason for did; "own" when its own work did; "" when the timeline carries no split (an older
-    bundle)."""
+    """The stage that took most of the request's latency and its share ("cold 91%"); "queue" when
+    a queue the engine gave no reason for did; "own" when its own work did; "" when the timeline
+    carries no split (an older bundle)."""
     stages = by_stage(timeline.latency_components)
     total = sum(stages.values())
     if not total:
@@ -55,7 +56,8 @@ def phase_at(t: float, timeline: RequestTimeline) -> str:
 
 
 def bar_cells(timeline: RequestTimeline, cells: int, scale: float) -> list[str]:
-    """The phase of each cell of a bar `cells` long for a request of the longest shown latency `scale`."""
+    """The phase of each cell of a bar `cells` long for a request of the longest shown latency
+    `scale`."""
     start = timeline.arrival
     end = timeline.finished or start
     used = max(1, round((end - start) / scale * cells)) if scale > 0 else 1
@@ -68,8 +70,9 @@ def bar_cells(timeline: RequestTimeline, cells: int, scale: float) -> list[str]:
 
 
 class Waterfall:
-    """`rows` reserves that many lines once a request is shown, so the panel keeps its height from frame
-    to frame (a panel that changes height moves everything below it and costs a layout of the screen)."""
+    """`rows` reserves that many lines once a request is shown, so the panel keeps its height
+    from frame to frame (a panel that changes height moves everything below it and costs a layout
+    of the screen)."""
 
     def __init__(self, timelines: list[RequestTimeline], rows: int = 0) -> None:
         self.timelines, self.rows = timelines, rows

@@ -1,12 +1,12 @@
 """The fleet screen: one row a node, most severe first, refreshed from Prometheus on a thread.
 
-The refresh thread (refresher.py) only fetches and posts `Fetched` messages; sorting (once an answer), filtering
-(once an answer or a filter) and drawing happen here on the UI thread. Tests post the same messages with the
-thread off (`autopoll=False`).
+The refresh thread (refresher.py) only fetches and posts `Fetched` messages; sorting (once an
+answer), filtering (once an answer or a filter) and drawing happen here on the UI thread. Tests post
+the same messages with the thread off (`autopoll=False`).
 
-`Enter` on a node ends this app with the node's agent URL as its return value: `run_fleet_app` (__init__.py)
-then runs that node's own TUI and, when it is left, a new fleet screen from this one's `memory` (the last
-answer, the filter, the selected node), so the fleet comes back as it was left.
+`Enter` on a node ends this app with the node's agent URL as its return value: `run_fleet_app`
+(__init__.py) then runs that node's own TUI and, when it is left, a new fleet screen from this one's
+`memory` (the last answer, the filter, the selected node), so the fleet comes back as it was left.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ class FleetMemory:
     view: FleetView | None = None
     filter_text: str = ""
     selected: str | None = None        # the selected node's instance
-    notice: str | None = None          # said once when the next screen opens (a node that could not be opened)
+    # said once when the next screen opens (a node that could not be opened)
+    notice: str | None = None
 
 
 class Bar(RenderedLines):
@@ -104,7 +105,8 @@ class FleetApp(PlainNotices, App[str | None]):
         self.memory = memory or FleetMemory()
         self.view: FleetView | None = self.memory.view
         self.prometheus = getattr(query, "prometheus_url", "") or (self.view.prometheus if self.view else "")
-        self._labels, self._words = parse_filter(self.memory.filter_text)   # checked before it was kept
+        # checked before it was kept
+        self._labels, self._words = parse_filter(self.memory.filter_text)
         self._rows = sorted(self.view.rows, key=by_severity) if self.view is not None else []
         self.shown: list[NodeRow] = []      # the rows the filter keeps, most severe first
         self._refilter()
@@ -113,7 +115,7 @@ class FleetApp(PlainNotices, App[str | None]):
         self._owns_refresher = refresher is None
         self.stopped_by_signal = False
 
-    # --- layout -------------------------------------------------------------------------------------------
+    # --- layout -----------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Bar(id="fleet-top")
         yield Bar(id="fleet-summary")
@@ -132,7 +134,8 @@ class FleetApp(PlainNotices, App[str | None]):
         return self.query_one("#fleet-filter", Input)
 
     def on_mount(self) -> None:
-        catch_stop_signals(self, self.stop_by_signal)   # they end the fleet like `q`, the terminal restored
+        # they end the fleet like `q`, the terminal restored
+        catch_stop_signals(self, self.stop_by_signal)
         self.table.focus()
         self.redraw()
         if self.memory.notice:
@@ -157,12 +160,13 @@ class FleetApp(PlainNotices, App[str | None]):
     def on_resize(self) -> None:
         self.call_after_refresh(self.redraw)
 
-    # --- answers ------------------------------------------------------------------------------------------
+    # --- answers ----------------------------------------------------------------------------------
     def on_fetched(self, message: Fetched) -> None:
         self.show(message.view)
 
     def show(self, view: FleetView) -> None:
-        """An answer on screen; a failed one with no rows keeps the rows shown (and their time) with its reason."""
+        """An answer on screen; a failed one with no rows keeps the rows shown (and their time)
+        with its reason."""
         if view.error and not view.rows and self.view is not None and self.view.rows:
             view = replace(view, rows=self.view.rows, fetched_unix=self.view.fetched_unix)
         self.view = self.memory.view = view
@@ -177,7 +181,7 @@ class FleetApp(PlainNotices, App[str | None]):
     def _refilter(self) -> None:
         self.shown = [row for row in self._rows if row_matches(row, self._labels, self._words)]
 
-    # --- drawing ------------------------------------------------------------------------------------------
+    # --- drawing ----------------------------------------------------------------------------------
     def redraw(self) -> None:
         view = self.view
         width = self.size.width or 80
@@ -194,7 +198,8 @@ class FleetApp(PlainNotices, App[str | None]):
         now = self.view.fetched_unix if self.view is not None else None
         cells = [row_cells(row, now, wide) for row in self.shown]
         key = (self.size.width, tuple(tuple(c.markup for c in row) for row in cells))
-        if key == self._table_key:        # the same answer again: leave the table (and its scroll) as it is
+        # the same answer again: leave the table (and its scroll) as it is
+        if key == self._table_key:
             return
         selected = self.memory.selected
         cols = columns(wide)
@@ -233,7 +238,7 @@ class FleetApp(PlainNotices, App[str | None]):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.open_selected()
 
-    # --- actions ------------------------------------------------------------------------------------------
+    # --- actions ----------------------------------------------------------------------------------
     def open_selected(self) -> None:
         row = self.selected_row
         if row is None:
@@ -282,7 +287,8 @@ class FleetApp(PlainNotices, App[str | None]):
         return True
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.set_filter(event.value)          # narrows as it is typed; a half-typed term is not applied
+        # narrows as it is typed; a half-typed term is not applied
+        self.set_filter(event.value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if self.set_filter(event.value):      # kept: the summary line shows it, `/` opens it again

@@ -1,6 +1,7 @@
-"""The fleet screen's content, pure: rows filtered, each cell as coloured text, the header lines and
-the selected node's detail. Nothing here touches a widget; every age is counted from the answer's own time
-(FleetView.fetched_unix), so a screenshot of the same answer reads the same at any hour."""
+"""The fleet screen's content, pure: rows filtered, each cell as coloured text, the header lines
+and the selected node's detail. Nothing here touches a widget; every age is counted from the
+answer's own time (FleetView.fetched_unix), so a screenshot of the same answer reads the same at
+any hour."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ STAGE_HEADER_SHORT = {"kv_cache": "KV", "scheduler": "sched", "cold_path": "cold
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-# --- the filter --------------------------------------------------------------------------------------------
+# --- the filter -----------------------------------------------------------------------------------
 class FilterError(ValueError):
     pass
 
 
 def parse_filter(text: str) -> tuple[dict[str, str], list[str]]:
-    """`cluster=eu-1 gpu=h100` (spaces or commas between terms) as ({label: value}, words); a term without `=`
-    is a word that the node's instance or labels must contain. FilterError for a term like `=x` or `a b=c`."""
+    """`cluster=eu-1 gpu=h100` (spaces or commas between terms) as ({label: value}, words); a
+    term without `=` is a word that the node's instance or labels must contain. FilterError for a
+    term like `=x` or `a b=c`."""
     labels: dict[str, str] = {}
     words: list[str] = []
     for term in text.replace(",", " ").split():
@@ -49,9 +51,10 @@ def row_matches(row: NodeRow, labels: dict[str, str], words: list[str]) -> bool:
     return all(word in name for word in words)
 
 
-# --- table cells -------------------------------------------------------------------------------------------
+# --- table cells ----------------------------------------------------------------------------------
 def _cut(text: str, width: int, style: str = "") -> Text:
-    """One line, at most `width` cells: a longer one ends with an ellipsis (a table cell never wraps)."""
+    """One line, at most `width` cells: a longer one ends with an ellipsis (a table cell never
+    wraps)."""
     out = Text(text, style=style, no_wrap=True, overflow="ellipsis", end="")
     out.truncate(width, overflow="ellipsis")
     return out
@@ -77,7 +80,8 @@ def state_style(state: str) -> str:
 
 
 def stage_cell(row: NodeRow, stage: str, now: float | None) -> Text:
-    if not row.up:     # not scraped: no state is known, and the last one exported would read as current
+    # not scraped: no state is known, and the last one exported would read as current
+    if not row.up:
         return Text("-", style="grey50", end="")
     text, state = stage_text(row, stage, now)
     return Text(text, style=state_style(state) + (" dim" if row.frame_stale else ""), no_wrap=True, end="")
@@ -93,7 +97,8 @@ def root_cell(row: NodeRow) -> Text:
 
 
 def evidence_cell(row: NodeRow, width: int, number_first: bool = False) -> Text:
-    """The worst signal and its number; the number first where the column is narrow, so that it stays."""
+    """The worst signal and its number; the number first where the column is narrow, so that it
+    stays."""
     e = row.evidence
     if e is None:
         return Text("-", style="grey50", end="")
@@ -118,9 +123,10 @@ def labels_text(row: NodeRow) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(row.labels.items()))
 
 
-# The columns: (key, header). A narrow screen (the node TUI's 80 columns) keeps the verdict, the node, the root and
-# the stages whole and gives the evidence what is left; the tail and the agent's health are then in the detail
-# pane under the table (and an unhealthy agent marks its node with ▲). A wide one adds the labels, tail, agent.
+# The columns: (key, header). A narrow screen (the node TUI's 80 columns) keeps the verdict, the
+# node, the root and the stages whole and gives the evidence what is left; the tail and the agent's
+# health are then in the detail pane under the table (and an unhealthy agent marks its node with ▲).
+# A wide one adds the labels, tail, agent.
 def columns(wide: bool) -> list[tuple[str, str]]:
     cols = [("verdict", ""), ("node", "node")]
     if wide:
@@ -154,11 +160,12 @@ def row_cells(row: NodeRow, now: float | None, wide: bool) -> list[Text]:
 
 
 def fit(cells: list[list[Text]], headers: list[str], width: int, flex: int, padding: int = 1) -> list[int]:
-    """Each column's width: its widest cell, but the `flex` column only what the others leave of `width` (at
-    least 8), its cells cut to it with an ellipsis."""
+    """Each column's width: its widest cell, but the `flex` column only what the others leave of
+    `width` (at least 8), its cells cut to it with an ellipsis."""
     widths = [max([len(h), *(row[i].cell_len for row in cells)]) for i, h in enumerate(headers)]
     others = sum(w + 2 * padding for i, w in enumerate(widths) if i != flex)
-    room = max(8, width - others - 2 * padding - 1)          # 1: the vertical scrollbar, when there is one
+    # 1: the vertical scrollbar, when there is one
+    room = max(8, width - others - 2 * padding - 1)
     if widths[flex] > room:
         widths[flex] = room
         for row in cells:
@@ -166,7 +173,7 @@ def fit(cells: list[list[Text]], headers: list[str], width: int, flex: int, padd
     return widths
 
 
-# --- header lines ------------------------------------------------------------------------------------------
+# --- header lines ---------------------------------------------------------------------------------
 def badge(view: FleetView | None) -> tuple[str, str]:
     if view is None:
         return "… STARTING", "bold black on grey70"
@@ -176,8 +183,8 @@ def badge(view: FleetView | None) -> tuple[str, str]:
 
 
 def top_line(view: FleetView | None, prometheus: str, interval: float, width: int) -> Text:
-    """stagelens fleet │ ● LIVE │ 12:00:00Z │ every 5s │ the Prometheus URL ... ? help; the least important
-    pieces dropped first where the width is short."""
+    """stagelens fleet │ ● LIVE │ 12:00:00Z │ every 5s │ the Prometheus URL ... ? help; the least
+    important pieces dropped first where the width is short."""
     mark, style = badge(view)
     sep = ("│", "grey50")
     pieces = [
@@ -197,8 +204,8 @@ def top_line(view: FleetView | None, prometheus: str, interval: float, width: in
 
 
 def summary_lines(view: FleetView | None, shown: list[NodeRow], filter_text: str, selector: str | None) -> list[Text]:
-    """The node counts per state (of the rows shown), the filter, and STALE with the reason when the last refresh
-    failed."""
+    """The node counts per state (of the rows shown), the filter, and STALE with the reason when
+    the last refresh failed."""
     line = Text(no_wrap=True, overflow="ellipsis")
     if view is None:
         line.append(" asking Prometheus for the fleet…", style="bold")
@@ -226,7 +233,8 @@ def summary_lines(view: FleetView | None, shown: list[NodeRow], filter_text: str
 
 
 def detail_lines(row: NodeRow | None, now: float | None, width: int = 80) -> list[Text]:
-    """The selected node in full: where to reach it, every stage since when, the evidence, the tail, its agent."""
+    """The selected node in full: where to reach it, every stage since when, the evidence, the
+    tail, its agent."""
     def line(*parts: tuple[str, str]) -> Text:
         return Text.assemble(*parts, no_wrap=True, overflow="ellipsis")
 

@@ -1,10 +1,11 @@
-"""The fleet's refresh loop: one query every `interval` seconds on a daemon thread, each answer handed to whichever
-fleet screen is attached.
+"""The fleet's refresh loop: one query every `interval` seconds on a daemon thread, each answer
+handed to whichever fleet screen is attached.
 
-Not a Textual worker: a Textual thread worker runs in the event loop's executor, and `App.run` does not return
-until that executor's threads end, so `Enter` or `q` while Prometheus hangs would wait out the query's timeout.
-This thread outlives a screen instead: a screen that exits detaches (an answer still in flight is dropped), and
-`run_fleet_app` keeps one refresher across every fleet screen it opens, so two queries never overlap.
+Not a Textual worker: a Textual thread worker runs in the event loop's executor, and `App.run` does
+not return until that executor's threads end, so `Enter` or `q` while Prometheus hangs would wait
+out the query's timeout. This thread outlives a screen instead: a screen that exits detaches (an
+answer still in flight is dropped), and `run_fleet_app` keeps one refresher across every fleet
+screen it opens, so two queries never overlap.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from stagelens.fleet.model import FleetView
 
 
 class Refresher:
-    """Runs `query.fetch()`, which never raises (FleetQuery's contract: a failure is the view's `error`)."""
+    """Runs `query.fetch()`, which never raises (FleetQuery's contract: a failure is the view's
+    `error`)."""
 
     def __init__(self, query, interval: float = 5.0) -> None:
         self.query, self.interval = query, interval
@@ -39,7 +41,8 @@ class Refresher:
             self._thread.start()
 
     def detach(self) -> None:
-        """No screen to show answers: the loop waits (Prometheus is not asked while a node's own TUI is open)."""
+        """No screen to show answers: the loop waits (Prometheus is not asked while a node's own
+        TUI is open)."""
         with self._lock:
             self._post = None
         self._attached.clear()
@@ -63,7 +66,8 @@ class Refresher:
             with self._lock:
                 post = self._post
             if post is not None:
-                with contextlib.suppress(RuntimeError):   # the screen's loop closed meanwhile: nobody to show it to
+                # the screen's loop closed meanwhile: nobody to show it to
+                with contextlib.suppress(RuntimeError):
                     post(view)
             self._wake.wait(self.interval)
             if self._stop.is_set():

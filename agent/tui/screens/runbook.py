@@ -14,8 +14,8 @@ from stagelens.runbook_files import find_runbook, runbook_file, runbook_ref, run
 
 
 def load_runbook(name: str, directory: Path | None = None) -> tuple[str, str | None]:
-    """(path or name shown, Markdown text or None when there is no such runbook); `directory` instead of
-    the installed runbooks (agent.runbook_files)."""
+    """(path or name shown, Markdown text or None when there is no such runbook); `directory`
+    instead of the installed runbooks (agent.runbook_files)."""
     stem = runbook_stem(name)
     if directory is None:
         path = find_runbook(stem)

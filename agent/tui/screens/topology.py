@@ -1,4 +1,5 @@
-"""The topology screen: the `nvidia-smi topo -m` matrix, CPU/NUMA affinity, legend and link table."""
+"""The topology screen: the `nvidia-smi topo -m` matrix, CPU/NUMA affinity, legend and link
+table."""
 
 from __future__ import annotations
 
@@ -32,5 +33,6 @@ class TopologyScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(" topology  ·  esc: back", id="topology-title")
         with VerticalScroll(id="topology-body"):
-            # drawn through RenderedLines, which makes every line printable: a topology is a bundle's or a server's
+            # drawn through RenderedLines, which makes every line printable: a topology is a
+            # bundle's or a server's
             yield RenderedLines(Text(topology_text(self.node_sample)), id="topology-text")

@@ -1,5 +1,6 @@
-"""Panel 4: the cold path — model loads in progress and in the window, decode step time with and without
-a load (the inflation), requests waiting on a model, PCIe and host-to-device throughput against the caps."""
+"""Panel 4: the cold path — model loads in progress and in the window, decode step time with and
+without a load (the inflation), requests waiting on a model, PCIe and host-to-device throughput
+against the caps."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def pcie_rows(state: TuiState) -> CellTable | Text:
                     style="grey50")
     table = CellTable([Column("PCIe"), Column("tx / rx", "right"), Column("of cap", flex=1, min_width=6),
                        Column("", "right")])
-    threshold = state.config.threshold("pcie_backpressure")     # the diagnosis' own, overrides included
+    # the diagnosis' own, overrides included
+    threshold = state.config.threshold("pcie_backpressure")
     for g in gpus[:8]:
         pcie = g.pcie or PcieSample()     # no PCIe link reported: every figure unknown
         r = busier_direction(pcie)

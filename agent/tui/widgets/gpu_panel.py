@@ -18,7 +18,8 @@ from stagelens.tui.drawing.cell_table import CellTable, Column
 from stagelens.tui.state import TuiState
 from stagelens.tui.widgets.panel import Panel
 
-NVLINK_WARN, NVLINK_FIRING = 0.85, 0.95   # a link this busy has no headroom left for KV or weight transfers
+# a link this busy has no headroom left for KV or weight transfers
+NVLINK_WARN, NVLINK_FIRING = 0.85, 0.95
 _CELL_STYLE = {"X": "grey50", "SYS": "red", "NODE": "yellow", "PHB": "yellow"}
 
 
@@ -32,7 +33,8 @@ def no_gpu_text(node_sample: NodeSample | None) -> Text:
 
 
 def nvlink_summary(gpu: GpuSample) -> tuple[str, list[float | None]]:
-    """`active/total` and each active link's use of its cap (the busier direction; None: not measured yet)."""
+    """`active/total` and each active link's use of its cap (the busier direction; None: not
+    measured yet)."""
     links = gpu.nvlinks
     if not links:
         return "-", []
@@ -41,14 +43,16 @@ def nvlink_summary(gpu: GpuSample) -> tuple[str, list[float | None]]:
 
 
 def pcie_link_text(pcie: PcieSample | None) -> str:
-    """`G4x16/G4x16`: the negotiated link / the widest it supports; ? where the GPU reported no PCIe link."""
+    """`G4x16/G4x16`: the negotiated link / the widest it supports; ? where the GPU reported no
+    PCIe link."""
     if pcie is None:
         return "G?x?/G?x?"
     return f"G{pcie.gen}x{pcie.width}/G{pcie.gen_max}x{pcie.width_max}"
 
 
 def gpu_table(gpus: list[GpuSample], topo: Topology | None, wide: bool, pcie_limits: Threshold) -> CellTable:
-    """`pcie_limits`: the PCIe backpressure thresholds the diagnosis judges with, for the PCIe bars' colours."""
+    """`pcie_limits`: the PCIe backpressure thresholds the diagnosis judges with, for the PCIe
+    bars' colours."""
     matrix = topo.matrix if topo is not None else []
     names = topo.gpus if topo is not None else []
     show_matrix = wide and matrix and len(names) == len(gpus)

@@ -1,5 +1,5 @@
-"""Panel 2: the KV cache — fragmentation, access efficiency and read bandwidth against the ideal layout,
-each with its history and its warn/firing lines; blocks in use."""
+"""Panel 2: the KV cache — fragmentation, access efficiency and read bandwidth against the ideal
+layout, each with its history and its warn/firing lines; blocks in use."""
 
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
 """A widget drawn from Rich content rendered once per change.
 
-Static renders its content twice per update (once to measure its height, once to paint it) and asks the
-whole screen for a new layout every time; at 160x48 and a frame a second that was most of the TUI's CPU.
-Here the content is rendered once into lines at the widget's width: an update that draws the same lines
-repaints nothing, and only an update that changes the number of lines asks for a layout.
+Static renders its content twice per update (once to measure its height, once to paint it) and asks
+the whole screen for a new layout every time; at 160x48 and a frame a second that was most of the
+TUI's CPU. Here the content is rendered once into lines at the widget's width: an update that draws
+the same lines repaints nothing, and only an update that changes the number of lines asks for a
+layout.
 
-Every screen of both TUIs draws through here, and what they show came partly from other processes (an engine's
-model name, a collector's error, Prometheus's labels): each rendered line is made printable (agent.printable), so
-no terminal escape in that text reaches the user's terminal, whichever widget put it on the screen.
+Every screen of both TUIs draws through here, and what they show came partly from other processes
+(an engine's model name, a collector's error, Prometheus's labels): each rendered line is made
+printable (agent.printable), so no terminal escape in that text reaches the user's terminal,
+whichever widget put it on the screen.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class RenderedLines(Widget):
         super().__init__(**kwargs)
         self._content: RenderableType = content
         self._lines: list[Strip] = []
-        self._width = 0             # the width `_lines` were rendered at; 0: not rendered since the last update
+        # the width `_lines` were rendered at; 0: not rendered since the last update
+        self._width = 0
 
     def update(self, content: RenderableType) -> None:
         self._content = content
@@ -72,8 +75,8 @@ class RenderedLines(Widget):
 
 
 def _printable_strip(line: list[Segment], width: int) -> Strip:
-    """The line as a strip of `width` cells, its text made printable (a control had no width: its visible
-    stand-in has one, so a line that held one is cropped back to the width)."""
+    """The line as a strip of `width` cells, its text made printable (a control had no width: its
+    visible stand-in has one, so a line that held one is cropped back to the width)."""
     if all(segment.text.isprintable() for segment in line):
         return Strip(line, width)
     shown = [segment if segment.control else Segment(printable(segment.text), segment.style) for segment in line]

@@ -1,5 +1,6 @@
-"""Panel 3: the scheduler — queue, running, wait p50/p99, busy ratio, budget use, head-of-line share,
-what the waits were for, the slowest recent requests as waterfalls, and before/after a fix."""
+"""Panel 3: the scheduler — queue, running, wait p50/p99, busy ratio, budget use, head-of-line
+share, what the waits were for, the slowest recent requests as waterfalls, and before/after a
+fix."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def figures_grid(state: TuiState) -> CellTable:
 
 
 def _wait_p99(state: TuiState, figure: float | None) -> str:
-    """The window's decided-wait P99; where only its bounds are known (an engine's coarse histogram), the bound
-    its evidence shows, marked as one."""
+    """The window's decided-wait P99; where only its bounds are known (an engine's coarse
+    histogram), the bound its evidence shows, marked as one."""
     return seconds(figure) if figure is not None else evidence_text(state, c.DECIDED_WAIT_P99.signal)
 
 
@@ -80,7 +81,8 @@ def reasons_line(state: TuiState) -> Text:
 
 
 def before_after(state: TuiState) -> CellTable:
-    """Before and after the fix; with `whatif`'s prediction for after it, when one was made, beside them."""
+    """Before and after the fix; with `whatif`'s prediction for after it, when one was made,
+    beside them."""
     fix = state.fix
     predicted = fix.predicted
     columns = [Column("the fix", style="bold cyan"), Column("before", "right")]

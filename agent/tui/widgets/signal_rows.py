@@ -27,7 +27,8 @@ def evidence_state(state: TuiState, signal_id: str) -> tuple[str, float | None]:
 
 
 def evidence_text(state: TuiState, signal_id: str) -> str:
-    """The signal's value as its evidence shows it, a bound marked as one ("≥ 300 ms"); "-" without one."""
+    """The signal's value as its evidence shows it, a bound marked as one ("≥ 300 ms"); "-"
+    without one."""
     e = _evidence(state, signal_id)
     return "-" if e is None or e.value is None else evidence_value(e.value, e.unit, e.bound)
 

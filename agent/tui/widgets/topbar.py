@@ -1,4 +1,5 @@
-"""The top bar: node, engine, the source (live / stale / replay / paused), refresh interval, `? help`."""
+"""The top bar: node, engine, the source (live / stale / replay / paused), refresh interval, `?
+help`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The verdict strip: the root stage and its severity, every stage's state, the evidence sentence with
-its numbers, and what the keys do about it (Enter: runbook; f: apply the fix, in local mode)."""
+"""The verdict strip: the root stage and its severity, every stage's state, the evidence sentence
+with its numbers, and what the keys do about it (Enter: runbook; f: apply the fix, in local
+mode)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from stagelens.vocabulary import STAGE_NAMES
 
 
 def fix_text(state: TuiState) -> str | None:
-    """The engine flags the diagnosis recommends, as typed on a command line; None when there are none."""
+    """The engine flags the diagnosis recommends, as typed on a command line; None when there are
+    none."""
     from stagelens.lab.fixes import as_flags, fix_flags
 
     if state.diagnosis is None or state.diagnosis.verdict not in ("warn", "firing"):

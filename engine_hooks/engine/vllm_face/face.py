@@ -13,16 +13,17 @@ log = logging.getLogger(__name__)
 
 
 class VllmFace:
-    """vLLM's `/metrics` (on its own port) and, with `otlp_traces_endpoint`, its `llm_request` spans, for
-    `engine`, which may already be serving. `start()` attaches, `stop()` detaches, closes the port and
-    flushes the spans; both may be called again safely.
+    """vLLM's `/metrics` (on its own port) and, with `otlp_traces_endpoint`, its `llm_request`
+    spans, for `engine`, which may already be serving. `start()` attaches, `stop()` detaches, closes
+    the port and flushes the spans; both may be called again safely.
 
         face = VllmFace(engine, served_model_name="tiny").start()
         VllmSource(face.url)            # reads face.url + "/metrics" as it would a vLLM server's
         face.stop()
 
-    `kv_events_endpoint` adds vLLM's KV-cache events publisher (engine_hooks/engine/vllm_face/kv_events_publisher.py,
-    `KvEventsPublisher(endpoint, engine)`) as one more observer."""
+    `kv_events_endpoint` adds vLLM's KV-cache events publisher
+    (engine_hooks/engine/vllm_face/kv_events_publisher.py, `KvEventsPublisher(endpoint, engine)`)
+    as one more observer."""
 
     def __init__(self, engine, served_model_name: str | None = None, host: str = "127.0.0.1", port: int = 0,
                  otlp_traces_endpoint: str | None = None, kv_events_endpoint: str | None = None, *,
@@ -101,7 +102,8 @@ class VllmFace:
 
 
 def _kv_events_publisher(endpoint: str):
-    """The KV-events publisher, not yet attached: the face adds it as an observer with the others."""
+    """The KV-events publisher, not yet attached: the face adds it as an observer with the
+    others."""
     from .kv_events_publisher import KvEventsPublisher
 
     return KvEventsPublisher(endpoint)

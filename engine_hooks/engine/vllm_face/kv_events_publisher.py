@@ -1,23 +1,24 @@
 """vLLM's block-level KV-cache events, published by the bundled engine in vLLM's own wire format.
 
-vLLM started with `--kv-events-config` publishes, on a ZMQ PUB socket, one message per engine step that
-changed the KV cache: three frames, `[topic, sequence number (8 bytes, big-endian, from 0), payload]`, the
-payload a msgpack `KVEventBatch` `[ts, events, data_parallel_rank]` (the rank left out when it is None).
-Its events are `BlockStored` (`block_hashes`, `parent_block_hash`, `token_ids` of those blocks one after
-the other, `block_size`, `lora_id`, `medium`, `lora_name`), `BlockRemoved` (`block_hashes`, `medium`) and
-`AllBlocksCleared`. Up to vLLM 0.2x each event is a tagged array, `["BlockStored", block_hashes, ...]`, its
-fields by position (`encoding="array"`); later releases write each event as a map whose `type` key holds
-the tag, `{"type": "BlockStored", "block_hashes": [...], ...}` (`encoding="map"`), the batch around them
-still an array. agent/sources/kv_events/subscriber.py reads both.
+vLLM started with `--kv-events-config` publishes, on a ZMQ PUB socket, one message per engine step
+that changed the KV cache: three frames, `[topic, sequence number (8 bytes, big-endian, from 0),
+payload]`, the payload a msgpack `KVEventBatch` `[ts, events, data_parallel_rank]` (the rank left
+out when it is None). Its events are `BlockStored` (`block_hashes`, `parent_block_hash`, `token_ids`
+of those blocks one after the other, `block_size`, `lora_id`, `medium`, `lora_name`), `BlockRemoved`
+(`block_hashes`, `medium`) and `AllBlocksCleared`. Up to vLLM 0.2x each event is a tagged array,
+`["BlockStored", block_hashes, ...]`, its fields by position (`encoding="array"`); later releases
+write each event as a map whose `type` key holds the tag, `{"type": "BlockStored", "block_hashes":
+[...], ...}` (`encoding="map"`), the batch around them still an array.
+agent/sources/kv_events/subscriber.py reads both.
 
 `KvEventsPublisher` is an engine observer (`LLMEngine.add_observer`): after each step it diffs the
-allocator's block tables against the previous step. A block whose `block_size` token slots have all been
-computed is stored, its hash chained from its parent's and its own token ids (and the model, as vLLM's
-extra keys carry the LoRA); the blocks of a request that lost its table (it finished, failed or was
-preempted) are removed; a rebuilt allocator, `clear()` and `close()` clear everything. The engine thread
-only diffs and queues; a background thread encodes and sends, and a full queue drops the batch (counted
-in `dropped`), never blocking a step. The engine is read by duck typing: this module imports neither
-torch nor the engine.
+allocator's block tables against the previous step. A block whose `block_size` token slots have all
+been computed is stored, its hash chained from its parent's and its own token ids (and the model, as
+vLLM's extra keys carry the LoRA); the blocks of a request that lost its table (it finished, failed
+or was preempted) are removed; a rebuilt allocator, `clear()` and `close()` clear everything. The
+engine thread only diffs and queues; a background thread encodes and sends, and a full queue drops
+the batch (counted in `dropped`), never blocking a step. The engine is read by duck typing: this
+module imports neither torch nor the engine.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class AllBlocksCleared:
 
 
 def block_hash(parent: int | None, token_ids, extra: str | None = None) -> int:
-    """A block's 64-bit hash, chained: the parent's hash, the block's token ids and `extra` (the model)."""
+    """A block's 64-bit hash, chained: the parent's hash, the block's token ids and `extra` (the
+    model)."""
     h = hashlib.blake2b(digest_size=8)
     h.update(b"\x00" if parent is None else b"\x01" + parent.to_bytes(8, "big"))
     h.update(struct.pack(f"<{len(token_ids)}q", *token_ids))
@@ -74,8 +76,9 @@ def block_hash(parent: int | None, token_ids, extra: str | None = None) -> int:
 
 
 def encode_event(event, encoding: str = "array"):
-    """One event as vLLM writes it: `[tag, field, ...]` (array) or `{"type": tag, field: value}` (map).
-    Anything but one of the event classes here (a list, a dict: an event already in wire form) goes as it is."""
+    """One event as vLLM writes it: `[tag, field, ...]` (array) or `{"type": tag, field: value}`
+    (map). Anything but one of the event classes here (a list, a dict: an event already in wire
+    form) goes as it is."""
     if not is_dataclass(event):
         return event
     tag = type(event).__name__
@@ -99,9 +102,10 @@ def encode_batch(ts: float, events, data_parallel_rank: int | None = None, encod
 
 
 class KvEventsPublisher:
-    """Publishes an engine's KV block events on a ZMQ PUB socket bound to `endpoint` (`tcp://H:P`,
-    `tcp://127.0.0.1:*` for any free port, `ipc://PATH`); `endpoint` afterwards says where it is bound.
-    With `engine` it observes that engine at once; else add it with `engine.add_observer(publisher)`."""
+    """Publishes an engine's KV block events on a ZMQ PUB socket bound to `endpoint`
+    (`tcp://H:P`, `tcp://127.0.0.1:*` for any free port, `ipc://PATH`); `endpoint` afterwards
+    says where it is bound. With `engine` it observes that engine at once; else add it with
+    `engine.add_observer(publisher)`."""
 
     def __init__(self, endpoint: str, engine=None, topic: str = "kv-events", encoding: str = "array", *,
                  data_parallel_rank: int | None = 0, max_queue: int = 10_000, hwm: int = 100_000,
@@ -131,8 +135,10 @@ class KvEventsPublisher:
         self.dropped = 0        # batches dropped because the queue was full
         self.send_errors = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
-        self._lock = threading.Lock()     # tracking state: the engine thread against clear() and close()
-        self._tracked: dict[str, list[tuple[int, int]]] = {}   # request -> [(block id, hash)] stored, in order
+        # tracking state: the engine thread against clear() and close()
+        self._lock = threading.Lock()
+        # request -> [(block id, hash)] stored, in order
+        self._tracked: dict[str, list[tuple[int, int]]] = {}
         self._pending: list = []          # events from request ends, sent with the next step's
         self._allocator = None
         self._closed = False
@@ -142,7 +148,7 @@ class KvEventsPublisher:
         if engine is not None:
             engine.add_observer(self)
 
-    # --- the engine's observer seam (engine thread) ------------------------------------------------
+    # --- the engine's observer seam (engine thread) -----------------------------------------------
     def on_step(self, engine, stats=None, batch=None) -> None:
         with self._lock:
             if self._closed:
@@ -150,15 +156,17 @@ class KvEventsPublisher:
             events, self._pending = self._pending, []
             allocator = engine.allocator
             if self._allocator is not None and allocator is not self._allocator:
-                self._tracked.clear()     # the KV cache was rebuilt: nothing of the old one survives
+                # the KV cache was rebuilt: nothing of the old one survives
+                self._tracked.clear()
                 events.append(AllBlocksCleared())
             self._allocator = allocator
             events.extend(self._diff(engine))
             self._enqueue(events)
 
     def on_request_end(self, engine, request) -> None:
-        """A request ended, its blocks already returned: blocks it filled in its last step are stored (so a
-        one-step request is seen), then all of them removed. They go out with the next step's events."""
+        """A request ended, its blocks already returned: blocks it filled in its last step are
+        stored (so a one-step request is seen), then all of them removed. They go out with the
+        next step's events."""
         with self._lock:
             if self._closed:
                 return
@@ -172,9 +180,10 @@ class KvEventsPublisher:
             if hashes:
                 self._pending.append(BlockRemoved(tuple(hashes)))
 
-    # --- the rest of the API (any thread) ----------------------------------------------------------
+    # --- the rest of the API (any thread) ---------------------------------------------------------
     def publish(self, events) -> bool:
-        """Queue one batch of events as they are (an empty list makes a probe); False if it was dropped."""
+        """Queue one batch of events as they are (an empty list makes a probe); False if it was
+        dropped."""
         with self._lock:
             if self._closed:
                 return False
@@ -190,7 +199,8 @@ class KvEventsPublisher:
             self._enqueue(events)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop observing, send what is queued (and AllBlocksCleared), stop the thread, close the socket."""
+        """Stop observing, send what is queued (and AllBlocksCleared), stop the thread, close the
+        socket."""
         if self._engine is not None:
             self._engine.remove_observer(self)
         with self._lock:
@@ -219,7 +229,7 @@ class KvEventsPublisher:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # --- internals ---------------------------------------------------------------------------------
+    # --- internals --------------------------------------------------------------------------------
     def _enqueue(self, events: list, allow_empty: bool = False) -> bool:
         if not events and not allow_empty:
             return True

@@ -1,25 +1,30 @@
 """vLLM V1's Prometheus metrics, kept by an observer on the bundled engine.
 
-`VllmMetrics(engine, served_model_name)` owns a `prometheus_client.CollectorRegistry` holding the families
-vLLM's `PrometheusStatLogger` (vllm/v1/metrics/loggers.py) exposes, with vLLM's names, types, label names
-(`model_name`, `engine` = "0") and bucket boundaries, filled the way vLLM fills them
-(vllm/v1/metrics/stats.py):
+`VllmMetrics(engine, served_model_name)` owns a `prometheus_client.CollectorRegistry` holding the
+families vLLM's `PrometheusStatLogger` (vllm/v1/metrics/loggers.py) exposes, with vLLM's names,
+types, label names (`model_name`, `engine` = "0") and bucket boundaries, filled the way vLLM fills
+them (vllm/v1/metrics/stats.py):
 
-- scheduler gauges (`num_requests_running`, `num_requests_waiting`, `num_requests_waiting_by_reason`,
-  `kv_cache_usage_perc`) are set after every step, as vLLM sets them from each step's SchedulerStats;
+- scheduler gauges (`num_requests_running`, `num_requests_waiting`,
+  `num_requests_waiting_by_reason`,
+  `kv_cache_usage_perc`) are set after every step, as vLLM sets them from each step's
+  SchedulerStats;
 - iteration figures are counted as tokens come out: the prompt is counted (`prompt_tokens`) and TTFT
-  observed when a request's first token comes out, every later token observes one inter-token latency,
-  `iteration_tokens_total` observes, per step, the prompt tokens counted plus the tokens generated in it;
-- request histograms (`e2e_request_latency_seconds`, queue, prefill, decode, inference, token counts) are
+  observed when a request's first token comes out, every later token observes one inter-token
+  latency, `iteration_tokens_total` observes, per step, the prompt tokens counted plus the tokens
+  generated in it;
+- request histograms (`e2e_request_latency_seconds`, queue, prefill, decode, inference, token
+  counts) are
   observed once, when the request ends, from its events: queue = arrival to first `scheduled` (a
   preempted request keeps its first scheduling, as vLLM ignores rescheduling), prefill = first
-  `scheduled` to `first_token` (preemptions included), decode = `first_token` to `finished`, inference =
-  first `scheduled` to `finished`. A request that never got that far has 0 for the phases it missed.
+  `scheduled` to `first_token` (preemptions included), decode = `first_token` to `finished`,
+  inference = first `scheduled` to `finished`. A request that never got that far has 0 for the
+  phases it missed.
 
-Everything runs on the engine thread and does no I/O; prometheus_client's metrics are thread-safe, so the
-HTTP server reads the registry from its own thread. Attached to an engine already serving, the counts
-start at the attachment: a request whose first token came before it is not counted in TTFT or the token
-counters (its end still is).
+Everything runs on the engine thread and does no I/O; prometheus_client's metrics are thread-safe,
+so the HTTP server reads the registry from its own thread. Attached to an engine already serving,
+the counts start at the attachment: a request whose first token came before it is not counted in
+TTFT or the token counters (its end still is).
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ from stagelens.engine_hooks.records.waits import MODEL_LOADING
 ENGINE_INDEX = "0"
 LABELS = ("model_name", "engine")
 
-# vLLM's FinishReason values (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS); vLLM creates every one.
+# vLLM's FinishReason values (vllm/v1/engine/__init__.py FINISH_REASON_STRINGS); vLLM creates every
+# one.
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
-# The bundled engine's finish reasons in vLLM's words. vLLM has no deadline of its own: a request past
-# it is one the caller gave up on, as a client that went away is an `abort`. The engine's `error` (its
-# model failed to load, a step it was in raised) is vLLM's `error`, a request-level internal failure.
+# The bundled engine's finish reasons in vLLM's words. vLLM has no deadline of its own: a request
+# past it is one the caller gave up on, as a client that went away is an `abort`. The engine's
+# `error` (its model failed to load, a step it was in raised) is vLLM's `error`, a request-level
+# internal failure.
 FINISHED_REASON_OF = {"stop": "stop", "length": "length", "abort": "abort", "timeout": "abort", "error": "error"}
 
 # vLLM's bucket boundaries (PrometheusStatLogger).
@@ -51,20 +58,21 @@ REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 2
                            120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
-# num_requests_waiting_by_reason: vLLM sets reason="capacity" to the requests in its scheduler's waiting
-# queue and reason="deferred" to those it skipped for a transient constraint (a LoRA adapter not loaded
-# or over the LoRA budget, a KV transfer not arrived, a grammar not compiled), and documents that the two
-# add up to num_requests_waiting. So `capacity` is every waiting request that is not deferred: those
-# waiting for KV blocks (no_free_blocks, preempted) and also those behind the token budget or
-# max_num_seqs, which vLLM leaves in the same queue. `deferred` is a request whose model is not resident
-# (model_loading): the bundled engine's extra models are vLLM's LoRA adapters (see lora_requests_info),
-# and vLLM defers a request whose adapter it cannot load yet.
+# num_requests_waiting_by_reason: vLLM sets reason="capacity" to the requests in its scheduler's
+# waiting queue and reason="deferred" to those it skipped for a transient constraint (a LoRA adapter
+# not loaded or over the LoRA budget, a KV transfer not arrived, a grammar not compiled), and
+# documents that the two add up to num_requests_waiting. So `capacity` is every waiting request that
+# is not deferred: those waiting for KV blocks (no_free_blocks, preempted) and also those behind the
+# token budget or max_num_seqs, which vLLM leaves in the same queue. `deferred` is a request whose
+# model is not resident (model_loading): the bundled engine's extra models are vLLM's LoRA adapters
+# (see lora_requests_info), and vLLM defers a request whose adapter it cannot load yet.
 CAPACITY, DEFERRED = "capacity", "deferred"
 
 
 @dataclass(frozen=True, slots=True)
 class RequestPhases:
-    """A finished request's times in vLLM's meaning (monotonic seconds; a phase it never reached is 0)."""
+    """A finished request's times in vLLM's meaning (monotonic seconds; a phase it never reached
+    is 0)."""
     arrival: float
     finished: float
     first_token: float | None
@@ -80,8 +88,8 @@ class RequestPhases:
 
 
 def request_phases(request) -> RequestPhases:
-    """The phases of a request that ended, as vLLM measures them (the metrics' histograms and the spans'
-    latencies); one that has no `finished` event ends now."""
+    """The phases of a request that ended, as vLLM measures them (the metrics' histograms and the
+    spans' latencies); one that has no `finished` event ends now."""
     arrival = request.arrival_time
     finished = request.first_event_time("finished") or time.monotonic()
     scheduled = request.first_event_time("scheduled")
@@ -115,8 +123,10 @@ class VllmMetrics:
         self.registry = CollectorRegistry()
         self._base_model = engine.model_names[0]
         self._attached_at = time.monotonic()
-        self._requests: dict[str, list] = {}     # request id -> [output tokens counted, time of the last one]
-        self._iteration_tokens = 0               # prompt tokens counted + tokens generated, this step
+        # request id -> [output tokens counted, time of the last one]
+        self._requests: dict[str, list] = {}
+        # prompt tokens counted + tokens generated, this step
+        self._iteration_tokens = 0
         values = (self.model_name, ENGINE_INDEX)
         r = self.registry
 
@@ -180,11 +190,12 @@ class VllmMetrics:
         self.decode_time = histogram(vllm.REQUEST_DECODE_TIME_SECONDS,
                                      "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
 
-        # vllm:cache_config_info: vLLM's CacheConfig.metrics_info() as labels of a gauge set to 1 (vLLM emulates
-        # an info metric with a gauge). The fields the bundled engine has a value for, in vLLM's meaning:
-        # its KV cache is sized in bytes (kv_cache_memory_bytes, which makes vLLM ignore
-        # gpu_memory_utilization, left at vLLM's long-standing default), stored in the model's dtype
-        # (cache_dtype "auto"), with no prefix caching, no CPU swap blocks and no sliding window.
+        # vllm:cache_config_info: vLLM's CacheConfig.metrics_info() as labels of a gauge set to 1
+        # (vLLM emulates an info metric with a gauge). The fields the bundled engine has a value
+        # for, in vLLM's meaning: its KV cache is sized in bytes (kv_cache_memory_bytes, which makes
+        # vLLM ignore gpu_memory_utilization, left at vLLM's long-standing default), stored in the
+        # model's dtype (cache_dtype "auto"), with no prefix caching, no CPU swap blocks and no
+        # sliding window.
         info = {
             "block_size": str(config.block_size),
             "cache_dtype": "auto",
@@ -201,12 +212,12 @@ class VllmMetrics:
         Gauge(vllm.CACHE_CONFIG_INFO, "Information of the LLMEngine CacheConfig", tuple(info),
               registry=r).labels(**info).set(1)
 
-        # vllm:lora_requests_info exists only when vLLM serves LoRA adapters. The bundled engine serves
-        # several models over one configuration, loading the cold ones on demand; that is what vLLM does with
-        # LoRA adapters over one base model, so model-1.. are the adapters and model-0 the base. Its value is
-        # the time of the last step (vLLM's set_to_current_time), its labels the adapters with requests
-        # running and waiting, and max_lora how many may be resident at once: the residency capacity less
-        # the base model's slot.
+        # vllm:lora_requests_info exists only when vLLM serves LoRA adapters. The bundled engine
+        # serves several models over one configuration, loading the cold ones on demand; that is
+        # what vLLM does with LoRA adapters over one base model, so model-1.. are the adapters and
+        # model-0 the base. Its value is the time of the last step (vLLM's set_to_current_time), its
+        # labels the adapters with requests running and waiting, and max_lora how many may be
+        # resident at once: the residency capacity less the base model's slot.
         self._lora = None
         if len(engine.model_names) > 1:
             self._lora = Gauge(vllm.LORA_REQUESTS_INFO, "Running stats on lora requests.",
@@ -241,7 +252,8 @@ class VllmMetrics:
 
     def on_request_end(self, engine, request) -> None:
         phases = request_phases(request)
-        self._count_tokens(request, phases.finished)   # a request ending on its last token ends at that token's time
+        # a request ending on its last token ends at that token's time
+        self._count_tokens(request, phases.finished)
         self._requests.pop(request.request_id, None)
         generated = len(request.output_token_ids)
         self.request_success[phases.reason].inc()
@@ -255,7 +267,7 @@ class VllmMetrics:
         self.request_max_tokens.observe(request.params.max_tokens)
         self.time_per_output_token.observe(phases.decode / (generated - 1) if generated > 1 else 0.0)
 
-    # --- helpers (engine thread) --------------------------------------------------------------------
+    # --- helpers (engine thread) ------------------------------------------------------------------
     def _count_tokens(self, req, token_time: float) -> None:
         """Count the tokens `req` produced since it was last seen, all at `token_time`."""
         n = len(req.output_token_ids)
@@ -263,7 +275,8 @@ class VllmMetrics:
         if state is None:
             first = req.first_event_time("first_token")
             if first is not None and first < self._attached_at:
-                self._requests[req.request_id] = [n, token_time]   # its first tokens came before we attached
+                # its first tokens came before we attached
+                self._requests[req.request_id] = [n, token_time]
                 return
             state = self._requests[req.request_id] = [0, None]
         new = n - state[0]

@@ -1,10 +1,11 @@
-"""A registry's Prometheus exposition at `/metrics`, on a port of its own, as vLLM's API server serves it.
+"""A registry's Prometheus exposition at `/metrics`, on a port of its own, as vLLM's API server
+serves it.
 
-`MetricsServer(registry, host, port).start()` binds (port 0 picks a free one), serves on a daemon thread,
-and `stop()` shuts the listener, closes the socket and joins the thread. Only `GET /metrics` (and `HEAD`)
-answer 200; any other path is 404. The listener has the agent's bounds (engine_hooks/shared/bounded_http.py): a
-connection cap, a deadline on each request's headers, and a client that leaves before reading its answer
-counted (`clients_gone`), not a traceback.
+`MetricsServer(registry, host, port).start()` binds (port 0 picks a free one), serves on a daemon
+thread, and `stop()` shuts the listener, closes the socket and joins the thread. Only `GET /metrics`
+(and `HEAD`) answer 200; any other path is 404. The listener has the agent's bounds
+(engine_hooks/shared/bounded_http.py): a connection cap, a deadline on each request's headers, and a
+client that leaves before reading its answer counted (`clients_gone`), not a traceback.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ class MetricsServer:
 
     @property
     def clients_gone(self) -> int:
-        """Clients that left before reading their answer (a scraper's timeout): counted, never logged."""
+        """Clients that left before reading their answer (a scraper's timeout): counted, never
+        logged."""
         return self._server.clients_gone if self._server is not None else self._gone
 
     @property

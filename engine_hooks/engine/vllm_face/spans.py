@@ -1,17 +1,19 @@
 """vLLM's per-request `llm_request` OTLP span, emitted by an observer on the bundled engine.
 
-vLLM started with `--otlp-traces-endpoint` (and `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`) ends
-each request with one span (vllm/v1/engine/output_processor.py `do_tracing`): named `llm_request`, kind
-SERVER, starting at the request's arrival, with the `gen_ai.*` attributes of vllm/tracing `SpanAttributes`.
-`LlmRequestSpans(endpoint)` does the same for the bundled engine, exporting OTLP/HTTP protobuf through a
-BatchSpanProcessor on a TracerProvider of its own (never the global one), resource `service.name=vllm`.
+vLLM started with `--otlp-traces-endpoint` (and `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`)
+ends each request with one span (vllm/v1/engine/output_processor.py `do_tracing`): named
+`llm_request`, kind SERVER, starting at the request's arrival, with the `gen_ai.*` attributes of
+vllm/tracing `SpanAttributes`. `LlmRequestSpans(endpoint)` does the same for the bundled engine,
+exporting OTLP/HTTP protobuf through a BatchSpanProcessor on a TracerProvider of its own (never the
+global one), resource `service.name=vllm`.
 
 Attributes, as vLLM sets them (seconds for latencies; queue + prefill + decode = e2e):
 
 | attribute | value |
 |---|---|
 | `gen_ai.request.id` | the request id |
-| `gen_ai.response.model` | its model (vLLM V0 set it, V1 does not; kept: the bundled engine serves several) |
+| `gen_ai.response.model` | its model (vLLM V0 set it, V1 does not; kept: the bundled engine serves
+  several) |
 | `gen_ai.usage.prompt_tokens`, `gen_ai.usage.completion_tokens` | token counts |
 | `gen_ai.request.max_tokens`, `.temperature`, `.n` | set only when not 0, as vLLM does (n is 1) |
 | `gen_ai.latency.time_in_queue` | arrival to first scheduling |
@@ -22,12 +24,13 @@ Attributes, as vLLM sets them (seconds for latencies; queue + prefill + decode =
 | `gen_ai.latency.e2e` | arrival to the end (the span's own duration) |
 | `gen_ai.response.finish_reasons` | a JSON list in a string, as vLLM writes it: `["length"]` |
 
-vLLM's V0-only `time_in_scheduler`, `time_in_model_forward` and `time_in_model_execute` are not set (V1
-sets none of them). A request that ended with an error has an ERROR span status. Times: the engine's
-monotonic seconds become epoch nanoseconds with one offset taken when the observer is made.
+vLLM's V0-only `time_in_scheduler`, `time_in_model_forward` and `time_in_model_execute` are not set
+(V1 sets none of them). A request that ended with an error has an ERROR span status. Times: the
+engine's monotonic seconds become epoch nanoseconds with one offset taken when the observer is made.
 
-The engine thread only builds the span and hands it to the processor's queue (bounded; full, it drops):
-export, retries and a dead endpoint stay on the processor's thread and never block or fail a step.
+The engine thread only builds the span and hands it to the processor's queue (bounded; full, it
+drops): export, retries and a dead endpoint stay on the processor's thread and never block or fail a
+step.
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ class LlmRequestSpans:
     def _epoch_ns(self, monotonic_s: float) -> int:
         return round(monotonic_s * 1e9) + self._offset_ns
 
-    # --- the observer (engine thread) ---------------------------------------------------------------
+    # --- the observer (engine thread) -------------------------------------------------------------
     def on_request_end(self, engine, request) -> None:
         if self._closed:
             return
@@ -127,13 +130,14 @@ class LlmRequestSpans:
         span.end(end_time=self._epoch_ns(phases.finished))
         self.spans += 1
 
-    # --- life cycle (any thread) ---------------------------------------------------------------------
+    # --- life cycle (any thread) ------------------------------------------------------------------
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Export what is queued now (blocks up to about the exporter's timeout per batch)."""
         return self.provider.force_flush(int(timeout_s * 1000))
 
     def close(self) -> None:
-        """Export what is queued (bounded by the exporter's timeout) and stop the processor's thread."""
+        """Export what is queued (bounded by the exporter's timeout) and stop the processor's
+        thread."""
         if not self._closed:
             self._closed = True
             self.provider.shutdown()
