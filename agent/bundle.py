@@ -182,8 +182,8 @@ def _lines(f, path: str):
         if read > MAX_BUNDLE_BYTES:        # a pipe or a device: its size was not known before
             raise UserError(_too_large(f"{path}:{number}", "the bundle goes on"))
         if len(line) > MAX_LINE_BYTES:
-            raise UserError(f"{path}:{number}: line {number} longer than {MAX_LINE_BYTES // 2**20} MiB: "
-                            f"not a stagelens bundle")
+            raise UserError(f"{path}:{number}: line {number} longer than {MAX_LINE_BYTES // 2**20} "
+                            f"MiB: not a stagelens bundle")
         whole = line.endswith(b"\n")
         yield number, line, whole
 
@@ -200,8 +200,8 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
         if problem:
             raise UserError(f"{path}:{number}: bad timeline: {problem}")
         if len(bundle.timelines) == MAX_REPLAY_REQUESTS:
-            raise UserError(f"{path}:{number}: more than {MAX_REPLAY_REQUESTS:,} request timelines, the most a "
-                            f"replay takes: record a shorter window")
+            raise UserError(f"{path}:{number}: more than {MAX_REPLAY_REQUESTS:,} request "
+                            f"timelines, the most a replay takes: record a shorter window")
         bundle.timelines.append(record["timeline"])
     elif kind == "engine_config":
         problem = engine_config_problem(record.get("engine_config"))
@@ -215,8 +215,8 @@ def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
         bundle.steps.extend(record.get("steps") or [])
         bundle.loads.extend(record.get("loads") or [])
     else:
-        raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame, timeline, engine_config or "
-                        f"steps)")
+        raise UserError(f"{path}:{number}: unknown record kind {shown(kind)} (frame, timeline, "
+                        f"engine_config or steps)")
 
 
 def engine_settings(engine_cfg) -> dict:
@@ -242,8 +242,8 @@ def _parse(path: str, number: int, line: bytes) -> dict:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UserError(f"{path}:{number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1}): "
-                        f"not a stagelens bundle") from None
+        raise UserError(f"{path}:{number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                        f"{exc.start + 1}): not a stagelens bundle") from None
     try:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -260,8 +260,9 @@ def _parse(path: str, number: int, line: bytes) -> dict:
 def _torn(path: str, number: int, line: bytes, frames: int) -> str:
     what = "a frame" if line.startswith(b'{"kind": "frame"') else \
         "a timeline" if line.startswith(b'{"kind": "timeline"') else "a record"
-    return (f"{path}:{number}: the last line is cut short ({len(line)} bytes of {what}), as a crash or a full "
-            f"disk while recording leaves it: replaying the {frames} frames before it")
+    return (f"{path}:{number}: the last line is cut short ({len(line)} bytes of {what}), as a "
+            f"crash or a full disk while recording leaves it: replaying the {frames} frames before "
+            f"it")
 
 
 def read_bundle_warned(path: str) -> Bundle:

@@ -91,8 +91,8 @@ ENGINE_INFO = _info("engine_info", "1, labelled with the engine's configuration.
                     ("model", "allocator", "policy", "device", "dtype", "chunked_prefill", "source"))
 ENGINE_INTAKE = _counter(
     "engine_intake_total",
-    "What an engine read from outside sent beside its /metrics, and its /metrics families refused as "
-    "implausible (part: traces, kv_events, metrics), counted since the agent started.",
+    "What an engine read from outside sent beside its /metrics, and its /metrics families refused "
+    "as implausible (part: traces, kv_events, metrics), counted since the agent started.",
     labels=("part", "what"), field="intake")
 ENGINE_WINDOW = _gauge("engine_window_seconds", "Span of the window the engine's derived figures cover.",
                        "seconds", field="window.span_s")
@@ -131,8 +131,9 @@ SIGNAL_VALUE = _gauge("signal_value", "Value of a stage signal over the diagnosi
                       labels=("stage", "signal"))
 SIGNAL_BOUND = _info(
     "signal_bound_info",
-    "1 where a signal's value (stagelens_signal_value) is a bound of it, not the value itself: bound at_least "
-    "or at_most (an engine's coarse histogram places the value only within a bucket).",
+    "1 where a signal's value (stagelens_signal_value) is a bound of it, not the value itself: "
+    "bound at_least or at_most (an engine's coarse histogram places the value only within a "
+    "bucket).",
     ("stage", "signal", "bound"))
 SIGNAL_STATE = _gauge("signal_state", f"State of a stage signal ({STATE_DOC}).", labels=("stage", "signal"))
 SIGNAL_THRESHOLD = _gauge("signal_threshold", "The agent's threshold of a signal for a level (warn, firing).",
@@ -164,8 +165,8 @@ KV_READ_BANDWIDTH = _gauge(
     "bytes per second", field="window.kv.read_bandwidth_bytes_per_s")
 KV_EFFECTIVE_BANDWIDTH = _gauge(
     "kv_effective_bandwidth_ratio",
-    "Useful KV bytes per second / what an ideal contiguous layout achieves for the same batch on this device, "
-    "over the window's decode steps.",
+    "Useful KV bytes per second / what an ideal contiguous layout achieves for the same batch on "
+    "this device, over the window's decode steps.",
     "ratio", field="window.kv.effective_bandwidth_ratio", label="effective KV read bandwidth",
     signal="effective_bandwidth_ratio")
 KV_BANDWIDTH_SWING = _gauge(
@@ -305,8 +306,9 @@ TAIL_SECONDS = _gauge("tail_seconds",
                       "seconds", labels=("metric", "percentile"))
 TAIL_SHARE = _gauge(
     "tail_share",
-    "Share of the P99 tail's time charged to each stage (compute: the requests' own work and step boundaries; "
-    "queued: queue time whose reason the engine did not publish, charged to no stage), over the window.",
+    "Share of the P99 tail's time charged to each stage (compute: the requests' own work and step "
+    "boundaries; queued: queue time whose reason the engine did not publish, charged to no stage), "
+    "over the window.",
     "ratio", labels=("metric", "percentile", "stage"))
 
 # --- GPUs, links, topology ------------------------------------------------------------------------

@@ -21,11 +21,12 @@ from stagelens.loadtest.variables import STRESSABLE, VARIABLES, pick_swept
 _COMMON = [
     click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
                  help="Directory for results.json, curve.png and report.md."),
-    click.option("--url", help="Drive this OpenAI-compatible endpoint (its /v1/completions) instead of the "
-                               "bundled engine."),
+    click.option("--url", help="Drive this OpenAI-compatible endpoint (its /v1/completions) "
+                               "instead of the bundled engine."),
     click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Start from a lab scenario's settings."),
-    click.option("--warmup", type=float, help="Seconds at the start of each point left out of the figures "
-                                              "[a third of --duration for steady, a fifth otherwise]."),
+    click.option("--warmup", type=float, help="Seconds at the start of each point left out of the "
+                                              "figures [a third of --duration for steady, a fifth "
+                                              "otherwise]."),
     click.option("--gain-threshold", type=float, default=0.05, show_default=True,
                  help="Knee: throughput gain per 10% of added load below this."),
     click.option("--p99-factor", type=float, default=1.5, show_default=True,

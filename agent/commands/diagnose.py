@@ -44,8 +44,9 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
 
     target = read_target(replay_path, url)
     if isinstance(target, Connect) and (config_path or thresholds):
-        raise UserError("--config/--threshold: with --connect the server judges with its own settings "
-                        "(give them to `stagelens serve`; `tui --connect` accepts them on top)")
+        raise UserError("--config/--threshold: with --connect the server judges with its own "
+                        "settings (give them to `stagelens serve`; `tui --connect` accepts them on "
+                        "top)")
     live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
     engine_source = open_engine_source(engine_kind, outside)
     config = diagnosis_config(config_path, thresholds)
@@ -144,12 +145,12 @@ def engine_frames(frames: list, engine_source) -> list:
     refused_kinds = _answered_kinds()
     # it answered, with none of the engine's metrics
     if not answered and kind == "EngineMismatchError":
-        raise CollectError(f"the engine at {engine_source.url} is not read as --engine {engine_source.kind}: "
-                           f"{reason}")
+        raise CollectError(f"the engine at {engine_source.url} is not read as --engine "
+                           f"{engine_source.kind}: {reason}")
     # it answered, with what is not read: say what and why
     if not answered and kind in refused_kinds:
-        raise CollectError(f"the engine at {engine_source.url} answered, but its answer was refused: "
-                           f"{reason or kind}")
+        raise CollectError(f"the engine at {engine_source.url} answered, but its answer was "
+                           f"refused: {reason or kind}")
     if not answered:
         raise CollectError(f"the engine at {engine_source.url} did not answer: {reason or kind}")
     if len(answered) < 2:

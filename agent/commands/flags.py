@@ -112,10 +112,11 @@ def engine_options(func):
 MAX_TOKEN_FILE_BYTES = 4096
 
 _TOKEN_OPTIONS = (
-    click.option("--token", envvar="STAGELENS_TOKEN", help="Bearer token for the endpoints that change state. "
-                 "Prefer STAGELENS_TOKEN or --token-file: on the command line it shows in `ps`."),
-    click.option("--token-file", type=click.Path(dir_okay=False), help="Read the bearer token from this file (its "
-                 "first line; e.g. a mounted Kubernetes Secret)."),
+    click.option("--token", envvar="STAGELENS_TOKEN", help="Bearer token for the endpoints that "
+                 "change state. Prefer STAGELENS_TOKEN or --token-file: on the command line it "
+                 "shows in `ps`."),
+    click.option("--token-file", type=click.Path(dir_okay=False), help="Read the bearer token from "
+                 "this file (its first line; e.g. a mounted Kubernetes Secret)."),
 )
 
 
@@ -141,8 +142,8 @@ def resolve_token(token: str | None, token_file: str | None) -> str | None:
             raise UserError("--token-file and --token (or STAGELENS_TOKEN): give one of them")
         return _read_token_file(token_file)
     if token and ctx is not None and ctx.get_parameter_source("token") == click.core.ParameterSource.COMMANDLINE:
-        click.echo("stagelens: warning: --token on the command line is readable by every user of this machine "
-                   "(ps); use STAGELENS_TOKEN or --token-file", err=True)
+        click.echo("stagelens: warning: --token on the command line is readable by every user of "
+                   "this machine (ps); use STAGELENS_TOKEN or --token-file", err=True)
     return token or None
 
 
@@ -178,18 +179,21 @@ class OutsideFlags:
 
 
 _ENGINE_URL_OPTIONS = (
-    click.option("--engine-url", help="With --engine vllm or sglang: the engine's base URL (its /metrics is "
-                 "read each tick), e.g. http://127.0.0.1:8000."),
-    click.option("--otlp-receiver", metavar="HOST:PORT", help="With --engine-url: receive the engine's OTLP traces "
-                 "over HTTP here (vLLM: --otlp-traces-endpoint http://HOST:PORT/v1/traces with "
-                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf), one timeline per llm_request span."),
-    click.option("--otlp-receiver-grpc", metavar="HOST:PORT", help="With --engine-url: the same over gRPC, vLLM's "
-                 "default protocol (vLLM: --otlp-traces-endpoint HOST:PORT with "
+    click.option("--engine-url", help="With --engine vllm or sglang: the engine's base URL (its "
+                 "/metrics is read each tick), e.g. http://127.0.0.1:8000."),
+    click.option("--otlp-receiver", metavar="HOST:PORT", help="With --engine-url: receive the "
+                 "engine's OTLP traces over HTTP here (vLLM: --otlp-traces-endpoint "
+                 "http://HOST:PORT/v1/traces with "
+                 "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf), one timeline per llm_request "
+                 "span."),
+    click.option("--otlp-receiver-grpc", metavar="HOST:PORT", help="With --engine-url: the same "
+                 "over gRPC, vLLM's default protocol (vLLM: --otlp-traces-endpoint HOST:PORT with "
                  "OTEL_EXPORTER_OTLP_TRACES_INSECURE=true: the receiver speaks plaintext)."),
-    click.option("--otlp-forward", metavar="URL", help="With a receiver: send every trace received on, unchanged, "
-                 "to this OTLP/HTTP endpoint (your collector's /v1/traces)."),
-    click.option("--kv-events", metavar="ENDPOINT", help="With --engine vllm: subscribe to the engine's KV events "
-                 "(vLLM: --kv-events-config with this endpoint), e.g. tcp://127.0.0.1:5557."),
+    click.option("--otlp-forward", metavar="URL", help="With a receiver: send every trace received "
+                 "on, unchanged, to this OTLP/HTTP endpoint (your collector's /v1/traces)."),
+    click.option("--kv-events", metavar="ENDPOINT", help="With --engine vllm: subscribe to the "
+                 "engine's KV events (vLLM: --kv-events-config with this endpoint), e.g. "
+                 "tcp://127.0.0.1:5557."),
 )
 
 

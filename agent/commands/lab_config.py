@@ -26,10 +26,10 @@ def render_figures(engine_cfg, workload_cfg, f: dict) -> str:
     load = (f"closed loop x{workload_cfg.concurrency}" if workload_cfg.concurrency
             else f"{workload_cfg.rate:g} req/s Poisson")
     rows = [
-        ("engine", f"{engine_cfg.model} x{engine_cfg.models}, {engine_cfg.allocator} KV "
-                   f"(block {engine_cfg.block_size}), "
-                   f"batch {engine_cfg.max_num_seqs}, budget {engine_cfg.max_num_batched_tokens}, "
-                   f"chunked prefill {'on' if engine_cfg.enable_chunked_prefill else 'off'}, {engine_cfg.policy}"),
+        ("engine", f"{engine_cfg.model} x{engine_cfg.models}, {engine_cfg.allocator} KV (block "
+                   f"{engine_cfg.block_size}), batch {engine_cfg.max_num_seqs}, budget "
+                   f"{engine_cfg.max_num_batched_tokens}, chunked prefill "
+                   f"{'on' if engine_cfg.enable_chunked_prefill else 'off'}, {engine_cfg.policy}"),
         ("workload", f"{load}, prompt {workload_cfg.prompt_len}, output {workload_cfg.output_len}, "
                      f"{workload_cfg.duration:g} s"),
         ("requests", f"{f['requests_finished']} finished of {f['requests_submitted']}"),
@@ -42,8 +42,8 @@ def render_figures(engine_cfg, workload_cfg, f: dict) -> str:
         ("engine busy", f"{f['engine_busy_ratio']:.0%}"),
     ]
     if f.get("model_loads"):
-        rows.append(("model loads", f"{f['model_loads']}, {f['model_load_seconds_mean']:.2f} s mean / "
-                                    f"{f['model_load_seconds_max']:.2f} s max, {f['model_load_bytes'] / 1e6:.0f} MB "
-                                    f"read from storage"))
+        rows.append(("model loads", f"{f['model_loads']}, {f['model_load_seconds_mean']:.2f} s "
+                                    f"mean / {f['model_load_seconds_max']:.2f} s max, "
+                                    f"{f['model_load_bytes'] / 1e6:.0f} MB read from storage"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -33,8 +33,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="The bundle to write.")
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Run one of the lab's scenarios.")
 @click.option("--engine", "engine_kind", type=click.Choice(["lab", *OUTSIDE_ENGINES]), default="lab",
-              show_default=True, help="lab: the bundled engine; vllm, sglang: the engine at --engine-url, read "
-              "from outside for --duration seconds.")
+              show_default=True, help="lab: the bundled engine; vllm, sglang: the engine at "
+              "--engine-url, read from outside for --duration seconds.")
 @engine_url_option
 @interval_option()
 @engine_options
@@ -60,8 +60,8 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
             writer.close()          # raises, as one line, the write that failed
     if caught:
         click.echo(f"stagelens: {caught[0]}: stopped early, the bundle is complete", err=True)
-    click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to {out_path} "
-               f"(verdict {result.diagnosis.verdict})")
+    click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to "
+               f"{out_path} (verdict {result.diagnosis.verdict})")
     if result.run is not None and result.run.tail is not None:
         click.echo(f"tail: {result.run.tail.sentence()}")
     return 0
@@ -76,8 +76,8 @@ def _record_outside(ctx: click.Context, source, out_path: str, interval: float, 
     if ctx.params.get("scenario"):
         given.insert(0, "scenario")
     if given:
-        raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: lab engine flags, not for "
-                        f"--engine {source.kind}")
+        raise UserError(f"{', '.join('--' + k.replace('_', '-') for k in given)}: lab engine "
+                        f"flags, not for --engine {source.kind}")
     duration = flags.get("duration") or 30.0
     stop = threading.Event()
     writer = BundleWriter.open(out_path, source=f"record {source.kind} {source.url}", stop=stop)
@@ -95,8 +95,8 @@ def _record_outside(ctx: click.Context, source, out_path: str, interval: float, 
             writer.close()
     if caught:
         click.echo(f"stagelens: {caught[0]}: stopped early, the bundle is complete", err=True)
-    click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to {out_path} "
-               f"({answered} with the engine's figures)")
+    click.echo(f"wrote {writer.frames} frames and {writer.timelines} request timelines to "
+               f"{out_path} ({answered} with the engine's figures)")
     if not answered:
         raise CollectError(f"the engine at {source.url} never answered: the bundle holds the node only")
     return 0

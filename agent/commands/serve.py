@@ -30,17 +30,18 @@ EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 @click.command()
 @click.option("--listen", default="127.0.0.1:9481", show_default=True, help="HOST:PORT to bind (loopback by default).")
 @click.option("--engine", "engine_kind", type=click.Choice(["none", "lab", *OUTSIDE_ENGINES]), default="none",
-              show_default=True, help="lab: host the bundled engine (and /v1/completions); vllm, sglang: read the "
-              "engine at --engine-url from outside.")
+              show_default=True, help="lab: host the bundled engine (and /v1/completions); vllm, "
+              "sglang: read the engine at --engine-url from outside.")
 @engine_url_option
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="With --engine lab: run a scenario's workload.")
-@click.option("--vllm-face", metavar="HOST:PORT", help="With --engine lab: the engine also speaks vLLM's "
-              "interfaces, its /metrics here, so `--engine vllm --engine-url http://HOST:PORT` reads it as a vLLM "
-              "server.")
-@click.option("--vllm-face-otlp", metavar="URL", help="With --vllm-face: export vLLM's llm_request spans to this "
-              "OTLP/HTTP endpoint (an agent's --otlp-receiver: http://HOST:PORT/v1/traces).")
-@click.option("--vllm-face-kv-events", metavar="ENDPOINT", help="With --vllm-face: publish vLLM's KV events here "
-              "(ZMQ PUB, e.g. tcp://127.0.0.1:5557).")
+@click.option("--vllm-face", metavar="HOST:PORT", help="With --engine lab: the engine also speaks "
+              "vLLM's interfaces, its /metrics here, so `--engine vllm --engine-url "
+              "http://HOST:PORT` reads it as a vLLM server.")
+@click.option("--vllm-face-otlp", metavar="URL", help="With --vllm-face: export vLLM's llm_request "
+              "spans to this OTLP/HTTP endpoint (an agent's --otlp-receiver: "
+              "http://HOST:PORT/v1/traces).")
+@click.option("--vllm-face-kv-events", metavar="ENDPOINT", help="With --vllm-face: publish vLLM's "
+              "KV events here (ZMQ PUB, e.g. tcp://127.0.0.1:5557).")
 @engine_options
 @diagnosis_options
 @interval_option()

@@ -30,8 +30,8 @@ from stagelens.tui.server_settings import server_settings
 @target_options("Play back a recorded bundle.", "Watch a running `stagelens serve` (its base URL).")
 @interval_option(help="Refresh interval in seconds.")
 @click.option("--engine", "engine_kind", type=click.Choice(["lab", *OUTSIDE_ENGINES]), default="lab",
-              show_default=True, help="lab: the bundled engine in-process; vllm, sglang: read the engine at "
-              "--engine-url from outside.")
+              show_default=True, help="lab: the bundled engine in-process; vllm, sglang: read the "
+              "engine at --engine-url from outside.")
 @engine_url_option
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)),
               help="Local mode: run the lab engine on this scenario.")
@@ -52,8 +52,8 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
         ["--scenario"] if scenario else [])
     live_only(target, given, "engine and scenario flags apply to the local lab engine")
     if given and engine_kind != "lab":
-        raise UserError(f"{', '.join(given)}: engine and scenario flags apply to the local lab engine, "
-                        f"not to --engine {engine_kind}")
+        raise UserError(f"{', '.join(given)}: engine and scenario flags apply to the local lab "
+                        f"engine, not to --engine {engine_kind}")
     live_only(target, ["--engine"] if engine_kind != "lab" else [], "an engine is read live")
     outside = open_engine_source(engine_kind, outside)
     base, notice = server_settings(target.url) if isinstance(target, Connect) else (None, None)

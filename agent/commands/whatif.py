@@ -21,20 +21,22 @@ from stagelens.printable import printable_lines
                 "A running `stagelens serve` (its base URL): replay its recent window.")
 @click.option("--set", "sets", multiple=True, metavar="FLAG=VALUE[,...]",
               help="A candidate: its changes in the lab's flag names (max-num-seqs=16, or "
-                   "enable-chunked-prefill=true,max-num-batched-tokens=512); repeat for several candidates.")
+                   "enable-chunked-prefill=true,max-num-batched-tokens=512); repeat for several "
+                   "candidates.")
 @click.option("--recommended", is_flag=True, help="Also predict the diagnosis's own fix.")
 @click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE[,...]",
-              help="Today's flags where the bundle does not hold them (an engine read from outside), "
-                   "max-model-len among them (else its longest request recorded).")
+              help="Today's flags where the bundle does not hold them (an engine read from "
+                   "outside), max-model-len among them (else its longest request recorded).")
 @click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
               help="Replay the same requests this many times as fast (a higher load of the same traffic).")
 @click.option("--search", "do_search", is_flag=True, help="Sweep batch size, token budget, chunking and policy.")
 @click.option("--slo", "slos", multiple=True, metavar="FIGURE=SECONDS[,...]",
               help="With --search: e.g. ttft_p99=0.5,tpot_p99=0.05 (seconds); each figure once.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 TTFT against "
-              "throughput to this PNG.")
-@click.option("--model-config", type=click.Path(), help="An engine read from outside: its model's config.json "
-              "(file or folder), for the prior that prices batches past those recorded.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 "
+              "TTFT against throughput to this PNG.")
+@click.option("--model-config", type=click.Path(), help="An engine read from outside: its model's "
+              "config.json (file or folder), for the prior that prices batches past those "
+              "recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
            recommended: bool, scale_rate: float, do_search: bool, slos: tuple[str, ...], plot_path: str | None,

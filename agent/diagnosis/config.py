@@ -150,6 +150,6 @@ def _checked(where: str, warn, firing, signal_id: str) -> Threshold:
     if warn is not None and firing is not None:
         worse_first = signal.direction == "above"
         if (worse_first and firing < warn) or (not worse_first and firing > warn):
-            raise UserError(f"{where}: firing ({firing}) must be past warn ({warn}) for a signal where "
-                            f"{'higher' if worse_first else 'lower'} is worse")
+            raise UserError(f"{where}: firing ({firing}) must be past warn ({warn}) for a signal "
+                            f"where {'higher' if worse_first else 'lower'} is worse")
     return Threshold(warn, firing)

@@ -247,8 +247,8 @@ class LiveDiagnosis:
             tail = window_tail(self.last) if self.last is not None else None
             # a stage is blamed only on the latest frame's tail (_tail_blames)
             assert tail is not None
-            d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at {root or 'no stage'}: "
-                              f"{tail.sentence()}")
+            d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at "
+                              f"{root or 'no stage'}: {tail.sentence()}")
         return d
 
 
@@ -307,8 +307,8 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
         # one.
         if by_reason.get(QUEUED, 0.0) > 0 and by_name[KV_CACHE].state in ("warn", "firing"):
             scheduler.consequence_of = KV_CACHE
-            scheduler.explanation += ("; taken as the KV cache's consequence by the chain's order (the engine does "
-                                      "not say why requests waited)")
+            scheduler.explanation += ("; taken as the KV cache's consequence by the chain's order "
+                                      "(the engine does not say why requests waited)")
         return
     cause = stage_of(max(reasons, key=reasons.__getitem__))
     assert cause is not None   # reasons keeps those of a stage

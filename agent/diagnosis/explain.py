@@ -114,8 +114,9 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     signals = {e.signal for e in bad}
     out = []
     if cfg.allocator == "contiguous":
-        out.append(Recommendation("--allocator paged: reserve KV block by block instead of max_model_len per request "
-                                  "(PagedAttention took fragmentation from 30% to 12% in the report)",
+        out.append(Recommendation("--allocator paged: reserve KV block by block instead of "
+                                  "max_model_len per request (PagedAttention took fragmentation "
+                                  "from 30% to 12% in the report)",
                                   {"allocator": "paged"}))
     # a hybrid model's block size is not a choice
     elif not cfg.block_size_forced and signals & BLOCK_SIGNALS:
@@ -123,23 +124,27 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
         if best is not None and cfg.block_size is not None and best != cfg.block_size:
             waste_now = block_waste(ctx.lengths, cfg.block_size)
             out.append(Recommendation(
-                f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean {ctx.mean_length:.0f} tokens) "
-                f"it leaves {block_waste(ctx.lengths, best):.0%} of KV slots empty, against {waste_now:.0%} at "
-                f"{cfg.block_size}", {"block_size": best}))
+                f"--block-size {best}: over the last {len(ctx.lengths)} requests (mean "
+                f"{ctx.mean_length:.0f} tokens) it leaves "
+                f"{block_waste(ctx.lengths, best):.0%} of KV slots empty, "
+                f"against {waste_now:.0%} at {cfg.block_size}", {"block_size": best}))
     if any(e.signal == "kv_full_while_waiting" for e in bad):
         out.append(Recommendation("the KV cache is full while requests queue: give it more memory "
-                                  "(--kv-cache-memory), or admit fewer requests at once (--max-num-seqs) so the "
-                                  "running ones are not preempted; the queue is its consequence"))
+                                  "(--kv-cache-memory), or admit fewer requests at once "
+                                  "(--max-num-seqs) so the running ones are not preempted; the "
+                                  "queue is its consequence"))
     if any(e.signal in ("preemption_with_free_memory", "kv_cache_tail_share") for e in bad) and cfg.max_num_seqs:
         lower = max(1, cfg.max_num_seqs * 3 // 4)
-        out.append(Recommendation(f"--max-num-seqs {lower}: admit fewer requests at once so running ones are not "
-                                  f"preempted (or give the cache more memory with --kv-cache-memory)",
+        out.append(Recommendation(f"--max-num-seqs {lower}: admit fewer requests at once so "
+                                  f"running ones are not preempted (or give the cache more memory "
+                                  f"with --kv-cache-memory)",
                                   {"max_num_seqs": lower}))
     max_len = cfg.max_model_len or 0
     if max_len > 65536:
         batch = max(1, int(min(8, 32 / (max_len / 4096) ** 0.6)))
         out.append(Recommendation(f"contexts over 64K: FlashAttention-3 and --max-num-seqs {batch} "
-                                  f"(the report's min(8, 32 / (context_len / 4096) ** 0.6))", {"max_num_seqs": batch}))
+                                  f"(the report's min(8, 32 / "
+                                  f"(context_len / 4096) ** 0.6))", {"max_num_seqs": batch}))
     return out
 
 
@@ -169,8 +174,9 @@ def _consequence(ctx: _Context) -> tuple[str, Recommendation] | None:
     cause = stage_of(reason)
     if cause is None or cause == SCHEDULER:
         return None
-    return cause, Recommendation(f"{share:.0%} of the wait is charged to the {STAGE_NAMES[cause]} stage "
-                                 f"({COMPONENT_NAMES[reason]}): the queue is its consequence; fix that first")
+    return cause, Recommendation(f"{share:.0%} of the wait is charged to the {STAGE_NAMES[cause]} "
+                                 f"stage ({COMPONENT_NAMES[reason]}): the queue is its "
+                                 f"consequence; fix that first")
 
 
 def consequence_advice(frame: Frame | None) -> tuple[str, Recommendation] | None:
@@ -195,20 +201,23 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
         budget = 8192 if str(ctx.device).startswith("cuda") else 512
         cap = budget // 4
         out.append(Recommendation(
-            f"--enable-chunked-prefill --max-num-batched-tokens {budget} --long-prefill-token-threshold {cap}: "
-            f"split long prefills so short requests share every step (the report: utilisation 65% -> 82%)",
+            f"--enable-chunked-prefill --max-num-batched-tokens {budget} "
+            f"--long-prefill-token-threshold {cap}: split long prefills so short requests share "
+            f"every step (the report: utilisation 65% -> 82%)",
             {"enable_chunked_prefill": True, "max_num_batched_tokens": budget, "long_prefill_token_threshold": cap}))
     if "head_of_line_blocking" in signals and cfg.policy != "short-first":
         out.append(Recommendation("--policy short-first: admit short contexts first (the report: P99 swing -35%)",
                                   {"policy": "short-first"}))
     if main and main[0] == MAX_NUM_SEQS and cfg.max_num_seqs:
         more = cfg.max_num_seqs * 2
-        out.append(Recommendation(f"--max-num-seqs {more}: the batch is held at its limit of {cfg.max_num_seqs} "
-                                  f"while requests wait, and neither the token budget nor the KV cache holds it",
+        out.append(Recommendation(f"--max-num-seqs {more}: the batch is held at its limit of "
+                                  f"{cfg.max_num_seqs} while requests wait, and neither the token "
+                                  f"budget nor the KV cache holds it",
                                   {"max_num_seqs": more}))
     if not out:   # no lever the evidence points at: the report's profiles
-        out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: batch 8, chunked "
-                                  "prefill on (balanced: batch 12; aggressive: batch 16 with FP8, offline only)"))
+        out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: "
+                                  "batch 8, chunked prefill on (balanced: batch 12; aggressive: "
+                                  "batch 16 with FP8, offline only)"))
     return out
 
 
@@ -216,8 +225,8 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
 def _cold_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
     models = ctx.cfg.models or 1
     return [
-        Recommendation(f"--num-preload-models {models}: load every served model before traffic and keep it "
-                       f"resident (the report: cold-start latency -43% with 2 preloaded)",
+        Recommendation(f"--num-preload-models {models}: load every served model before traffic and "
+                       f"keep it resident (the report: cold-start latency -43% with 2 preloaded)",
                        {"num_preload_models": models, "max_resident_models": models}),
         Recommendation("on Kubernetes, keep hot instances on their nodes: pod anti-affinity by tenant class"),
     ]

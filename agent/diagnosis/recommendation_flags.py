@@ -47,8 +47,9 @@ INLINE = {
     "sglang": {"--kv-cache-memory": "--mem-fraction-static", "--max-num-seqs": "--max-running-requests"},
 }
 NO_KNOB = {
-    "allocator": "KV slots in use far exceed what the running requests hold, although the cache is paged: check "
-                 "what keeps blocks (a large --block-size, a KV connector, requests holding their max_tokens)",
+    "allocator": "KV slots in use far exceed what the running requests hold, although the cache is "
+                 "paged: check what keeps blocks (a large --block-size, a KV connector, requests "
+                 "holding their max_tokens)",
 }
 
 

@@ -52,8 +52,8 @@ class NotJudged:
     why: str
 
 
-CPU_BANDWIDTH = ("on a CPU, attention is bound by compute and per-call overhead, not memory bandwidth: "
-                 "shown, not judged")
+CPU_BANDWIDTH = ("on a CPU, attention is bound by compute and per-call overhead, not memory "
+                 "bandwidth: shown, not judged")
 
 
 def _memory_bound_only(figure: Callable[[Window], float | None]):

@@ -99,8 +99,9 @@ class Tail:
         """'P99 TTFT 2.36 s (P50 105 ms); of the slowest 1% of requests (3 of 240), 91% of their
         time was cold path (model loads), 6% scheduler, 3% compute'."""
         label = {"ttft": "TTFT", "latency": "latency"}[self.metric]
-        head = (f"P{self.quantile * 100:g} {label} {_seconds(self.threshold_s)} (P50 {_seconds(self.p50_s)}); "
-                f"of the slowest {100 - self.quantile * 100:g}% of requests ({self.requests} of {self.of_requests}), ")
+        head = (f"P{self.quantile * 100:g} {label} {_seconds(self.threshold_s)} (P50 "
+                f"{_seconds(self.p50_s)}); of the slowest {100 - self.quantile * 100:g}% of "
+                f"requests ({self.requests} of {self.of_requests}), ")
         parts = []
         for key in sorted(self.shares, key=self.shares.__getitem__, reverse=True):
             if self.shares[key] < 0.005:

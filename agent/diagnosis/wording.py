@@ -29,14 +29,15 @@ def kv_fragmentation(e, ctx) -> str:
 
 
 def kv_access_efficiency(e, ctx) -> str:
-    return (f": attention moves whole blocks of {ctx.cfg.block_size} tokens and pads decode groups, "
-            f"so {1 - (e.value or 0):.0%} of the KV bytes it reads hold no useful token")
+    return (f": attention moves whole blocks of {ctx.cfg.block_size} tokens and pads decode "
+            f"groups, so {1 - (e.value or 0):.0%} of the KV bytes it reads hold no useful token")
 
 
 def effective_bandwidth(e, ctx) -> str:
     achieved = ctx.kv.read_bandwidth_bytes_per_s or 0
     return (f": attention reads KV at {achieved / 1e9:.2f} GB/s, {e.value:.0%} of what it reaches "
-            f"on this device with the same bytes laid out ideally (whole blocks, consecutive, unpadded)")
+            f"on this device with the same bytes laid out ideally (whole blocks, consecutive, "
+            f"unpadded)")
 
 
 def bandwidth_swing(e, ctx) -> str:

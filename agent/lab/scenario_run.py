@@ -64,8 +64,9 @@ class ProgressLine:
         tokens = sum(len(r.output_token_ids) for r in submitted)
         sched = self.engine.scheduler
         rate = tokens / (now - self.started)
-        line = (f"[{now - self.started:5.1f}s/{self.duration:g}s] submitted {len(submitted)} finished {done} "
-                f"running {len(sched.running)} waiting {len(sched.waiting)} | {rate:6.1f} tok/s")
+        line = (f"[{now - self.started:5.1f}s/{self.duration:g}s] submitted {len(submitted)} "
+                f"finished {done} running {len(sched.running)} waiting {len(sched.waiting)} | "
+                f"{rate:6.1f} tok/s")
         self.stream.write(("\r" + line) if self._tty else line + "\n")
         self.stream.flush()
 

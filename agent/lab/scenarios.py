@@ -37,8 +37,8 @@ SCENARIOS = {s.name: s for s in (
                   long_prompt_len=1800, prompt_len="lognormal:64:0.5", rate=1.5),
              "decided_wait_p99_s"),
     Scenario("cold-load", "cold_path",
-             "four models, one preloaded and room for one resident: idle models are evicted and loaded again "
-             "on the serving path",
+             "four models, one preloaded and room for one resident: idle models are evicted and "
+             "loaded again on the serving path",
              dict(_COMMON, models=4, num_preload_models=1, max_resident_models=1, rate=2.0,
                   prompt_len="lognormal:64:0.5", output_len="uniform:8:24"),
              # the cold-start wait itself; with four models resident each step runs four forwards on

@@ -29,8 +29,9 @@ class ProgressBar:
         elapsed = time.monotonic() - self._started
         share = min(1.0, (self._index + min(1.0, elapsed / self._seconds)) / self.total)
         filled = round(share * self.width)
-        return (f"{self.title} [{'#' * filled}{'-' * (self.width - filled)}] {self._index + 1}/{self.total} "
-                f"{self._label} {min(elapsed, self._seconds):4.0f}s/{self._seconds:g}s")
+        return (f"{self.title} [{'#' * filled}{'-' * (self.width - filled)}] "
+                f"{self._index + 1}/{self.total} {self._label} "
+                f"{min(elapsed, self._seconds):4.0f}s/{self._seconds:g}s")
 
     def start_point(self, index: int, label: str, seconds: float, total: int | None = None) -> None:
         if total is not None:
@@ -48,8 +49,9 @@ class ProgressBar:
     def end_point(self, point: Point) -> None:
         if not self.enabled:
             return
-        summary = (f"  {self._label}: {point.throughput_tokens_per_s:.0f} tokens/s, P99 {_ms(point.latency_p99_s)}, "
-                   f"TTFT P99 {_ms(point.ttft_p99_s)}, {point.requests} requests, stage: {point.stage}")
+        summary = (f"  {self._label}: {point.throughput_tokens_per_s:.0f} tokens/s, P99 "
+                   f"{_ms(point.latency_p99_s)}, TTFT P99 {_ms(point.ttft_p99_s)}, "
+                   f"{point.requests} requests, stage: {point.stage}")
         self._write(("\r\033[K" if self._tty else "") + summary + "\n")
 
     def close(self) -> None:

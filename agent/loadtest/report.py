@@ -34,9 +34,9 @@ def table(results: Results) -> str:
     knee = results.knee
     for i, p in enumerate(results.points):
         mark = " (knee)" if knee and knee.index == i else " (past the knee)" if knee and knee.past_index == i else ""
-        rows.append(f"| {label(p.value)}{mark} | {p.throughput_tokens_per_s:.0f} | {_ms(p.latency_p50_s)} | "
-                    f"{_ms(p.latency_p99_s)} | {_ms(p.ttft_p99_s)} | {_pct(p.engine_busy_ratio)} | {p.requests} | "
-                    f"{_stage(p)} |")
+        rows.append(f"| {label(p.value)}{mark} | {p.throughput_tokens_per_s:.0f} | "
+                    f"{_ms(p.latency_p50_s)} | {_ms(p.latency_p99_s)} | {_ms(p.ttft_p99_s)} | "
+                    f"{_pct(p.engine_busy_ratio)} | {p.requests} | {_stage(p)} |")
     return "\n".join(rows)
 
 
@@ -45,8 +45,9 @@ def knee_line(results: Results) -> str:
     if results.mode == "steady":
         p = points[0]
         why = p.explanations.get(p.stage)
-        return (f"steady at {name}={label(p.value)}: {p.throughput_tokens_per_s:.0f} tokens/s, "
-                f"P99 {_ms(p.latency_p99_s)}; stage: {_stage(p)}" + (f". {p.stage}: {why.rstrip('.')}" if why else ""))
+        return (f"steady at {name}={label(p.value)}: {p.throughput_tokens_per_s:.0f} tokens/s, P99 "
+                f"{_ms(p.latency_p99_s)}; "
+                f"stage: {_stage(p)}" + (f". {p.stage}: {why.rstrip('.')}" if why else ""))
     if knee is None:
         return f"no knee over {name}={label(points[0].value)}..{label(points[-1].value)}"
     past = points[knee.past_index]
@@ -72,8 +73,9 @@ def render_report(results: Results) -> str:
         "",
         knee_line(results) + ".",
         "",
-        "P50/P99: request latency (arrival to last token) over the requests that arrived in the recorded window, "
-        "warm-up left out; TTFT client-side for a URL. Engine busy: share of the window the engine spent in "
-        "steps (compute utilisation). Firing stage: the diagnosis at the end of the point.",
+        "P50/P99: request latency (arrival to last token) over the requests that arrived in the "
+        "recorded window, warm-up left out; TTFT client-side for a URL. Engine busy: share of the "
+        "window the engine spent in steps (compute utilisation). Firing stage: the diagnosis at "
+        "the end of the point.",
         "",
     ])

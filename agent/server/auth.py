@@ -13,8 +13,8 @@ from fastapi.routing import APIRoute
 def require_token(request: Request, authorization: str | None = Header(default=None)) -> None:
     expected = request.app.state.token
     if not expected:
-        raise HTTPException(403, "this endpoint changes state and is disabled: start `stagelens serve` with "
-                                 "--token or STAGELENS_TOKEN set")
+        raise HTTPException(403, "this endpoint changes state and is disabled: start `stagelens "
+                                 "serve` with --token or STAGELENS_TOKEN set")
     scheme, _, given = (authorization or "").partition(" ")
     # Compared as bytes: a header arrives as latin-1, a configured token may be any text (UTF-8 on
     # the wire).

@@ -83,8 +83,8 @@ def check_supported(body: SamplingRequest, neutral_values: dict[str, tuple]) -> 
     for field, neutral in neutral_values.items():
         if getattr(body, field) not in neutral:
             hint = "; send the request several times for several completions" if field in ("n", "best_of") else ""
-            raise OpenAIError(400, f"{field}: not supported by the lab engine (leave it out or set it to "
-                                   f"{json.dumps(neutral[0])}){hint}", field)
+            raise OpenAIError(400, f"{field}: not supported by the lab engine (leave it out or set "
+                                   f"it to {json.dumps(neutral[0])}){hint}", field)
 
 
 def stops_of(body: SamplingRequest) -> list[str]:

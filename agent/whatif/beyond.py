@@ -63,7 +63,8 @@ class ProfileCost:
             return f"{duration(self.seconds(tokens, 0, 0, 0) - self.base)} for {tokens:,}"
 
         return [f"measured: the bundled engine's profile ({self.steps} steps, median error "
-                f"{self.error_median:.0%}): a decode step takes " + ", ".join(decode(b) for b in (1, 16, 128))
+                f"{self.error_median:.0%}): a decode "
+                f"step takes " + ", ".join(decode(b) for b in (1, 16, 128))
                 + " sequences; a prefill " + ", ".join(prefill(t) for t in (64, 512, 4096)) + " tokens more"]
 
     spread = 1.0            # measured: no range
@@ -123,8 +124,9 @@ class ScaledProfile:
         return self.steady_scale * steady + self.prefill_scale * prefill
 
     def describe(self) -> list[str]:
-        return [*self.profile.describe(), f"scaled to this recording's steps: {self.steady_scale:.2f} on a step's "
-                f"steady part (its base, decodes and KV read), {self.prefill_scale:.2f} on its prefill"]
+        return [*self.profile.describe(), f"scaled to this recording's steps: "
+                f"{self.steady_scale:.2f} on a step's steady part (its base, decodes and KV read), "
+                f"{self.prefill_scale:.2f} on its prefill"]
 
 
 # a part's own scale is fitted only with this many recorded steps that have it

@@ -58,9 +58,9 @@ def today_settings(observed: Observed, today: dict | None = None) -> Settings:
     if observed.engine_config:
         return Settings.recorded(observed.engine_config).changed(today or {})
     if not _spans(observed):
-        raise UserError(f"{observed.source}: the bundle holds neither the engine's steps nor its requests' prefill "
-                        f"intervals (recorded by an older stagelens?): record it again with `stagelens lab "
-                        f"--record` or `stagelens record`")
+        raise UserError(f"{observed.source}: the bundle holds neither the engine's steps nor its "
+                        f"requests' prefill intervals (recorded by an older stagelens?): record it "
+                        f"again with `stagelens lab --record` or `stagelens record`")
     return Settings.assumed(*observed.engine_info(), longest=observed.longest_request).changed(today or {})
 
 

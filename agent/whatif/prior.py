@@ -112,15 +112,18 @@ class Prior:
     def describe(self) -> list[str]:
         hw, m = self.hardware, self.model
         if hw.source == "measured":
-            machine = (f"measured: {hw.name}, {_rate(hw.memory_bandwidth_bytes_s, 'B/s')} memory (numpy copy), "
-                       f"{_rate(hw.peak_flops, 'FLOP/s')} (float32 matmul, numpy) on this host, no known GPU")
+            machine = (f"measured: {hw.name}, {_rate(hw.memory_bandwidth_bytes_s, 'B/s')} memory "
+                       f"(numpy copy), {_rate(hw.peak_flops, 'FLOP/s')} (float32 matmul, numpy) on "
+                       f"this host, no known GPU")
         else:
-            machine = (f"assumed: {hw.name} from its product name, {_rate(hw.memory_bandwidth_bytes_s, 'B/s')} "
-                       f"memory, {_rate(hw.peak_flops, 'FLOP/s')} (16-bit tensor, dense)")
+            machine = (f"assumed: {hw.name} from its product name, "
+                       f"{_rate(hw.memory_bandwidth_bytes_s, 'B/s')} memory, "
+                       f"{_rate(hw.peak_flops, 'FLOP/s')} (16-bit tensor, dense)")
         element = m.weight_bytes / m.parameters if m.parameters else DEFAULT_DTYPE_BYTES
         origin = "a shape assumed, no config read" if m.source == "assumed" else f"from {m.source}"
-        model = (f"assumed: model {m.name}, {_count(m.parameters)} parameters ({_rate(m.weight_bytes, 'B')} "
-                 f"in {element * 8:g}-bit weights), {_binary(m.kv_bytes_per_token)} of KV per token, {origin}")
+        model = (f"assumed: model {m.name}, {_count(m.parameters)} parameters "
+                 f"({_rate(m.weight_bytes, 'B')} in {element * 8:g}-bit weights), "
+                 f"{_binary(m.kv_bytes_per_token)} of KV per token, {origin}")
         return [machine, model]
 
 

@@ -17,6 +17,6 @@ def recommended_changes(observed: Observed, config=None) -> dict:
     run = judge_run(observed.frames, observed.timelines, config)
     changes = {k: v for k, v in fix_flags(run.diagnosis).items() if k in TUNABLE}
     if not changes:
-        raise UserError(f"{observed.source}: the diagnosis ({run.diagnosis.verdict}) recommends no change "
-                        f"what-if can simulate")
+        raise UserError(f"{observed.source}: the diagnosis ({run.diagnosis.verdict}) recommends no "
+                        f"change what-if can simulate")
     return changes

@@ -31,8 +31,8 @@ def _cold_note(c: StepCost) -> str:
     warm, cold = c.coefficients["prefill_tokens"], c.coefficients["cold_prefill_tokens"]
     if c.cold_after_s is None or not cold:
         return ""
-    return (f"; a prefill over {c.cold_after_s:g} s after the last runs cold: {duration(warm + cold)} a "
-            f"prompt token against {duration(warm)} warm")
+    return (f"; a prefill over {c.cold_after_s:g} s after the last runs cold: "
+            f"{duration(warm + cold)} a prompt token against {duration(warm)} warm")
 
 
 def fit_terms(c: StepCost) -> str:
@@ -44,8 +44,8 @@ def fit_terms(c: StepCost) -> str:
     if k["extra_forwards"]:
         parts.append(f"{duration(k['extra_forwards'])} a model beyond the first in a batch")
     seen = c.observed_max
-    return (f"step cost: {', '.join(parts)}; fitted on batches up to {seen['decode_seqs']:.0f} decoding sequences "
-            f"and {seen['prefill_tokens']:.0f} prompt tokens a step")
+    return (f"step cost: {', '.join(parts)}; fitted on batches up to {seen['decode_seqs']:.0f} "
+            f"decoding sequences and {seen['prefill_tokens']:.0f} prompt tokens a step")
 
 
 def beyond_lines(c: StepCost) -> list[str]:
@@ -53,8 +53,8 @@ def beyond_lines(c: StepCost) -> list[str]:
         return []
     lines = [f"past that: {line}" for line in c.beyond.describe()]
     if c.beyond_scale != 1:
-        lines.append(f"  scaled by {c.beyond_scale:.2f}: the work past the recorded batches at that share of "
-                     f"the datasheet's rates")
+        lines.append(f"  scaled by {c.beyond_scale:.2f}: the work past the recorded batches at "
+                     f"that share of the datasheet's rates")
     return lines
 
 
@@ -67,13 +67,16 @@ def length_lines(w: WhatIf) -> list[str]:
     lines = []
     if settings.read_from_outside:
         lines.append(f"an engine read from outside: {longest}; the longest request recorded held "
-                     f"{w.observed.longest_request} tokens, prompt and output (--today max-model-len=N sets it)")
+                     f"{w.observed.longest_request} tokens, prompt and output (--today "
+                     f"max-model-len=N sets it)")
     if figures.get("requests_never_run"):
-        lines.append(f"{figures['requests_never_run']} of {total} requests could never run: a prompt of {longest} "
-                     f"or more, which the engine refuses; left out of every prediction")
+        lines.append(f"{figures['requests_never_run']} of {total} requests could never run: a "
+                     f"prompt of {longest} or more, which the engine refuses; left out of every "
+                     f"prediction")
     if figures.get("requests_cut_at_max_model_len"):
-        lines.append(f"{figures['requests_cut_at_max_model_len']} of {total} requests cut at {longest}: their "
-                     f"prompt and output are longer, and each is predicted to end there")
+        lines.append(f"{figures['requests_cut_at_max_model_len']} of {total} requests cut at "
+                     f"{longest}: their prompt and output are longer, and each is predicted to end "
+                     f"there")
     return lines
 
 
@@ -82,8 +85,9 @@ def render_whatif(w: WhatIf) -> str:
     on = "steps" if w.observed.steps else "pseudo-steps from the requests' prefill and decode intervals"
     lines = [f"replayed {len(w.observed.requests)} requests of {w.observed.source}"
              + (f", arriving {w.scale_rate:g}x as fast" if w.scale_rate != 1 else ""), *length_lines(w),
-             f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 {c.error_p90:.0%}; "
-             f"{c.loads} model loads seen" + _cold_note(c), fit_terms(c), *beyond_lines(c)]
+             f"step cost fitted on {c.steps} {on}: median error {c.error_median:.0%}, p90 "
+             f"{c.error_p90:.0%}; {c.loads} model "
+             f"loads seen" + _cold_note(c), fit_terms(c), *beyond_lines(c)]
     columns = [("today measured", w.measured), ("today predicted", w.today.figures)]
     columns += [(f"candidate {i}", p.figures) for i, (_, p) in enumerate(w.candidates, 1)]
     lines += [f"candidate {i}: {as_flags(changes)}"
@@ -113,6 +117,6 @@ def _range_note(p: Prediction, c: StepCost) -> str:
         return f"  (extrapolated: {share}, priced by the fit's straight line: no profile or prior to go by)"
     if p.bounds:
         low, high = p.bounds["ttft_p99_s"]
-        return (f"  ({share}, priced by the prior: P99 TTFT {_ms(low)} to {_ms(high)} if that part is off "
-                f"by {c.beyond.spread:g}x either way)")
+        return (f"  ({share}, priced by the prior: P99 TTFT {_ms(low)} to {_ms(high)} if that part "
+                f"is off by {c.beyond.spread:g}x either way)")
     return f"  ({share}, priced by the measured profile)"

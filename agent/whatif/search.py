@@ -57,8 +57,8 @@ def parse_slo(texts: Iterable[str] = ()) -> dict[str, float]:
         key, sep, raw = part.partition("=")
         key = key.strip()
         if key not in SLO_FIGURES or not sep:
-            raise UserError(f"--slo {part.strip()[:40]!r}: expected FIGURE=SECONDS with FIGURE one of "
-                            f"{', '.join(SLO_FIGURES)}")
+            raise UserError(f"--slo {part.strip()[:40]!r}: expected FIGURE=SECONDS with FIGURE one "
+                            f"of {', '.join(SLO_FIGURES)}")
         if key in out:
             raise UserError(f"--slo {key}: given twice: give each figure once")
         value = number_of_text(raw)

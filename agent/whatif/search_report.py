@@ -35,7 +35,8 @@ def render_search(result: SearchResult) -> str:
         ttft, tpot = f["ttft_p99_s"], f["tpot_p99_s"]
         return (f"  {f['throughput_tokens_per_s'] or 0:8.1f} tok/s  TTFT p99 "
                 f"{'-' if ttft is None else f'{ttft * 1000:.0f} ms':>8}  TPOT p99 "
-                f"{'-' if tpot is None else f'{tpot * 1000:.0f} ms':>7}  {as_flags(change) if change else '(today)'}")
+                f"{'-' if tpot is None else f'{tpot * 1000:.0f} ms':>7}  "
+                f"{as_flags(change) if change else '(today)'}")
 
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in result.slo.items()) or "none given"
     meeting = result.meeting()
@@ -56,7 +57,8 @@ def _sweep_lines(sweep: BatchSweep, slo: str) -> list[str]:
         ttft = f["ttft_p99_s"]
         mark = "  <- the KV cache runs out: requests preempted and recomputed" if n == wall else ""
         lines.append(f"  {n:>5}  TTFT p99 {'-' if ttft is None else f'{ttft * 1000:.0f} ms':>9}  "
-                     f"{f.get('preemptions') or 0:>5} preemptions  {f['throughput_tokens_per_s'] or 0:8.1f} tok/s"
+                     f"{f.get('preemptions') or 0:>5} preemptions  "
+                     f"{f['throughput_tokens_per_s'] or 0:8.1f} tok/s"
                      + mark)
     largest = sweep.largest_meeting()
     lines.append(f"the largest max-num-seqs meeting the SLO ({slo}): "

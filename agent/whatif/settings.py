@@ -138,7 +138,8 @@ def recorded_problem(cfg) -> str | None:
     per_token = sorted({_per_token(settings.model, 2), _per_token(settings.model, 4)})
     if settings.kv_bytes_per_token not in per_token:
         return (f"kv_bytes_per_token: must be what a token of model {settings.model!r} takes "
-                f"({' or '.join(map(str, per_token))} bytes), got {shown(settings.kv_bytes_per_token)}")
+                f"({' or '.join(map(str, per_token))} bytes), got "
+                f"{shown(settings.kv_bytes_per_token)}")
     return None
 
 

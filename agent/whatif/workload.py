@@ -140,13 +140,13 @@ def _check_bounds(source: str, timelines: list[RequestTimeline]) -> None:
     they grow to."""
     models = {t.model for t in timelines}
     if len(models) > MAX_REPLAY_MODELS:
-        raise UserError(f"{source}: the requests name {len(models):,} models, more than the {MAX_REPLAY_MODELS} an "
-                        f"engine serves")
+        raise UserError(f"{source}: the requests name {len(models):,} models, more than the "
+                        f"{MAX_REPLAY_MODELS} an engine serves")
     for what, limit in (("output", MAX_REPLAY_OUTPUT_TOKENS), ("prompt", MAX_REPLAY_PROMPT_TOKENS)):
         tokens = sum(getattr(t, f"{what}_tokens") for t in timelines)
         if tokens > limit:
-            raise UserError(f"{source}: the requests hold {tokens:,} {what} tokens, past the {limit:,} a replay "
-                            f"simulates: record a shorter window")
+            raise UserError(f"{source}: the requests hold {tokens:,} {what} tokens, past the "
+                            f"{limit:,} a replay simulates: record a shorter window")
 
 
 def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:

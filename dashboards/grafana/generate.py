@@ -379,8 +379,8 @@ def nodes_row(b: Board) -> None:
 
 def build_fleet() -> db.Dashboard:
     d = (db.Dashboard("stagelens fleet").uid("stagelens-fleet").tags(["stagelens", "gpu", "llm-inference"])
-         .description("The three bottleneck stages across the fleet: nodes firing per stage and cluster "
-                      "(docs/stages.md).")
+         .description("The three bottleneck stages across the fleet: nodes firing per stage and "
+                      "cluster (docs/stages.md).")
          .editable().refresh("1m").time("now-6h", "now").version(1)
          .annotation(db.AnnotationQuery().name("fleet-wide stage alerts").datasource(DS).enable(True)
                      .icon_color("red")

@@ -41,8 +41,8 @@ def llama_config(vocab_size: int) -> dict:
 def write(directory: pathlib.Path) -> None:
     tokenizer = byte_tokenizer()
     tokenizer.add_special_tokens({"bos_token": "<s>", "eos_token": "</s>"})
-    tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-                               "<|assistant|>\n")
+    tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% "
+                               "endfor %}<|assistant|>\n")
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(directory)
     config = llama_config(len(tokenizer))

@@ -152,22 +152,24 @@ class EngineConfig:
         if self.policy not in POLICIES:
             raise ConfigError(f"--policy: {self.policy!r} is not one of {', '.join(POLICIES)}")
         if self.max_num_batched_tokens < bs:
-            raise ConfigError(f"--max-num-batched-tokens: {self.max_num_batched_tokens} is smaller than one "
-                              f"block ({bs} tokens)")
+            raise ConfigError(f"--max-num-batched-tokens: {self.max_num_batched_tokens} is smaller "
+                              f"than one block ({bs} tokens)")
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
-            raise ConfigError(f"--max-num-batched-tokens: without chunked prefill it must be >= --max-model-len "
-                              f"({self.max_model_len}), got {self.max_num_batched_tokens}")
+            raise ConfigError(f"--max-num-batched-tokens: without chunked prefill it must be >= "
+                              f"--max-model-len ({self.max_model_len}), got "
+                              f"{self.max_num_batched_tokens}")
         if self.num_preload_models > self.models:
-            raise ConfigError(f"--num-preload-models: {self.num_preload_models} is not between 0 and --models "
-                              f"({self.models})")
+            raise ConfigError(f"--num-preload-models: {self.num_preload_models} is not between 0 "
+                              f"and --models ({self.models})")
         self.check_device()
         per_token = self.kv_bytes_per_token()
         if self.kv_cache_memory < per_token * bs:
-            raise ConfigError(f"--kv-cache-memory: {self.kv_cache_memory} bytes hold less than one block "
-                              f"({per_token * bs} bytes)")
+            raise ConfigError(f"--kv-cache-memory: {self.kv_cache_memory} bytes hold less than one "
+                              f"block ({per_token * bs} bytes)")
         if self.num_blocks() * bs < self.max_model_len:
-            raise ConfigError(f"--kv-cache-memory: {self.kv_cache_memory} bytes hold {self.num_blocks() * bs} "
-                              f"tokens, too few for one request of --max-model-len {self.max_model_len} "
+            raise ConfigError(f"--kv-cache-memory: {self.kv_cache_memory} bytes hold "
+                              f"{self.num_blocks() * bs} tokens, too few for one request of "
+                              f"--max-model-len {self.max_model_len} "
                               f"({per_token * self.max_model_len} bytes needed)")
 
     def check_device(self) -> None:
@@ -187,8 +189,8 @@ class EngineConfig:
             if count == 0:
                 raise ConfigError(f"--device: {self.device} asked for, but torch sees no CUDA device")
             if index >= count:
-                raise ConfigError(f"--device: {self.device} asked for, but torch sees {count} CUDA device"
-                                  f"{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})")
+                raise ConfigError(f"--device: {self.device} asked for, but torch sees {count} CUDA "
+                                  f"device{'s' if count > 1 else ''} (cuda:0 to cuda:{count - 1})")
 
     @property
     def preset(self):

@@ -199,8 +199,9 @@ class LLMEngine:
         if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in prompt_token_ids):
             raise ValueError(f"prompt token ids must be whole numbers in [0, {vocab})")
         if len(prompt_token_ids) >= self.config.max_model_len:
-            raise ValueError(f"prompt of {len(prompt_token_ids)} tokens does not fit --max-model-len "
-                             f"{self.config.max_model_len} with room for one output token")
+            raise ValueError(f"prompt of {len(prompt_token_ids)} tokens does not fit "
+                             f"--max-model-len {self.config.max_model_len} with room for one "
+                             f"output token")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
         req = Request(request_id or f"req-{next(self._ids)}", model, prompt_token_ids, params or SamplingParams(),
@@ -406,8 +407,8 @@ class LLMEngine:
             if req.deadline is None:
                 continue
             if req.deadline <= now:
-                self._fail(req, FinishReason.TIMEOUT, f"the request did not finish within its deadline of "
-                           f"{req.deadline - req.arrival_time:g} s", stats)
+                self._fail(req, FinishReason.TIMEOUT, f"the request did not finish within its "
+                           f"deadline of {req.deadline - req.arrival_time:g} s", stats)
             else:
                 self._next_deadline = min(self._next_deadline, req.deadline)
 
@@ -415,8 +416,9 @@ class LLMEngine:
         self.step_errors[phase] += 1
         # once per phase with the traceback; later ones are counted
         if self.step_errors[phase] == 1:
-            log.error("an engine step failed in %s; its %d request(s) fail, the engine goes on (further "
-                      "failures in %s are only counted)", phase, len(requests), phase, exc_info=exc)
+            log.error("an engine step failed in %s; its %d request(s) fail, the engine goes on "
+                      "(further failures in %s are "
+                      "only counted)", phase, len(requests), phase, exc_info=exc)
         error = f"the engine failed in {phase}: {type(exc).__name__}: {exc}"
         for req in requests:
             self._fail(req, FinishReason.ERROR, error, stats)

@@ -147,4 +147,5 @@ class Request:
 
     def __repr__(self) -> str:
         return (f"Request({self.request_id}, {self.model}, prompt={self.num_prompt_tokens}, "
-                f"out={len(self.output_token_ids)}, computed={self.num_computed_tokens}, {self.status.value})")
+                f"out={len(self.output_token_ids)}, computed={self.num_computed_tokens}, "
+                f"{self.status.value})")

@@ -22,5 +22,5 @@ class HookGuard:
                 self.errors[hook] += 1
                 first = self.errors[hook] == 1
             if first:
-                log.exception("stagelens hook %r failed; the engine goes on, further failures are only "
-                              "counted (hook_errors)", hook)
+                log.exception("stagelens hook %r failed; the engine goes on, further failures are "
+                              "only counted (hook_errors)", hook)

@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 REQUEST_READ_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 64              # handled at once, a thread each
 _BUSY_BODY = b"too many connections; try again\n"
-_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-         b"Content-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
+_BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; "
+         b"charset=utf-8\r\nContent-Length: %d\r\nConnection: "
+         b"close\r\nRetry-After: 1\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):

@@ -112,8 +112,9 @@ def wait_seconds_by_reason(gauges: list[Gauges], span: float) -> Inferred[dict[s
     usage = _mean([g.kv_ratio for g in seen])
     parts = [f"{sum(waiting) / by_scrape:.2f} requests waiting on average over {by_scrape} scrapes"]
     if usage is not None:
-        parts.append(f"KV usage {usage:.2f} on average, no room for one more request in {sum(map(bool, full))} of them "
-                     f"({no_blocks:.2f} waiting there: no free blocks)")
+        parts.append(f"KV usage {usage:.2f} on average, no room for one more request in "
+                     f"{sum(map(bool, full))} of them ({no_blocks:.2f} waiting there: no free "
+                     f"blocks)")
     if limit is not None:
         parts.append(f"{batch_full:.2f} waiting while the batch was held at its limit ({limit.how})")
     if adapters:
@@ -143,8 +144,9 @@ def pinned_batch(gauges: list[Gauges]) -> Inferred | None:
     at_limit = sum(g.running == limit for g in queued)
     if limit < 1 or at_limit < PINNED_SAMPLES or at_limit < PINNED_SHARE * len(queued):
         return None
-    return Inferred(round(limit), f"{limit:.0f} running at {at_limit} of the {len(queued)} samples that found "
-                                  f"requests waiting with room in the KV cache, never more")
+    return Inferred(round(limit), f"{limit:.0f} running at {at_limit} of the {len(queued)} samples "
+                                  f"that found requests waiting with room in the KV cache, never "
+                                  f"more")
 
 
 def kv_full(g: Gauges) -> bool:
@@ -207,8 +209,9 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
     if kv is None or not kv.num_blocks:
         return None
     if kv.forced_block_size:
-        return Inferred(None, f"not judged: the model sets the block size ({kv.block_size} tokens, a hybrid "
-                              f"attention + mamba layout: {kv.tokens:,} tokens in {kv.num_blocks:,} blocks)")
+        return Inferred(None, f"not judged: the model sets the block size ({kv.block_size} tokens, "
+                              f"a hybrid attention + mamba layout: {kv.tokens:,} tokens in "
+                              f"{kv.num_blocks:,} blocks)")
     seen = [(max(0, round(g.kv_ratio * kv.num_blocks) - kv.reserved_blocks), g.held_tokens, g.running or 0.0)
             for g in gauges if g.kv_ratio is not None and g.held_tokens is not None]
     seen = [(blocks, held, running) for blocks, held, running in seen if blocks > 0]
@@ -216,20 +219,23 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
         return None
     blocks = sum(b for b, _, _ in seen) / len(seen)
     if blocks < MIN_BLOCKS_IN_USE:
-        return Inferred(None, f"not judged: {blocks:.1f} KV blocks in use on average (of {kv.num_blocks:,}), fewer "
-                              f"than {MIN_BLOCKS_IN_USE}: the running requests' last, partial blocks, not a pattern")
+        return Inferred(None, f"not judged: {blocks:.1f} KV blocks in use on average (of "
+                              f"{kv.num_blocks:,}), fewer than {MIN_BLOCKS_IN_USE}: the running "
+                              f"requests' last, partial blocks, not a pattern")
     reserved = blocks * kv.tokens_per_block
     held = min(reserved, sum(h for _, h, _ in seen) / len(seen))
     running = sum(r for _, _, r in seen) / len(seen)
     floor = min(reserved - held, running * (kv.tokens_per_block - 1))
     less = f", less {kv.reserved_blocks} reserved" if kv.reserved_blocks else ""
     return Inferred((reserved - held - floor) / reserved,
-                    f"{reserved:,.0f} KV slots in use on average (kv_cache_usage_perc x {kv.num_blocks:,} "
-                    f"blocks{less}, x {kv.tokens_per_block:g} tokens a block) against {held:,.0f} tokens held by "
-                    f"running requests (prompt and generation tokens counted, less those of the requests finished, "
-                    f"at most what the running requests hold on average, prefix-cache hits shared) and "
-                    f"{floor:,.0f} slots their last blocks leave empty ({running:.1f} running, up to "
-                    f"{kv.tokens_per_block - 1:g} each: the block size's floor) over {len(seen)} scrapes")
+                    f"{reserved:,.0f} KV slots in use on average (kv_cache_usage_perc x "
+                    f"{kv.num_blocks:,} blocks{less}, x {kv.tokens_per_block:g} tokens a block) "
+                    f"against {held:,.0f} tokens held by running requests (prompt and generation "
+                    f"tokens counted, less those of the requests finished, at most what the "
+                    f"running requests hold on average, prefix-cache hits shared) and {floor:,.0f} "
+                    f"slots their last blocks leave empty ({running:.1f} running, up to "
+                    f"{kv.tokens_per_block - 1:g} each: the block size's floor) over {len(seen)} "
+                    f"scrapes")
 
 
 def mark_preemptions(samples: list[Gauges], per_preemption_s: float) -> list[Gauges]:
@@ -276,14 +282,15 @@ def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
     seen = [share for before, g in itertools.pairwise(scrapes) if (share := _full_while_pressed(before, g)) is not None]
     if not seen:
         return None
-    how = (f"the KV cache had no room for one more request while requests waited or were preempted at "
-           f"{round(sum(seen), 2):g} of {len(seen)} samples")
+    how = (f"the KV cache had no room for one more request while requests waited or were preempted "
+           f"at {round(sum(seen), 2):g} of {len(seen)} samples")
     if len(seen) < FEWEST_SAMPLES:
-        return Inferred(None, f"{how}: {len(seen)} samples are too few for a share (fewer than {FEWEST_SAMPLES} "
-                              f"read only 0, 1/2 or 1)")
+        return Inferred(None, f"{how}: {len(seen)} samples are too few for a share (fewer than "
+                              f"{FEWEST_SAMPLES} read only 0, 1/2 or 1)")
     if any(g.preempted_share for g in scrapes):
-        how += (" (a sample after a preemption with room seen counts for the share of its time the preemptions say "
-                "the cache was full: vLLM preempts only when it cannot allocate a KV block)")
+        how += (" (a sample after a preemption with room seen counts for the share of its time the "
+                "preemptions say the cache was full: vLLM preempts only when it cannot allocate a "
+                "KV block)")
     return Inferred(sum(seen) / len(seen), how)
 
 
@@ -558,8 +565,9 @@ def decided_wait_p99(timelines: list[RequestTimeline], period: float | None, ord
     bound = queued[0] - step
     if bound <= 0 or (found is not None and found.value >= bound):
         return found
-    how = (f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average (num_requests_waiting "
-           f"by Little's law, less KV and model waits) less the step in progress ({_ms(step)}): at least that"
+    how = (f"{queued[1]} requests were queued in the window for {queued[0]:.2f} s on average "
+           f"(num_requests_waiting by Little's law, less KV and model waits) less the step in "
+           f"progress ({_ms(step)}): at least that"
            + (f"; {found.how}" if found is not None else ""))
     if len(timelines) < MIN_FINISHED and waiting_now:
         return WaitBounds(bound, None, how)
@@ -571,13 +579,16 @@ def _finished_wait_p99(timelines: list[RequestTimeline], period: float | None, l
     if not timelines or period is None:
         return None
     value = sustained_p99(decided_waits(timelines, period, longest))
-    few = (f"; only {len(timelines)} requests finished in the window while {waiting_now:.0f} wait: the P99 of "
-           f"those {len(timelines)}, not of the queue" if len(timelines) < MIN_FINISHED and waiting_now else "")
-    return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} requests' time_in_queue "
-                           f"(their llm_request spans) from the first step boundary their spans show after each "
-                           f"one's arrival (a request's scheduling, first token or end; one step period is "
-                           f"{period * 1000:.0f} ms), or past the longest step ({_ms(longest)}), whole behind a "
-                           f"long prompt's prefill{few}")
+    few = (f"; only {len(timelines)} requests finished in the window while {waiting_now:.0f} wait: "
+           f"the P99 of those "
+           f"{len(timelines)}, not of "
+           f"the queue" if len(timelines) < MIN_FINISHED and waiting_now else "")
+    return Inferred(value, f"P99 (reached by two requests at least) over {len(timelines)} "
+                           f"requests' time_in_queue (their llm_request spans) from the first step "
+                           f"boundary their spans show after each one's arrival (a request's "
+                           f"scheduling, first token or end; one step period is "
+                           f"{period * 1000:.0f} ms), or past the longest step ({_ms(longest)}), "
+                           f"whole behind a long prompt's prefill{few}")
 
 
 def _ms(seconds: float | None) -> str:
@@ -606,9 +617,9 @@ def head_of_line_share(timelines: list[RequestTimeline], period: float | None) -
     if not short:
         return None
     value = behind / waited if waited > 0 else 0.0
-    return Inferred(value, f"{behind:.2f} s of {waited:.2f} s that {len(short)} short requests queued (less a step "
-                           f"period each) overlapped the prefill of a prompt over {LONG_PREFILL_TOKENS} tokens, "
-                           f"from their llm_request spans")
+    return Inferred(value, f"{behind:.2f} s of {waited:.2f} s that {len(short)} short requests "
+                           f"queued (less a step period each) overlapped the prefill of a prompt "
+                           f"over {LONG_PREFILL_TOKENS} tokens, from their llm_request spans")
 
 
 def charge_queued(timelines: list[RequestTimeline], by_reason: dict[str, float] | None,

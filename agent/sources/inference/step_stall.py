@@ -69,8 +69,9 @@ def growing_wait(still_s: float, waiting: float | None, ordinary_step_s: float, 
     grown = still_s - ordinary_step_s
     if kv_full or waiting is None or waiting < 2 or grown <= 0:
         return None
-    return Inferred(grown, f"the {waiting:.0f} requests waiting at the last step's end still waited {still_s:.1f} s "
-                           f"on, less one ordinary step ({ordinary_step_s * 1000:.0f} ms)")
+    return Inferred(grown, f"the {waiting:.0f} requests waiting at the last step's end still "
+                           f"waited {still_s:.1f} s on, less one ordinary step "
+                           f"({ordinary_step_s * 1000:.0f} ms)")
 
 
 def stalled_wait(still_s: float, kv_full: bool, floors: list[Inferred | None]) -> Inferred:

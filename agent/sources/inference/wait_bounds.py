@@ -40,26 +40,28 @@ def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], le
         if lower > 0:
             at_most = None if math.isinf(upper) else upper
             return WaitBounds(max(0.0, lower - (step or 0.0)), at_most,
-                              f"the queue-time histogram's P99 is in its bucket ({lower:g}, {upper:g}] s: queued at "
-                              f"least {lower:g} s{_less_step(step)}")
+                              f"the queue-time histogram's P99 is in its bucket ({lower:g}, "
+                              f"{upper:g}] s: queued at least {lower:g} s{_less_step(step)}")
         mean = histogram_mean(queue)
         how = f"the queue-time histogram's P99 is in its first bucket, (0, {upper:g}] s"
         if mean is not None and MARKOV_FACTOR * mean < upper:
             upper = MARKOV_FACTOR * mean
-            how += (f"; its mean is {_said(mean)} and at most 1% of waits can exceed {MARKOV_FACTOR} times the mean "
-                    f"(Markov's inequality): at most {_said(upper)}")
+            how += (f"; its mean is {_said(mean)} and at most 1% of waits can exceed "
+                    f"{MARKOV_FACTOR} times the mean (Markov's inequality): at most {_said(upper)}")
         return WaitBounds(None, upper, how)
     if not waiting or min(waiting) <= 0 or left_per_s is None or span <= 0:
         return None
     queued = sum(waiting) / len(waiting)
     if left_per_s <= 0:
-        return WaitBounds(span, None, f"{queued:.0f} requests waiting at every one of {len(waiting)} scrapes and none "
-                                      f"left the queue: they waited at least the {span:.0f} s window")
+        return WaitBounds(span, None, f"{queued:.0f} requests waiting at every one of "
+                                      f"{len(waiting)} scrapes and none left the queue: they "
+                                      f"waited at least the {span:.0f} s window")
     mean_wait = queued / left_per_s
     return WaitBounds(max(0.0, mean_wait - (step or 0.0)), None,
-                      f"{queued:.0f} requests waiting at every one of {len(waiting)} scrapes, {left_per_s:.2f} "
-                      f"a second leaving the queue: {_said(mean_wait)} of wait on average (Little's law), "
-                      f"which a queue present throughout makes most requests wait{_less_step(step)}")
+                      f"{queued:.0f} requests waiting at every one of {len(waiting)} scrapes, "
+                      f"{left_per_s:.2f} a second leaving the queue: {_said(mean_wait)} of wait on "
+                      f"average (Little's law), which a queue present throughout makes most "
+                      f"requests wait{_less_step(step)}")
 
 
 def _less_step(step: float | None) -> str:

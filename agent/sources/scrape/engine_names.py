@@ -51,13 +51,13 @@ def found_instead(ex: Exposition, kind: str, where: str) -> str:
         spaces[space] = spaces.get(space, 0) + 1
     other = next((k for k in PREFIX if k != kind and f"{PREFIX[k]}*" in spaces), None)
     if other is not None:
-        return (f"no {PREFIX[kind]}* metric at {where}, but {spaces[PREFIX[other] + '*']} {PREFIX[other]}* ones: "
-                f"is this {ENGINE_NAME[other]}? (--engine {other})")
+        return (f"no {PREFIX[kind]}* metric at {where}, but {spaces[PREFIX[other] + '*']} "
+                f"{PREFIX[other]}* ones: is this {ENGINE_NAME[other]}? (--engine {other})")
     if not spaces:
         return f"no metric at all at {where}: is this {ENGINE_NAME[kind]}'s /metrics?"
     listed = "/".join(sorted(spaces)[:4]) + ("/..." if len(spaces) > 4 else "")
-    return (f"only {listed} metrics at {where}, no {PREFIX[kind]}* one: is this {ENGINE_NAME[kind]}? "
-            f"({_METRICS_OFF[kind]})")
+    return (f"only {listed} metrics at {where}, no {PREFIX[kind]}* one: is this "
+            f"{ENGINE_NAME[kind]}? ({_METRICS_OFF[kind]})")
 
 
 def _labels(ex: Exposition, prefix: str, name: str) -> set[str]:

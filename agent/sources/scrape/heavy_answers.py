@@ -52,9 +52,9 @@ class HeavyAnswers:
         with self._lock:
             if self._clock() < self._until:
                 self.counts["reads_skipped"] += 1
-                raise ReadPaused(f"{self.url}: not read for {self._pause_s:g} s after an answer too heavy to read "
-                                 f"every second ({self._why}); the pause doubles while its answers stay so, up to "
-                                 f"{self.most_s:g} s")
+                raise ReadPaused(f"{self.url}: not read for {self._pause_s:g} s after an answer "
+                                 f"too heavy to read every second ({self._why}); the pause doubles "
+                                 f"while its answers stay so, up to {self.most_s:g} s")
 
     def heavy(self, why: str) -> None:
         """An answer too heavy to read again soon: pause (twice the last pause, unless calm came

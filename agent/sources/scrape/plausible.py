@@ -113,8 +113,8 @@ def _buckets_broken(family: Family) -> str | None:
         buckets.sort()
         for (low, below), (high, count) in zip(buckets, buckets[1:], strict=False):
             if count < below:
-                return (f"buckets not cumulative: le={high:g} counts {count:g}, fewer than le={low:g}'s "
-                        f"{below:g}")
+                return (f"buckets not cumulative: le={high:g} counts {count:g}, fewer than "
+                        f"le={low:g}'s {below:g}")
     return None
 
 

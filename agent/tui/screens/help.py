@@ -25,9 +25,9 @@ KEYS = (
     ("ctrl+p", "command palette: panels, runbooks, fix, screenshot, theme"),
 )
 
-STATES = ("Each stage (KV cache, scheduler, cold path) is OK, WARN or FIRING, with hysteresis. The root stage "
-          "is the cause; a stage marked (← another) is that stage's consequence. STALE: the source stopped "
-          "answering; the screen keeps the last frame it got.")
+STATES = ("Each stage (KV cache, scheduler, cold path) is OK, WARN or FIRING, with hysteresis. The "
+          "root stage is the cause; a stage marked (← another) is that stage's consequence. STALE: "
+          "the source stopped answering; the screen keeps the last frame it got.")
 
 
 def help_renderable(title: str = "stagelens — keys", keys=KEYS, legend: str = STATES) -> Group:

@@ -44,7 +44,8 @@ class RunbookScreen(Screen[None]):
         yield Static(f" runbook {self.runbook}  ·  {self.where}  ·  esc: back", id="runbook-title")
         with VerticalScroll(id="runbook-body"):
             if self.text is None:
-                yield Static(f"runbook not found: {self.where}\n\nThe runbooks live in {runbook_ref('<AlertName>')}; "
-                             f"`stagelens runbook NAME` lists the known ones.", id="runbook-missing")
+                yield Static(f"runbook not found: {self.where}\n\nThe runbooks live in "
+                             f"{runbook_ref('<AlertName>')}; `stagelens runbook NAME` lists the "
+                             f"known ones.", id="runbook-missing")
             else:
                 yield Markdown(self.text, id="runbook-markdown")

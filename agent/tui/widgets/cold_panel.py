@@ -53,8 +53,9 @@ class ColdPanel(Panel):
         if last.engine is not None:
             cfg, cold = last.engine.engine, last.engine.window.cold_path
             resident = "?" if cfg.resident_models is None else ", ".join(cfg.resident_models) or "none"
-            parts.append(Text(f"models {_known(cfg.models)} · preloaded {_known(cfg.num_preload_models)} · "
-                              f"resident: {resident}", style="grey70"))
+            parts.append(Text(f"models {_known(cfg.models)} · preloaded "
+                              f"{_known(cfg.num_preload_models)} · resident: "
+                              f"{resident}", style="grey70"))
             loading = cold.loads_in_progress
             text = Text("loading now: ", style="bold")
             if loading:
@@ -62,11 +63,13 @@ class ColdPanel(Panel):
             else:
                 text.append("nothing" if loading is not None else "?", style="grey70")
             text.append(f"   in the window: {_known(cold.loads_in_window)} loads, "
-                        f"{size(cold.load_bytes_in_window)}, {seconds(cold.load_seconds_in_window)}")
+                        f"{size(cold.load_bytes_in_window)}, "
+                        f"{seconds(cold.load_seconds_in_window)}")
             parts.append(text)
-            parts.append(Text(f"decode step {seconds(cold.step_time_during_load_s)} during a load vs "
-                              f"{seconds(cold.step_time_without_load_s)} without · waiting on a model: "
-                              f"{_known(cold.waiting_on_model)} · host→device {rate_bytes(cold.h2d_bytes_per_s)}"))
+            parts.append(Text(f"decode step {seconds(cold.step_time_during_load_s)} during a load "
+                              f"vs {seconds(cold.step_time_without_load_s)} without · waiting on a "
+                              f"model: {_known(cold.waiting_on_model)} · host→device "
+                              f"{rate_bytes(cold.h2d_bytes_per_s)}"))
             parts.append(headline(state, "step_time_inflation"))
             parts.append(signal_plot(state, "step_time_inflation", lambda w: w.cold_path.step_time_inflation,
                                      3 if app_info.get("tall") else 2))

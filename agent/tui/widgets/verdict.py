@@ -84,7 +84,8 @@ class VerdictStrip(RenderedLines):
             if actions.cell_len:
                 lines.append(actions)
             actions = Text(f"fix applied at {clock(state.fix.at_unix)}: {state.verdict_text()} now "
-                           f"(was {state.fix.verdict_before}) — before/after in panel 3", style="bold cyan")
+                           f"(was {state.fix.verdict_before}) — before/after "
+                           f"in panel 3", style="bold cyan")
         if actions.cell_len:
             lines.append(actions)
         self.update(Group(*lines))

@@ -143,9 +143,10 @@ class VllmMetrics:
         self.running = gauge(vllm.NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
         self.waiting = gauge(vllm.NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
         by_reason = Gauge(vllm.NUM_REQUESTS_WAITING_BY_REASON,
-                          "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
-                          "scheduling capacity; 'deferred' = deferred by transient constraints (here: its "
-                          "model is not resident). Sum of all reasons equals vllm:num_requests_waiting.",
+                          "Number of waiting requests by reason. Reason labels: 'capacity' = "
+                          "waiting for scheduling capacity; 'deferred' = deferred by transient "
+                          "constraints (here: its model is not resident). Sum of all reasons "
+                          "equals vllm:num_requests_waiting.",
                           (*LABELS, "reason"), registry=r)
         self.waiting_capacity = by_reason.labels(*values, CAPACITY)
         self.waiting_deferred = by_reason.labels(*values, DEFERRED)
