@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from stagelens.errors import UserError
 from stagelens.lab.bundled_engine import ALLOCATORS, POLICIES
 from stagelens.lab.flag_values import SWITCH_WORDS as _SWITCH
+from stagelens.numbers import number_of_text
 
 
 @dataclass(frozen=True)
@@ -24,13 +25,13 @@ class Variable:
 
     def parse_one(self, text: str):
         text = text.strip()
-        try:
-            if self.kind == "int":
-                return int(text)
-            if self.kind == "float":
-                return float(text)
-        except ValueError:
-            raise UserError(f"{self.flag}: cannot read {text!r} as a {self.kind}") from None
+        if self.kind in ("int", "float"):
+            # ASCII digits only, as every numeric flag reads them: int() takes `٣` and `1_0`
+            number = number_of_text(text, integer=self.kind == "int")
+            if number is None:
+                what = "a whole number" if self.kind == "int" else "a number"
+                raise UserError(f"{self.flag}: cannot read {text!r} as {what}")
+            return number
         if self.kind == "switch":
             if text.lower() not in _SWITCH:
                 raise UserError(f"{self.flag}: {text!r} is not on or off")

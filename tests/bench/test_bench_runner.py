@@ -2,6 +2,9 @@
 
 import io
 
+import pytest
+
+from stagelens.errors import UserError
 from stagelens.loadtest.point import Point
 from stagelens.loadtest.progress import ProgressBar
 from stagelens.loadtest.runner import KneeRule, run_stress, run_sweep
@@ -54,3 +57,11 @@ def test_a_sweep_of_a_setting_that_is_not_a_load_ignores_throughput_gain():
     points, knee = run_sweep(VARIABLES["max_num_seqs"], [1, 2, 4], measure, KneeRule(), 1,
                              ProgressBar("x", 3, enabled=False))
     assert knee is not None and knee.rules == ["throughput_gain"]
+
+
+@pytest.mark.parametrize("text", ["٣", "1_0", "4x"])
+def test_a_swept_value_is_read_in_ascii_digits_as_every_numeric_flag(text):
+    """`int()` reads another script's digits and underscores; a sweep's values are read as the flags are."""
+    with pytest.raises(UserError, match=r"--max-num-seqs: cannot read .* as a whole number"):
+        VARIABLES["max_num_seqs"].parse(f"2,{text}")
+    assert VARIABLES["max_num_seqs"].parse("2, 4") == [2, 4] and VARIABLES["rate"].parse("1.5") == [1.5]
