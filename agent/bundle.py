@@ -223,8 +223,10 @@ def engine_settings(engine_cfg) -> dict:
     """The bundled engine's settings as a bundle's `engine_config` record (and
     `/api/v1/whatif/window`) holds them."""
     settings = {k: v for k, v in dataclasses.asdict(engine_cfg).items() if k not in ("extra", "model_dir")}
-    settings.update(kv_bytes_per_token=engine_cfg.kv_bytes_per_token(), num_blocks=engine_cfg.num_blocks(),
-                    resolved_device=engine_cfg.resolved_device(), resolved_dtype=engine_cfg.resolved_dtype())
+    settings.update(kv_bytes_per_token=engine_cfg.kv_bytes_per_token(),
+                    num_blocks=engine_cfg.num_blocks(),
+                    resolved_device=engine_cfg.resolved_device(),
+                    resolved_dtype=engine_cfg.resolved_dtype())
     return settings
 
 

@@ -15,7 +15,8 @@ from stagelens.printable import printable
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="stagelens", prog_name="stagelens")
-@click.option("--nvml-snapshot", type=click.Path(dir_okay=False), default=None, envvar="STAGELENS_NVML_SNAPSHOT",
+@click.option("--nvml-snapshot", type=click.Path(dir_okay=False), default=None,
+              envvar="STAGELENS_NVML_SNAPSHOT",
               help="Replay this stagelens-nvml/1 snapshot instead of asking the NVIDIA driver.")
 @click.pass_context
 def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
@@ -61,7 +62,8 @@ def run(argv: list[str]) -> int:
     on stderr."""
     try:
         _register()
-        code = cli.main(args=hoist_global_options(argv), prog_name="stagelens", standalone_mode=False)
+        code = cli.main(args=hoist_global_options(argv), prog_name="stagelens",
+                        standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("stagelens: interrupted", err=True)
         return EXIT_INTERRUPTED

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-STATE_STYLE = {"firing": "bold white on red", "warn": "bold black on yellow", "ok": "bold black on green",
-               "unknown": "bold white on grey37", "info": "bold white on blue"}
+STATE_STYLE = {"firing": "bold white on red", "warn": "bold black on yellow",
+               "ok": "bold black on green", "unknown": "bold white on grey37",
+               "info": "bold white on blue"}
 STATE_COLOR = {"firing": "red", "warn": "yellow", "ok": "green", "unknown": "grey50", "info": "cyan"}
 STATE_MARK = {"firing": "FIRING", "warn": "WARN", "ok": "OK", "unknown": "UNKNOWN", "info": "info"}
 # before a value that is a bound (Evidence.bound; None: the value itself)

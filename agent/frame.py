@@ -55,7 +55,8 @@ class Frame:
         """The frame as JSON data. The node sample's JSON is made once and shared, not copied
         (its topology alone is tens of KB on an 8-GPU node): callers serialise the result, they
         do not change it."""
-        return {"time_unix": self.time_unix, "time_monotonic": self.time_monotonic, "node": self.node,
+        return {"time_unix": self.time_unix, "time_monotonic": self.time_monotonic,
+                "node": self.node,
                 "node_sample": self.node_sample.to_dict() if self.node_sample is not None else None,
                 "engine": self.engine.to_dict() if self.engine is not None else None,
                 "collectors": [c.to_dict() for c in self.collectors], "version": self.version}

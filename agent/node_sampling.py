@@ -49,8 +49,8 @@ class NodeSampling:
             raise UserError(str(exc)) from None
         self.probe = NodeProbe(backend, pid=pid)
         self.engine_source = engine_source
-        self.sampler = Sampler(node_probe=self.probe, engine_source=engine_source, interval=interval,
-                               history=history)
+        self.sampler = Sampler(node_probe=self.probe, engine_source=engine_source,
+                               interval=interval, history=history)
         self.sampler.listeners.extend(listeners)
         self._services = engine_source if run_source_services and isinstance(engine_source, SourceServices) else None
 
@@ -89,7 +89,8 @@ class NodeSampling:
         if window is not None:
             return window()
         timelines = self.recent_timelines()
-        return {"timelines": [t.to_dict() for t in timelines], "engine_config": None, "steps": [], "loads": []}
+        return {"timelines": [t.to_dict() for t in timelines], "engine_config": None, "steps": [],
+                "loads": []}
 
     def stop(self, before_last_frame: Callable[[], None] | None = None) -> None:
         """Stop the sampling thread and take one last frame (the requests that ended meanwhile

@@ -14,9 +14,9 @@ from stagelens.numbers import shown
 
 # What a step record keeps of the flight recorder's (engine_hooks.hooks.recorder): the batch and its
 # time
-STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens", "prefill_seqs",
-               "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting", "running", "preempted", "loading",
-               "forwards")
+STEP_FIELDS = ("index", "start", "end", "prefill_tokens", "prefill_pairs", "decode_tokens",
+               "prefill_seqs", "decode_seqs", "kv_tokens_cached", "kv_slots_reserved", "waiting",
+               "running", "preempted", "loading", "forwards")
 LOAD_FIELDS = ("model", "start", "end", "seconds", "ok")
 # a step's counts (tokens, pairs, sequences): exact in a float, and squared still finite
 MAX_FIGURE = 2**53

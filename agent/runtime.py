@@ -37,8 +37,9 @@ class LabSettings:
 
 class AgentRuntime:
     def __init__(self, diagnosis_config: DiagnosisConfig | None = None, interval: float = 1.0,
-                 nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None, engine_source=None,
-                 vllm_names: bool = False, request_timeout: float = 600.0, history: int = 900) -> None:
+                 nvml_snapshot: str | None = None, tracer=None, lab: LabSettings | None = None,
+                 engine_source=None, vllm_names: bool = False, request_timeout: float = 600.0,
+                 history: int = 900) -> None:
         self.diagnosis_config = diagnosis_config or DiagnosisConfig()
         self.nvml_snapshot = nvml_snapshot
         self.interval = interval
@@ -51,11 +52,13 @@ class AgentRuntime:
 
             self.lab = EngineHost(face=lab.vllm_face)
         # the hosted engine, or one read from outside (agent/sources), or none: sampled alike
-        self.sampling = NodeSampling(self.lab or engine_source, nvml_snapshot, interval, history=history)
+        self.sampling = NodeSampling(self.lab or engine_source, nvml_snapshot, interval,
+                                     history=history)
         self.sampler = self.sampling.sampler
         self.backend = self.sampling.probe.backend
         self.tracer = tracer
-        self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for, vllm_names)
+        self.metrics = MetricsExporter(self.latest_frame, self.latest_diagnosis, self.trace_id_for,
+                                       vllm_names)
         self._lock = threading.Lock()
         # The latest frame and its diagnosis, published together (one assignment): a scrape or an
         # API call never sees a new frame with the previous frame's diagnosis.
@@ -130,7 +133,8 @@ class AgentRuntime:
         cached = self._prediction
         fresh = cached is not None and cached[0] == key and time.monotonic() - cached[1] < PREDICTION_TTL_S
         if not fresh and self._predicting.acquire(blocking=False):
-            threading.Thread(target=self._predict, args=(key, diagnosis), name="stagelens-whatif", daemon=True).start()
+            threading.Thread(target=self._predict, args=(key, diagnosis), name="stagelens-whatif",
+                             daemon=True).start()
         return cached[2] if cached is not None and cached[0] == key else None
 
     def _predict(self, key: tuple, diagnosis: Diagnosis) -> None:

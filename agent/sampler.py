@@ -23,8 +23,8 @@ Listener = Callable[[Frame, list], None]
 
 
 class Sampler:
-    def __init__(self, node_probe=None, engine_source: EngineSource | None = None, interval: float = 1.0,
-                 history: int = 900) -> None:
+    def __init__(self, node_probe=None, engine_source: EngineSource | None = None,
+                 interval: float = 1.0, history: int = 900) -> None:
         if interval <= 0:
             raise ValueError(f"the sampling interval must be positive, got {interval}")
         self.node_probe = node_probe

@@ -32,14 +32,18 @@ WAIT_STAGE: dict[str, str | None] = {
 # ... and every component of a request's time (engine_hooks.records.attribution); None: the
 # request's own compute.
 COMPONENT_STAGE: dict[str, str | None] = {
-    **WAIT_STAGE, attribution.RECOMPUTE: KV_CACHE, attribution.LOAD_SLOWDOWN: COLD_PATH, attribution.COMPUTE: None,
+    **WAIT_STAGE, attribution.RECOMPUTE: KV_CACHE, attribution.LOAD_SLOWDOWN: COLD_PATH,
+    attribution.COMPUTE: None,
 }
-COMPONENT_NAMES = {**{k: k.replace("_", " ") for k in COMPONENT_STAGE}, waits.MODEL_LOADING: "model loads",
+COMPONENT_NAMES = {**{k: k.replace("_", " ") for k in COMPONENT_STAGE},
+                   waits.MODEL_LOADING: "model loads",
                    QUEUED: "queued (why, the engine does not say)",
-                   attribution.RECOMPUTE: "recomputed prefill", attribution.LOAD_SLOWDOWN: "steps slowed by loads"}
+                   attribution.RECOMPUTE: "recomputed prefill",
+                   attribution.LOAD_SLOWDOWN: "steps slowed by loads"}
 
 # The alert of each stage; its runbook is named after it (agent.runbook_files.stage_runbook)
-STAGE_ALERTS = {KV_CACHE: "KVCacheStageFiring", SCHEDULER: "SchedulerStageFiring", COLD_PATH: "ColdPathStageFiring"}
+STAGE_ALERTS = {KV_CACHE: "KVCacheStageFiring", SCHEDULER: "SchedulerStageFiring",
+                COLD_PATH: "ColdPathStageFiring"}
 
 
 def stage_of(component: str) -> str | None:

@@ -60,7 +60,8 @@ class GpuSample:
 def read_gpu(reader: NvmlReader, info: DeviceInfo) -> GpuSample:
     """One tick of GPU state. Raises DeviceLost if the GPU is lost in the middle of it."""
     i = info.index
-    s = GpuSample(index=i, uuid=info.uuid, name=info.name, pci_bus_id=info.pci_bus_id, lost=info.lost)
+    s = GpuSample(index=i, uuid=info.uuid, name=info.name, pci_bus_id=info.pci_bus_id,
+                  lost=info.lost)
     if info.lost:
         return s
     util = reader.get("utilization", i)

@@ -199,7 +199,8 @@ class RealBackend:
         return _decode(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId)
 
     def nvlink_error_counter(self, i: int, link: int, counter: str) -> int:
-        return int(pynvml.nvmlDeviceGetNvLinkErrorCounter(self._h(i), link, NVLINK_ERROR_COUNTERS[counter]))
+        return int(pynvml.nvmlDeviceGetNvLinkErrorCounter(self._h(i), link,
+                                                          NVLINK_ERROR_COUNTERS[counter]))
 
     def field_values(self, i: int, fields: list[tuple[int, int]]) -> list[FieldValue]:
         raw = pynvml.nvmlDeviceGetFieldValues(self._h(i), fields)

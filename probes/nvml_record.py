@@ -66,7 +66,8 @@ class _Recorder:
         links = self.ask(errors, "nvlink_ids", i)
         dev["nvlinks"] = []
         for link in [] if links is _MISSING else links:
-            entry: dict[str, Any] = {"link": link, "active": self.ask(errors, "nvlink_active", i, link)}
+            entry: dict[str, Any] = {"link": link,
+                                     "active": self.ask(errors, "nvlink_active", i, link)}
             if entry["active"] is _MISSING:
                 continue
             for key in ("version", "remote"):
@@ -107,7 +108,8 @@ class _Recorder:
             if values is _MISSING:
                 values = [_MISSING] * len(fields)
             for n, link in enumerate(links):
-                for key, value in (("nvlink_tx_kib", values[2 * n]), ("nvlink_rx_kib", values[2 * n + 1])):
+                for key, value in (("nvlink_tx_kib", values[2 * n]),
+                                   ("nvlink_rx_kib", values[2 * n + 1])):
                     put(f"{key}/{link}", _MISSING if isinstance(value, pynvml.NVMLError) else value)
                 for counter in NVLINK_ERROR_COUNTERS:
                     value = self.ask(errors, "nvlink_error_counter", i, link, counter)

@@ -28,14 +28,16 @@ from stagelens.probes.nvml_backend import (
 FORMAT = "stagelens-nvml/1"
 SCALAR_SERIES = (
     "utilization_gpu", "utilization_memory", "memory_used_bytes", "pcie_tx_kBps", "pcie_rx_kBps",
-    "pcie_replay_counter", "clock_sm_mhz", "clock_mem_mhz", "throttle_reasons", "power_mw", "temperature_c",
+    "pcie_replay_counter", "clock_sm_mhz", "clock_mem_mhz", "throttle_reasons", "power_mw",
+    "temperature_c",
 )
 LINK_SERIES = (
     "nvlink_tx_kib", "nvlink_rx_kib", "nvlink_errors_replay", "nvlink_errors_recovery",
     "nvlink_errors_crc_flit", "nvlink_errors_crc_data",
 )
 # Keys a device must have unless its `errors` say the function that would have produced them fails.
-_REQUIRED = {"name": "nvmlDeviceGetName", "uuid": "nvmlDeviceGetUUID", "pci_bus_id": "nvmlDeviceGetPciInfo"}
+_REQUIRED = {"name": "nvmlDeviceGetName", "uuid": "nvmlDeviceGetUUID",
+             "pci_bus_id": "nvmlDeviceGetPciInfo"}
 _PCIE_KEYS = ("gen", "gen_max", "width", "width_max")
 _PAIR = re.compile(r"^(\d+)-(\d+)$")
 # a DGX snapshot of many ticks is a few MB; more is not a snapshot

@@ -36,8 +36,8 @@ class CollectorStatus:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "success": self.success, "duration_seconds": self.duration_seconds,
-                "error": self.error}
+        return {"name": self.name, "success": self.success,
+                "duration_seconds": self.duration_seconds, "error": self.error}
 
 
 @dataclass
@@ -137,7 +137,8 @@ class NodeProbe:
         if count is None:
             raise RuntimeError(f"nvmlDeviceGetCount failed: {self.reader.errors.get(None)}")
         if self._versions is None:
-            self._versions = (self.reader.get("driver_version"), self.reader.get("cuda_driver_version"))
+            self._versions = (self.reader.get("driver_version"),
+                              self.reader.get("cuda_driver_version"))
         sample.driver.driver_version, sample.driver.cuda_driver_version = self._versions
         for info in self._device_infos(count):
             try:
@@ -186,7 +187,8 @@ class NodeProbe:
             except Exception as exc:  # one broken collector must not take the sample down
                 log.debug("collector %s failed", name, exc_info=True)
                 error = f"{type(exc).__name__}: {exc}"
-        sample.collectors.append(CollectorStatus(name, error is None, time.perf_counter() - start, error))
+        sample.collectors.append(CollectorStatus(name, error is None, time.perf_counter() - start,
+                                                 error))
 
     def sample(self) -> NodeSample:
         """One node sample: per-GPU state with its links, the topology, the host, collector

@@ -15,8 +15,8 @@ from stagelens.probes.links import pcie_bandwidth_bytes, pcie_findings
 from stagelens.probes.nvml_backend import NvmlBackend, normalise_bus_id
 from stagelens.probes.nvml_reader import DeviceLost, NvmlReader
 
-PCIE_CELL = {"INTERNAL": "PIX", "SINGLE": "PIX", "MULTIPLE": "PXB", "HOSTBRIDGE": "PHB", "NODE": "NODE",
-             "SYSTEM": "SYS"}
+PCIE_CELL = {"INTERNAL": "PIX", "SINGLE": "PIX", "MULTIPLE": "PXB", "HOSTBRIDGE": "PHB",
+             "NODE": "NODE", "SYSTEM": "SYS"}
 UNKNOWN = "N/A"  # a lost GPU, or a pair NVML would not place
 
 LEGEND = """Legend:

@@ -23,7 +23,8 @@ _COMMON = [
                  help="Directory for results.json, curve.png and report.md."),
     click.option("--url", help="Drive this OpenAI-compatible endpoint (its /v1/completions) "
                                "instead of the bundled engine."),
-    click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Start from a lab scenario's settings."),
+    click.option("--scenario", type=click.Choice(list(SCENARIOS)),
+                 help="Start from a lab scenario's settings."),
     click.option("--warmup", type=float, help="Seconds at the start of each point left out of the "
                                               "figures [a third of --duration for steady, a fifth "
                                               "otherwise]."),
@@ -32,13 +33,14 @@ _COMMON = [
     click.option("--p99-factor", type=float, default=1.5, show_default=True,
                  help="Knee: P99 more than this times the point before."),
     click.option("--p99-sla", type=float, help="Knee: P99 above this many seconds."),
-    click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency", show_default=True,
-                 help="Which P99 the knee and compare judge."),
+    click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency",
+                 show_default=True, help="Which P99 the knee and compare judge."),
     interval_option(default=0.5, help="Sampling interval of the bundled engine, seconds."),
     click.option("--served-model", help="With --url: the `model` field of each request."),
     click.option("--vocab-size", type=int, default=256, show_default=True,
                  help="With --url: prompt token ids are drawn below this."),
-    click.option("--ignore-eos", is_flag=True, help="With --url: ask the server to ignore EOS (vLLM)."),
+    click.option("--ignore-eos", is_flag=True,
+                 help="With --url: ask the server to ignore EOS (vLLM)."),
     click.option("--request-timeout", type=float, default=60.0, show_default=True,
                  help="With --url: seconds one request may take."),
     click.option("--drain-timeout", type=float, default=60.0, show_default=True,
@@ -90,8 +92,10 @@ def steady(ctx: click.Context, **options) -> int:
 @bench.command()
 @click.option("--vary", type=click.Choice([v.replace("_", "-") for v in STRESSABLE]),
               help="The load to raise [concurrency with --concurrency, else rate]; it starts at its flag's value.")
-@click.option("--step", type=float, default=0.10, show_default=True, help="Load added a step (0.10: 10%).")
-@click.option("--max-steps", type=int, default=12, show_default=True, help="At most this many points.")
+@click.option("--step", type=float, default=0.10, show_default=True,
+              help="Load added a step (0.10: 10%).")
+@click.option("--max-steps", type=int, default=12, show_default=True,
+              help="At most this many points.")
 @engine_options
 @common_options
 @click.pass_context
@@ -134,7 +138,8 @@ def sweep(ctx: click.Context, **options) -> int:
 @click.argument("current", type=click.Path(dir_okay=False))
 @click.option("--tolerance", type=float, default=0.10, show_default=True,
               help="P99 may grow by this share before it is a regression.")
-@click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency", show_default=True)
+@click.option("--p99-metric", type=click.Choice(["latency", "ttft"]), default="latency",
+              show_default=True)
 def compare(baseline: str, current: str, tolerance: float, p99_metric: str) -> int:
     """Compare a run with a saved baseline: exit 1 when P99 regressed beyond the tolerance at any
     point."""

@@ -28,10 +28,11 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
 
 @click.command(epilog=EXIT_STATUS)
 @target_options("Diagnose a recorded bundle.", "Ask a running `stagelens serve` (its base URL).")
-@click.option("--duration", type=Number(min=0, max=3600, min_open=True, unit="s"), default=3.0, show_default=True,
-              help="Without --replay or --connect: seconds to sample this node.")
-@click.option("--engine", "engine_kind", type=click.Choice(["none", *OUTSIDE_ENGINES]), default="none",
-              show_default=True, help="Without --replay or --connect: also read this engine at --engine-url.")
+@click.option("--duration", type=Number(min=0, max=3600, min_open=True, unit="s"), default=3.0,
+              show_default=True, help="Without --replay or --connect: seconds to sample this node.")
+@click.option("--engine", "engine_kind", type=click.Choice(["none", *OUTSIDE_ENGINES]),
+              default="none", show_default=True,
+              help="Without --replay or --connect: also read this engine at --engine-url.")
 @engine_url_option
 @diagnosis_options
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")

@@ -86,10 +86,12 @@ _ENGINE_OPTIONS = [
     _typed("--kv-cache-memory", help="KV cache size in bytes; 256MiB, 1GB accepted [128MiB]."),
     click.option("--device", help="cpu, cuda, cuda:N, mps or auto [auto]."),
     _typed("--dtype", help="Weights and KV dtype [auto: float32 on CPU]."),
-    click.option("--model-dir", type=click.Path(file_okay=False), help="Where weight files are kept."),
+    click.option("--model-dir", type=click.Path(file_okay=False),
+                 help="Where weight files are kept."),
     _typed("--rate", help="Open-loop arrivals, requests per second [2]."),
     _typed("--concurrency", help="Closed loop with this many requests in flight."),
-    click.option("--prompt-len", help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [lognormal:160:0.6]."),
+    click.option("--prompt-len",
+                 help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [lognormal:160:0.6]."),
     click.option("--output-len", help="N, uniform:A:B or lognormal:MEDIAN:SIGMA [uniform:16:64]."),
     _typed("--long-prompt-share", help="Share of requests with a long prompt [0]."),
     _typed("--long-prompt-len", help="Tokens in a long prompt [1536]."),
@@ -148,7 +150,8 @@ def resolve_token(token: str | None, token_file: str | None) -> str | None:
 
 
 def _read_token_file(path: str) -> str:
-    data = read_bounded(path, MAX_TOKEN_FILE_BYTES, f"--token-file {path}: cannot read it ({{error}})",
+    data = read_bounded(path, MAX_TOKEN_FILE_BYTES,
+                        f"--token-file {path}: cannot read it ({{error}})",
                         f"--token-file {path}: larger than {MAX_TOKEN_FILE_BYTES} bytes: not a token")
     try:
         lines = data.decode("utf-8").splitlines()
@@ -220,7 +223,8 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
     o = outside
     if kind not in OUTSIDE_ENGINES:
         for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
-                            ("--otlp-receiver-grpc", o.otlp_receiver_grpc), ("--kv-events", o.kv_events)):
+                            ("--otlp-receiver-grpc", o.otlp_receiver_grpc),
+                            ("--kv-events", o.kv_events)):
             if value:
                 raise UserError(f"{flag} needs --engine {' or '.join(OUTSIDE_ENGINES)}")
     elif not o.engine_url:
@@ -258,7 +262,8 @@ def _receiver(http: str | None, grpc: str | None, forward: str | None):
     grpc_host, grpc_port = parse_listen(grpc, "--otlp-receiver-grpc") if grpc else (None, None)
     if http and grpc and http_host != grpc_host:
         raise UserError("--otlp-receiver and --otlp-receiver-grpc: one host for both, please")
-    return OtlpReceiver(host=http_host or grpc_host, http_port=http_port, grpc_port=grpc_port, forward_to=forward)
+    return OtlpReceiver(host=http_host or grpc_host, http_port=http_port, grpc_port=grpc_port,
+                        forward_to=forward)
 
 
 def check_http_url(flag: str, url: str) -> None:

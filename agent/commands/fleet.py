@@ -30,17 +30,20 @@ EXIT_STATUS = (f"Exit status with --once or --json: {EXIT_OK} every node up and 
               help="Label matchers of the agents' targets, in braces.")
 @click.option("--filter", "filters", multiple=True, metavar="LABEL=VALUE",
               help="Only the nodes whose target label has this value (repeatable: all must hold).")
-@click.option("--limit", type=Number(min=1, max=1_000_000, integer=True), default=DEFAULT_LIMIT, show_default=True,
-              help="Show the N most severe nodes, and how many more there are.")
+@click.option("--limit", type=Number(min=1, max=1_000_000, integer=True), default=DEFAULT_LIMIT,
+              show_default=True, help="Show the N most severe nodes, and how many more there are.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fleet once as JSON.")
-@click.option("--once", is_flag=True, help="Print the fleet once as text instead of opening the fleet screen.")
+@click.option("--once", is_flag=True,
+              help="Print the fleet once as text instead of opening the fleet screen.")
 @interval_option(default=5.0, help="Seconds between refreshes of the fleet screen.")
-@click.option("--timeout", "timeout_s", type=Number(min=0, max=300, min_open=True, unit="s"), default=5.0,
-              show_default=True, help="Seconds a refresh may take, all of it (connect, query, answer).")
-def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: int, as_json: bool, once: bool,
-          interval: float, timeout_s: float) -> int:
+@click.option("--timeout", "timeout_s", type=Number(min=0, max=300, min_open=True, unit="s"),
+              default=5.0, show_default=True,
+              help="Seconds a refresh may take, all of it (connect, query, answer).")
+def fleet(prometheus_url: str, selector: str, filters: tuple[str, ...], limit: int, as_json: bool,
+          once: bool, interval: float, timeout_s: float) -> int:
     """Every node's stage states, evidence and health, read from Prometheus."""
-    query = FleetQuery(prometheus_url, selector=selector, timeout_s=timeout_s, filters=parse_filters(filters))
+    query = FleetQuery(prometheus_url, selector=selector, timeout_s=timeout_s,
+                       filters=parse_filters(filters))
     if not (as_json or once):
         try:
             from stagelens.tui.fleet import run_fleet_app

@@ -18,8 +18,10 @@ from stagelens.lab.settings import build_configs
 
 
 @click.command()
-@click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Reproduce one stage of the report.")
-@click.option("--fixed", is_flag=True, help="Then apply the diagnosis's recommendations and run again.")
+@click.option("--scenario", type=click.Choice(list(SCENARIOS)),
+              help="Reproduce one stage of the report.")
+@click.option("--fixed", is_flag=True,
+              help="Then apply the diagnosis's recommendations and run again.")
 @engine_options
 @diagnosis_options
 @interval_option()
@@ -27,8 +29,8 @@ from stagelens.lab.settings import build_configs
               help="Also write the frames and request timelines to this bundle (JSON lines).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.pass_context
-def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thresholds, interval: float,
-        record_path: str | None, as_json: bool, **flags) -> int:
+def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thresholds,
+        interval: float, record_path: str | None, as_json: bool, **flags) -> int:
     """Run the bundled engine: throughput, TTFT, TPOT, P50/P99 latency, preemptions, and the
     diagnosis."""
     spec = SCENARIOS.get(scenario) if scenario else None
@@ -46,9 +48,9 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
     writer = BundleWriter.open(record_path, source=f"lab {scenario or ''}".strip(), stop=stop) if record_path else None
     try:
         listeners = (writer.on_frame,) if writer else ()
-        before = run_lab(engine_cfg, workload_cfg, progress=not as_json, interval=interval, stop=stop,
-                         diagnosis_config=dconfig, nvml_snapshot=snapshot, listeners=listeners,
-                         on_start=writer.follow if writer else None)
+        before = run_lab(engine_cfg, workload_cfg, progress=not as_json, interval=interval,
+                         stop=stop, diagnosis_config=dconfig, nvml_snapshot=snapshot,
+                         listeners=listeners, on_start=writer.follow if writer else None)
         after, applied = None, {}
         if fixed:
             applied = fix_flags(before.diagnosis)
@@ -59,7 +61,8 @@ def lab(ctx: click.Context, scenario: str | None, fixed: bool, config_path, thre
         if writer:
             writer.close()
     if as_json:
-        click.echo(json.dumps(_json(scenario, before, after, applied, engine_cfg, workload_cfg), indent=2))
+        click.echo(json.dumps(_json(scenario, before, after, applied, engine_cfg, workload_cfg),
+                              indent=2))
     else:
         click.echo(_text(spec, before, after, applied))
     return 0

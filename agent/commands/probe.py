@@ -17,12 +17,13 @@ def probe() -> None:
 
 
 @probe.command()
-@click.option("--ticks", type=Number(min=1, max=3600, integer=True, unit="samples"), default=5, show_default=True,
+@click.option("--ticks", type=Number(min=1, max=3600, integer=True, unit="samples"), default=5,
+              show_default=True,
               help="Samples of the changing values (utilisation, throughput, counters).")
 @click.option("--interval", type=Number(min=0, max=3600, unit="s"), default=1.0, show_default=True,
               help="Seconds between samples.")
-@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default="-", show_default=True,
-              help="File to write; - for stdout.")
+@click.option("--out", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              show_default=True, help="File to write; - for stdout.")
 @click.pass_context
 def record(ctx: click.Context, ticks: int, interval: float, out: str) -> None:
     """Record the NVML snapshot of this node (or replay-record the --nvml-snapshot in use)."""

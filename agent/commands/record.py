@@ -30,8 +30,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @click.command()
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="The bundle to write.")
-@click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="Run one of the lab's scenarios.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="The bundle to write.")
+@click.option("--scenario", type=click.Choice(list(SCENARIOS)),
+              help="Run one of the lab's scenarios.")
 @click.option("--engine", "engine_kind", type=click.Choice(["lab", *OUTSIDE_ENGINES]), default="lab",
               show_default=True, help="lab: the bundled engine; vllm, sglang: the engine at "
               "--engine-url, read from outside for --duration seconds.")
@@ -39,8 +41,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 @interval_option()
 @engine_options
 @click.pass_context
-def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind: str, outside: OutsideFlags,
-           interval: float, **flags) -> int:
+def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind: str,
+           outside: OutsideFlags, interval: float, **flags) -> int:
     """Record frames and request timelines of an engine to a bundle that `--replay` reads."""
     from stagelens.bundle import BundleWriter
     from stagelens.lab.scenario_run import run_lab
@@ -54,8 +56,8 @@ def record(ctx: click.Context, out_path: str, scenario: str | None, engine_kind:
     with stop_on_signals(stop) as caught:
         try:
             result = run_lab(engine_cfg, workload_cfg, progress=True, interval=interval,
-                             nvml_snapshot=(ctx.obj or {}).get("nvml_snapshot"), listeners=(writer.on_frame,),
-                             stop=stop, on_start=writer.follow)
+                             nvml_snapshot=(ctx.obj or {}).get("nvml_snapshot"),
+                             listeners=(writer.on_frame,), stop=stop, on_start=writer.follow)
         finally:
             writer.close()          # raises, as one line, the write that failed
     if caught:

@@ -28,12 +28,14 @@ EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 
 
 @click.command()
-@click.option("--listen", default="127.0.0.1:9481", show_default=True, help="HOST:PORT to bind (loopback by default).")
+@click.option("--listen", default="127.0.0.1:9481", show_default=True,
+              help="HOST:PORT to bind (loopback by default).")
 @click.option("--engine", "engine_kind", type=click.Choice(["none", "lab", *OUTSIDE_ENGINES]), default="none",
               show_default=True, help="lab: host the bundled engine (and /v1/completions); vllm, "
               "sglang: read the engine at --engine-url from outside.")
 @engine_url_option
-@click.option("--scenario", type=click.Choice(list(SCENARIOS)), help="With --engine lab: run a scenario's workload.")
+@click.option("--scenario", type=click.Choice(list(SCENARIOS)),
+              help="With --engine lab: run a scenario's workload.")
 @click.option("--vllm-face", metavar="HOST:PORT", help="With --engine lab: the engine also speaks "
               "vLLM's interfaces, its /metrics here, so `--engine vllm --engine-url "
               "http://HOST:PORT` reads it as a vLLM server.")
@@ -49,22 +51,28 @@ EXPORTERS = ("otlp-http", "otlp-grpc", "console", "jsonl", "none")
 @click.option("--otel-exporter", type=click.Choice(EXPORTERS),
               help="Trace exporter [OTEL_TRACES_EXPORTER; otlp-http when an OTLP endpoint is set, else none].")
 @click.option("--otel-endpoint", help="OTLP endpoint [OTEL_EXPORTER_OTLP_ENDPOINT].")
-@click.option("--otel-jsonl", type=click.Path(dir_okay=False), help="With --otel-exporter jsonl: the file.")
-@click.option("--vllm-metric-names", is_flag=True, help="Also export vLLM-named metrics (vLLM's meaning).")
-@click.option("--request-timeout", type=Number(min=0, max=86400.0, min_open=True, unit="s"), default=600.0,
-              show_default=True, help="With --engine lab: seconds a completion may take before it fails (504).")
-@click.option("--shutdown-grace", type=Number(min=0, max=3600.0, unit="s"), default=10.0, show_default=True,
+@click.option("--otel-jsonl", type=click.Path(dir_okay=False),
+              help="With --otel-exporter jsonl: the file.")
+@click.option("--vllm-metric-names", is_flag=True,
+              help="Also export vLLM-named metrics (vLLM's meaning).")
+@click.option("--request-timeout", type=Number(min=0, max=86400.0, min_open=True, unit="s"),
+              default=600.0, show_default=True,
+              help="With --engine lab: seconds a completion may take before it fails (504).")
+@click.option("--shutdown-grace", type=Number(min=0, max=3600.0, unit="s"), default=10.0,
+              show_default=True,
               help="On SIGTERM/SIGINT: seconds requests in flight get to finish before they are cancelled.")
-@click.option("--history", type=Number(min=10, max=100000, integer=True, unit="frames"), default=900,
-              show_default=True, help="Frames kept in memory for /api/v1/frames and the TUI (900: 15 min at 1 s).")
-@click.option("--max-connections", type=Number(min=1, max=65536, integer=True, unit="connections"), default=1024,
-              show_default=True, help="Connections served at once; more get 503.")
+@click.option("--history", type=Number(min=10, max=100000, integer=True, unit="frames"),
+              default=900, show_default=True,
+              help="Frames kept in memory for /api/v1/frames and the TUI (900: 15 min at 1 s).")
+@click.option("--max-connections", type=Number(min=1, max=65536, integer=True, unit="connections"),
+              default=1024, show_default=True, help="Connections served at once; more get 503.")
 @click.pass_context
-def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFlags, scenario: str | None,
-          vllm_face: str | None, vllm_face_otlp: str | None, vllm_face_kv_events: str | None, config_path,
-          thresholds, interval: float, token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
-          otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float, shutdown_grace: float,
-          history: int, max_connections: int, **flags) -> int:
+def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFlags,
+          scenario: str | None, vllm_face: str | None, vllm_face_otlp: str | None,
+          vllm_face_kv_events: str | None, config_path, thresholds, interval: float,
+          token: str | None, otel_exporter: str | None, otel_endpoint: str | None,
+          otel_jsonl: str | None, vllm_metric_names: bool, request_timeout: float,
+          shutdown_grace: float, history: int, max_connections: int, **flags) -> int:
     """Serve /metrics, /api/v1/... and /healthz (OpenAPI docs at /docs). SIGTERM or SIGINT stops it
     gracefully (exit 0)."""
     import prometheus_client
@@ -90,8 +98,9 @@ def serve(ctx: click.Context, listen: str, engine_kind: str, outside: OutsideFla
 
         scenario_configs(lab.flags, scenario)   # bad flags fail now, not later
     sock = listen_socket(host, port)
-    runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval, (ctx.obj or {}).get("nvml_snapshot"),
-                           lab=lab, engine_source=engine_source, vllm_names=vllm_metric_names,
+    runtime = AgentRuntime(diagnosis_config(config_path, thresholds), interval,
+                           (ctx.obj or {}).get("nvml_snapshot"), lab=lab,
+                           engine_source=engine_source, vllm_names=vllm_metric_names,
                            request_timeout=request_timeout, history=history)
     runtime.tracer = _tracer(otel_exporter, otel_endpoint, otel_jsonl, runtime.metrics.registry)
     runtime.start()
@@ -117,7 +126,8 @@ def _face_settings(engine_kind: str, listen: str | None, otlp: str | None, kv_ev
         check_http_url("--vllm-face-otlp", otlp)
     if kv_events:
         check_zmq_endpoint("--vllm-face-kv-events", kv_events)
-    return {"host": host, "port": port, "otlp_traces_endpoint": otlp, "kv_events_endpoint": kv_events}
+    return {"host": host, "port": port, "otlp_traces_endpoint": otlp,
+            "kv_events_endpoint": kv_events}
 
 
 def _tracer(exporter: str | None, endpoint: str | None, jsonl: str | None, registry):
@@ -129,4 +139,5 @@ def _tracer(exporter: str | None, endpoint: str | None, jsonl: str | None, regis
                                                                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
         exporter = "otlp-http" if has_endpoint else "none"
     settings = {"exporter": exporter, "endpoint": endpoint, "jsonl_path": jsonl}
-    return TraceExporter.from_env({k: v for k, v in settings.items() if v is not None}, registry=registry)
+    return TraceExporter.from_env({k: v for k, v in settings.items() if v is not None},
+                                  registry=registry)

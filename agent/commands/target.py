@@ -33,8 +33,8 @@ def target_options(replay_help: str, connect_help: str):
     """`--replay FILE` and `--connect URL`, passed on as `replay_path` and `url`."""
     def add(command):
         command = click.option("--connect", "url", metavar="URL", help=connect_help)(command)
-        return click.option("--replay", "replay_path", metavar="FILE", type=click.Path(dir_okay=False),
-                            help=replay_help)(command)
+        return click.option("--replay", "replay_path", metavar="FILE",
+                            type=click.Path(dir_okay=False), help=replay_help)(command)
     return add
 
 

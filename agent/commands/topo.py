@@ -28,7 +28,8 @@ def backend_from_ctx(ctx: click.Context) -> NvmlBackend:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print it as JSON: gpus, matrix, affinity, links.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print it as JSON: gpus, matrix, affinity, links.")
 @click.pass_context
 def topo(ctx: click.Context, as_json: bool) -> None:
     """GPU interconnect matrix like `nvidia-smi topo -m`, with CPU/NUMA affinity and PCIe/NVLink

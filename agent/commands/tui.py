@@ -40,8 +40,9 @@ from stagelens.tui.server_settings import server_settings
 @engine_options
 @diagnosis_options
 @click.pass_context
-def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float, engine_kind: str,
-        outside: OutsideFlags, scenario: str | None, screenshot_dir: str, config_path, thresholds, **flags) -> int:
+def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: float,
+        engine_kind: str, outside: OutsideFlags, scenario: str | None, screenshot_dir: str,
+        config_path, thresholds, **flags) -> int:
     """Terminal UI: which stage is firing, the evidence, the runbook; apply the fix in local
     mode."""
     target = read_target(replay_path, url)
@@ -62,7 +63,8 @@ def tui(ctx: click.Context, url: str | None, replay_path: str | None, interval: 
 
     from stagelens.tui.app import StagelensApp
 
-    app = StagelensApp(source, interval=interval, config=config, screenshot_dir=screenshot_dir, notice=notice)
+    app = StagelensApp(source, interval=interval, config=config, screenshot_dir=screenshot_dir,
+                       notice=notice)
     app.run()
     app.poller.finished.wait(timeout=15)   # the local engine stops on the worker thread
     return 0

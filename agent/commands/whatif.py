@@ -27,9 +27,11 @@ from stagelens.printable import printable_lines
 @click.option("--today", "todays", multiple=True, metavar="FLAG=VALUE[,...]",
               help="Today's flags where the bundle does not hold them (an engine read from "
                    "outside), max-model-len among them (else its longest request recorded).")
-@click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0, show_default=True,
+@click.option("--scale-rate", type=Number(min=0.01, max=100, unit="x"), default=1.0,
+              show_default=True,
               help="Replay the same requests this many times as fast (a higher load of the same traffic).")
-@click.option("--search", "do_search", is_flag=True, help="Sweep batch size, token budget, chunking and policy.")
+@click.option("--search", "do_search", is_flag=True,
+              help="Sweep batch size, token budget, chunking and policy.")
 @click.option("--slo", "slos", multiple=True, metavar="FIGURE=SECONDS[,...]",
               help="With --search: e.g. ttft_p99=0.5,tpot_p99=0.05 (seconds); each figure once.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="With --search: P99 "
@@ -39,8 +41,8 @@ from stagelens.printable import printable_lines
               "recorded.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def whatif(replay_path: str | None, url: str | None, sets: tuple[str, ...], todays: tuple[str, ...],
-           recommended: bool, scale_rate: float, do_search: bool, slos: tuple[str, ...], plot_path: str | None,
-           model_config: str | None, as_json: bool) -> int:
+           recommended: bool, scale_rate: float, do_search: bool, slos: tuple[str, ...],
+           plot_path: str | None, model_config: str | None, as_json: bool) -> int:
     """Predict TTFT, TPOT, latency, throughput and KV use under other engine flags, from a
     recorded run or the recent window of a running agent."""
     from stagelens.whatif.predict_all import today_settings, what_if

@@ -241,8 +241,8 @@ class LiveDiagnosis:
             unavailable = unavailable or f"not judged: {'; '.join(_why_unknown(stages, unjudged))}"
         blamed = _tail_blames(self.last, self.config)
         root = _root(stages, blamed)
-        d = Diagnosis(verdict, root, stages, self.last.time_unix if self.last else None, unavailable,
-                      engine=engine_said(self.last))
+        d = Diagnosis(verdict, root, stages, self.last.time_unix if self.last else None,
+                      unavailable, engine=engine_said(self.last))
         if blamed is not None and blamed != root:
             tail = window_tail(self.last) if self.last is not None else None
             # a stage is blamed only on the latest frame's tail (_tail_blames)
@@ -353,9 +353,10 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
         threshold = config.threshold(signal.id)
         number = shown_value(value, state)
         provenance, how = signal.provenance(frame, value)
-        evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing, signal.unit,
-                                 f"{span:.0f}s", state, applicable=value is not NOT_APPLICABLE,
-                                 provenance=provenance, how=how, bound=shown_bound(value, state)))
+        evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing,
+                                 signal.unit, f"{span:.0f}s", state,
+                                 applicable=value is not NOT_APPLICABLE, provenance=provenance,
+                                 how=how, bound=shown_bound(value, state)))
     evidence.sort(key=lambda e: -severity(e.state) if e.state in ("ok", "warn", "firing") else 1)
     explanation, recommendations = explain(stage, tracker.state, evidence, frame)
     if tracker.unconfirmed:
@@ -364,5 +365,5 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
     since = None
     if tracker.since is not None:
         since = dt.datetime.fromtimestamp(tracker.since, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return StageDiagnosis(stage, tracker.state, since, tracker.since, explanation, evidence, recommendations,
-                          stage_runbook(stage))
+    return StageDiagnosis(stage, tracker.state, since, tracker.since, explanation, evidence,
+                          recommendations, stage_runbook(stage))

@@ -36,7 +36,8 @@ def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | Non
         return f"{STAGE_NAMES[stage]} healthy: {rows}", []
     sentences = [_inferred_sentence(e) if e.provenance == "inferred" else _tail_sentence(e, ctx)
                  if e.signal.endswith("_tail_share") else _sentence(e, ctx) for e in bad[:2]]
-    return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source, ctx.cfg.kv_capacity_lever)
+    return "; ".join(sentences), for_engine(_RECOMMEND[stage](bad, ctx), ctx.cfg.source,
+                                            ctx.cfg.kv_capacity_lever)
 
 
 def _inferred_sentence(e: Evidence) -> str:
@@ -204,7 +205,8 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
             f"--enable-chunked-prefill --max-num-batched-tokens {budget} "
             f"--long-prefill-token-threshold {cap}: split long prefills so short requests share "
             f"every step (the report: utilisation 65% -> 82%)",
-            {"enable_chunked_prefill": True, "max_num_batched_tokens": budget, "long_prefill_token_threshold": cap}))
+            {"enable_chunked_prefill": True, "max_num_batched_tokens": budget,
+             "long_prefill_token_threshold": cap}))
     if "head_of_line_blocking" in signals and cfg.policy != "short-first":
         out.append(Recommendation("--policy short-first: admit short contexts first (the report: P99 swing -35%)",
                                   {"policy": "short-first"}))

@@ -50,17 +50,19 @@ class Evidence:
     bound: str | None = None
 
     def to_dict(self) -> dict:
-        return {"signal": self.signal, "value": self.value, "warn": self.warn, "firing": self.firing,
-                "unit": self.unit, "window": self.window, "state": self.state, "label": self.label,
-                "provenance": self.provenance, "how": self.how, "bound": self.bound}
+        return {"signal": self.signal, "value": self.value, "warn": self.warn,
+                "firing": self.firing, "unit": self.unit, "window": self.window,
+                "state": self.state, "label": self.label, "provenance": self.provenance,
+                "how": self.how, "bound": self.bound}
 
     @classmethod
     def from_dict(cls, data, where: str = "evidence") -> Evidence:
         f = _Fields(data, where)
         provenance = f.one_of("provenance", PROVENANCES, nullable=True, absent=True)
-        return cls(f.string("signal"), f.string("label"), f.number("value"), f.number("warn"), f.number("firing"),
-                   f.string("unit"), f.string("window"), f.one_of("state", EVIDENCE_STATES),
-                   provenance=provenance, how=f.string("how", nullable=True, absent=True),
+        return cls(f.string("signal"), f.string("label"), f.number("value"), f.number("warn"),
+                   f.number("firing"), f.string("unit"), f.string("window"),
+                   f.one_of("state", EVIDENCE_STATES), provenance=provenance,
+                   how=f.string("how", nullable=True, absent=True),
                    bound=f.one_of("bound", BOUNDS, nullable=True, absent=True))
 
 
@@ -83,8 +85,8 @@ class StageDiagnosis:
     consequence_of: str | None = None     # the stage whose trouble this one's evidence follows from
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "state": self.state, "since": self.since, "explanation": self.explanation,
-                "evidence": [e.to_dict() for e in self.evidence],
+        return {"stage": self.stage, "state": self.state, "since": self.since,
+                "explanation": self.explanation, "evidence": [e.to_dict() for e in self.evidence],
                 "recommendations": [r.text for r in self.recommendations], "runbook": self.runbook,
                 "consequence_of": self.consequence_of}
 
@@ -93,8 +95,8 @@ class StageDiagnosis:
         """The inverse of `to_dict`: what it leaves out (the recommendations' flags) stays empty."""
         f = _Fields(data, where)
         since = f.string("since", nullable=True)
-        return cls(f.string("stage"), f.one_of("state", STATES), since, f.time(since, "since"), f.string("explanation"),
-                   f.items("evidence", Evidence.from_dict),
+        return cls(f.string("stage"), f.one_of("state", STATES), since, f.time(since, "since"),
+                   f.string("explanation"), f.items("evidence", Evidence.from_dict),
                    [Recommendation(text) for text in f.items("recommendations", _string)],
                    f.string("runbook"), f.string("consequence_of", nullable=True))
 
@@ -116,7 +118,8 @@ class Diagnosis:
         return next(s for s in self.stages if s.stage == name)
 
     def to_dict(self) -> dict:
-        out = {"verdict": self.verdict, "root_stage": self.root_stage, "stages": [s.to_dict() for s in self.stages]}
+        out = {"verdict": self.verdict, "root_stage": self.root_stage,
+               "stages": [s.to_dict() for s in self.stages]}
         if self.unavailable:
             out["unavailable"] = self.unavailable
         if self.disagreement:
@@ -184,7 +187,8 @@ class _Fields:
     def one_of(self, key: str, choices: tuple[str, ...], nullable: bool = False,
                absent: bool = False) -> str | None: ...
 
-    def one_of(self, key: str, choices: tuple[str, ...], nullable: bool = False, absent: bool = False) -> str | None:
+    def one_of(self, key: str, choices: tuple[str, ...], nullable: bool = False,
+               absent: bool = False) -> str | None:
         return self._get(key, lambda v: isinstance(v, str) and v in choices, f"one of {', '.join(choices)}",
                          nullable, absent)
 

@@ -44,7 +44,8 @@ FLAGS: dict[str, dict[str, Flag]] = {
 # The bundled engine's flags named inside a recommendation's reasoning, in each engine's words
 INLINE = {
     "vllm": {"--kv-cache-memory": "--gpu-memory-utilization", "--max-num-seqs": "--max-num-seqs"},
-    "sglang": {"--kv-cache-memory": "--mem-fraction-static", "--max-num-seqs": "--max-running-requests"},
+    "sglang": {"--kv-cache-memory": "--mem-fraction-static",
+               "--max-num-seqs": "--max-running-requests"},
 }
 NO_KNOB = {
     "allocator": "KV slots in use far exceed what the running requests hold, although the cache is "

@@ -105,8 +105,10 @@ class Signal:
 
 # What an engine read from outside never publishes (docs/engines.md): None idle or busy, so its None
 # never says that the situation the signal judges did not arise
-NEVER_FROM_OUTSIDE = frozenset({"window.kv.access_efficiency", "window.kv.effective_bandwidth_ratio",
-                                "window.kv.bandwidth_swing_cv", "window.scheduler.budget_use_while_waiting",
+NEVER_FROM_OUTSIDE = frozenset({"window.kv.access_efficiency",
+                                "window.kv.effective_bandwidth_ratio",
+                                "window.kv.bandwidth_swing_cv",
+                                "window.scheduler.budget_use_while_waiting",
                                 "window.cold_path.step_time_inflation"})
 # ... what only its spans tell
 FROM_SPANS = frozenset({"window.scheduler.head_of_line_share", "window.tail"})
@@ -139,7 +141,8 @@ def _none_counted(*counts) -> bool | None:
     return not any(counts)
 
 
-def _figure(frame: Frame, figure: Callable[[Window], object], absent: Callable[[Window], bool | None]):
+def _figure(frame: Frame, figure: Callable[[Window], object],
+            absent: Callable[[Window], bool | None]):
     """One of the engine window's figures: UNKNOWN without an engine or when the figure is None,
     unless `absent` (read from observed counts) says the situation it judges did not arise:
     NOT_APPLICABLE."""
@@ -338,7 +341,8 @@ def _no_load_beside_steps(w: Window) -> bool | None:
     c = w.cold_path
     if c.step_time_without_load_s is not None and c.step_time_during_load_s is None:
         return True
-    return _none_counted(c.loads_in_window, None if c.loads_in_progress is None else len(c.loads_in_progress))
+    return _none_counted(c.loads_in_window,
+                         None if c.loads_in_progress is None else len(c.loads_in_progress))
 
 
 def step_time_inflation(frame: Frame, _window) -> object:

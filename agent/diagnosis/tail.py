@@ -115,8 +115,9 @@ class Tail:
         return head + f"{share} of their time was {name}" + "".join(f", {s} {n}" for s, n in rest)
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "quantile": self.quantile, "p50_s": self.p50_s, "threshold_s": self.threshold_s,
-                "requests": self.requests, "of_requests": self.of_requests, "shares": self.shares,
+        return {"metric": self.metric, "quantile": self.quantile, "p50_s": self.p50_s,
+                "threshold_s": self.threshold_s, "requests": self.requests,
+                "of_requests": self.of_requests, "shares": self.shares,
                 "components": self.components, "slow": self.slow, "blamed": self.blamed}
 
 

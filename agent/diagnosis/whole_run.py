@@ -62,12 +62,12 @@ class RunDiagnosis:
     def to_dict(self) -> dict:
         return {"verdict": self.diagnosis.to_dict(), "basis": self.basis,
                 "tail": self.tail.to_dict() if self.tail else None,
-                "episodes": [e.to_dict() for e in self.episodes], "tail_episodes": self.tail_episodes,
-                "at_end": self.at_end.to_dict()}
+                "episodes": [e.to_dict() for e in self.episodes],
+                "tail_episodes": self.tail_episodes, "at_end": self.at_end.to_dict()}
 
 
-def judge_run(frames: list[Frame], timelines: list[RequestTimeline], config: DiagnosisConfig | None = None,
-              ) -> RunDiagnosis:
+def judge_run(frames: list[Frame], timelines: list[RequestTimeline],
+              config: DiagnosisConfig | None = None,) -> RunDiagnosis:
     config = config or DiagnosisConfig()
     live = LiveDiagnosis(config)
     seen: list[Diagnosis] = []
@@ -99,7 +99,8 @@ def find_episodes(diagnoses: list[Diagnosis], window_s: float = 0.0) -> list[Epi
                 peak = _worst_evidence(s)
                 key = (severity(s.state), _pressure(peak))
                 if ep is None:
-                    ep = current[s.stage] = Episode(s.stage, s.state, t, t, t, peak, window_s=window_s, peak_key=key)
+                    ep = current[s.stage] = Episode(s.stage, s.state, t, t, t, peak,
+                                                    window_s=window_s, peak_key=key)
                     out.append(ep)
                 ep.end_unix = t
                 if key > ep.peak_key:
@@ -142,8 +143,8 @@ def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config:
     threshold = config.threshold(signal.id)
     share = tail.share(stage)
     level = threshold_level(share, threshold.warn, threshold.firing, signal.direction)
-    row = Evidence(signal.id, "share of the run's P99 TTFT tail", share, threshold.warn, threshold.firing,
-                   signal.unit, "run", level)
+    row = Evidence(signal.id, "share of the run's P99 TTFT tail", share, threshold.warn,
+                   threshold.firing, signal.unit, "run", level)
     out = copy.deepcopy(base)
     target = out.stage(stage)
     target.evidence = [row] + [e for e in target.evidence if e.signal != signal.id]

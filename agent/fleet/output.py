@@ -64,7 +64,8 @@ def node_document(row: NodeRow) -> dict:
         "root_stage": row.root_stage,
         "stages": {stage: {"state": cell.state, "since": rfc3339(cell.since_unix)}
                    for stage in STAGES if (cell := row.stages.get(stage)) is not None},
-        "evidence": None if evidence is None else {"stage": evidence.stage, "signal": evidence.signal,
+        "evidence": None if evidence is None else {"stage": evidence.stage,
+                                                   "signal": evidence.signal,
                                                    "state": evidence.state, "value": evidence.value,
                                                    "unit": evidence.unit},
         "tail": None if row.tail is None else dict(row.tail),
@@ -77,8 +78,8 @@ def node_document(row: NodeRow) -> dict:
 
 def fleet_document(view: FleetView, limit: int = DEFAULT_LIMIT) -> dict:
     shown = view.rows[:limit]
-    return {"prometheus": view.prometheus, "fetched": rfc3339(view.fetched_unix), "error": view.error,
-            "total": len(view.rows), "more": len(view.rows) - len(shown),
+    return {"prometheus": view.prometheus, "fetched": rfc3339(view.fetched_unix),
+            "error": view.error, "total": len(view.rows), "more": len(view.rows) - len(shown),
             "nodes": [node_document(row) for row in shown]}
 
 

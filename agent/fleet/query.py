@@ -44,12 +44,13 @@ TAIL_METRIC = "ttft"
 LAST_TIMESTAMP = 253402300799.0   # 9999-12-31T23:59:59Z, the last second a date can be written for
 
 # The series read as they are (one selector, told apart by their names) ...
-PLAIN = ("up", *(f.metric for f in (c.VERDICT_STATE, c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE,
-                                      c.FRAME_TIMESTAMP)))
+PLAIN = ("up", *(f.metric for f in (c.VERDICT_STATE, c.ROOT_STAGE, c.STAGE_STATE,
+                                    c.STAGE_STATE_SINCE, c.FRAME_TIMESTAMP)))
 # ... and the labels each metric has of its own: the rest are the target's (cluster, model, gpu,
 # ...)
-OWN_LABELS = {f.metric: set(f.labels) for f in (c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE, c.SIGNAL_STATE,
-                                                 c.SIGNAL_VALUE, c.COLLECTOR_SUCCESS, c.TAIL_SHARE)}
+OWN_LABELS = {f.metric: set(f.labels) for f in (c.ROOT_STAGE, c.STAGE_STATE, c.STAGE_STATE_SINCE,
+                                                c.SIGNAL_STATE, c.SIGNAL_VALUE, c.COLLECTOR_SUCCESS,
+                                                c.TAIL_SHARE)}
 URL_LABEL = c.TARGET_URL_LABEL
 NOT_LABELS = {"__name__", "job", "instance", URL_LABEL}
 
@@ -125,8 +126,8 @@ class FleetQuery:
     """Asks Prometheus for the fleet, one instant query a refresh; remembers the last answer's
     rows."""
 
-    def __init__(self, prometheus_url: str, selector: str = DEFAULT_SELECTOR, timeout_s: float = 5.0,
-                 filters: dict[str, str] | None = None) -> None:
+    def __init__(self, prometheus_url: str, selector: str = DEFAULT_SELECTOR,
+                 timeout_s: float = 5.0, filters: dict[str, str] | None = None) -> None:
         self._parts = check_url(prometheus_url.rstrip("/"), f"--prometheus {redact_url(prometheus_url)!r}: expected "
                                 "the http:// or https:// URL of a Prometheus server, like http://prometheus:9090")
         # as shown; _parts holds the credentials
@@ -151,13 +152,15 @@ class FleetQuery:
             return self._failed(str(exc))
         except Exception as exc:    # whatever the server sent, the screen keeps its last rows
             return self._failed(f"unexpected answer ({type(exc).__name__}: {exc})")
-        self.last = FleetView(rows=rows, fetched_unix=time.time(), error=None, prometheus=self.prometheus_url)
+        self.last = FleetView(rows=rows, fetched_unix=time.time(), error=None,
+                              prometheus=self.prometheus_url)
         return self.last
 
     def _failed(self, why: str) -> FleetView:
         line = printable(re.sub(r"\s+", " ", why).strip()[:300])
         return FleetView(rows=self.last.rows, fetched_unix=self.last.fetched_unix,
-                         error=f"prometheus {self.prometheus_url}: {line}", prometheus=self.prometheus_url)
+                         error=f"prometheus {self.prometheus_url}: {line}",
+                         prometheus=self.prometheus_url)
 
     def _query(self) -> list:
         """The instant vector's samples; _Failed with the reason otherwise."""
@@ -169,7 +172,8 @@ class FleetQuery:
                 "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
                 deadline, MAX_ANSWER_BYTES, form)
         except EXCHANGE_ERRORS as exc:
-            raise _Failed(exchange_reason(exc, self.timeout_s, MAX_ANSWER_BYTES, "could not connect: {}")) from None
+            raise _Failed(exchange_reason(exc, self.timeout_s, MAX_ANSWER_BYTES,
+                                          "could not connect: {}")) from None
         self.last_bytes = len(body)
         try:
             # bounded in items: 64 MiB of tiny series once held 756 MB
@@ -281,7 +285,8 @@ def build_rows(result: list) -> list[NodeRow]:
             rows.append(_row(node))
         # a value no rule here foresaw: that node reads unknown, the rest of the fleet is shown
         except Exception:
-            rows.append(NodeRow(node.instance, node.labels or {}, node.up == 1, "unknown", None, stage_cells({})))
+            rows.append(NodeRow(node.instance, node.labels or {}, node.up == 1, "unknown", None,
+                                stage_cells({})))
     rows.sort(key=by_severity)
     return rows
 
@@ -292,7 +297,8 @@ def _row(node: _Node) -> NodeRow:
     up = node.up == 1 if node.up is not None else exported
     url = node.url or f"http://{node.instance}"
     if not up:
-        return NodeRow(node.instance, node.labels or {}, False, "unknown", None, stage_cells({}), url=url)
+        return NodeRow(node.instance, node.labels or {}, False, "unknown", None, stage_cells({}),
+                       url=url)
     states = {stage: (_state(value), node.since.get(stage)) for stage, value in node.states.items()}
     # the worse of the verdict exported and its stages' states: a verdict that is none of the
     # agent's values (or claims less than a stage) cannot hide a firing stage
@@ -305,9 +311,9 @@ def _row(node: _Node) -> NodeRow:
     tail = None
     if node.tail:
         tail = node.tail[max(node.tail, key=lambda p: _number(p) or 0)]
-    return NodeRow(node.instance, node.labels or {}, True, verdict, roots[0] if roots else None, stage_cells(states),
-                   evidence=_evidence(node, roots[0] if roots else None), tail=tail, frame_age_s=frame_age,
-                   collector_failures=len(node.failing), url=url)
+    return NodeRow(node.instance, node.labels or {}, True, verdict, roots[0] if roots else None,
+                   stage_cells(states), evidence=_evidence(node, roots[0] if roots else None),
+                   tail=tail, frame_age_s=frame_age, collector_failures=len(node.failing), url=url)
 
 
 _ORDER = {s.id: i for i, s in enumerate(SIGNALS)}
@@ -323,8 +329,8 @@ def _evidence(node: _Node, root: str | None) -> Evidence | None:
         if state not in ("warn", "firing"):
             continue
         value = read.get("value")
-        key = (STATES.index(state), stage == root, _excess(signal, state, value), -_ORDER.get(signal, len(_ORDER)),
-               signal)
+        key = (STATES.index(state), stage == root, _excess(signal, state, value),
+               -_ORDER.get(signal, len(_ORDER)), signal)
         if best_key is None or key > best_key:
             spec = SIGNALS_BY_ID.get(signal)
             best, best_key = Evidence(stage, signal, state, value, spec.unit if spec else ""), key

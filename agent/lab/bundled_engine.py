@@ -20,8 +20,9 @@ from stagelens.engine_hooks.engine.config import (
 from stagelens.engine_hooks.engine.presets import PRESETS
 from stagelens.engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
 
-__all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError", "EngineConfig",
-           "FinishReason", "SamplingParams", "make_allocator", "parse_bytes", "read_size"]
+__all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError",
+           "EngineConfig", "FinishReason", "SamplingParams", "make_allocator", "parse_bytes",
+           "read_size"]
 
 
 def __getattr__(name: str):

@@ -69,8 +69,8 @@ class EngineHost:
         from stagelens.bundle import engine_records, engine_settings
 
         recorder, engine = self.recorder, self.engine
-        out = {"timelines": [t.to_dict() for t in self.recent_timelines()], "engine_config": None, "steps": [],
-               "loads": []}
+        out = {"timelines": [t.to_dict() for t in self.recent_timelines()], "engine_config": None,
+               "steps": [], "loads": []}
         if recorder is not None and engine is not None:
             out["engine_config"] = engine_settings(engine.config)
             out.update(engine_records(self.recent_steps(), self.recent_loads()))
@@ -86,8 +86,8 @@ class EngineHost:
         return None if engine.serving else "the lab engine is stopping"
 
     # --- lifecycle --------------------------------------------------------------------------------
-    def start(self, engine_cfg: EngineConfig, workload: WorkloadConfig | None = None, repeat: bool = False,
-              grace_s: float = RESTART_GRACE_S) -> LLMEngine:
+    def start(self, engine_cfg: EngineConfig, workload: WorkloadConfig | None = None,
+              repeat: bool = False, grace_s: float = RESTART_GRACE_S) -> LLMEngine:
         """(Re)start with `engine_cfg`. An engine already hosted stops first: its requests in
         flight get `grace_s` to finish, then end with reason `abort` (their clients get an
         answer). With `workload`, the engine is driven in the background, round after round with
@@ -105,7 +105,8 @@ class EngineHost:
             if workload is not None:
                 self._stop_workload = threading.Event()
                 args = (engine, workload, repeat, self._stop_workload)
-                self._workload = threading.Thread(target=self._drive, args=args, name="stagelens-workload", daemon=True)
+                self._workload = threading.Thread(target=self._drive, args=args,
+                                                  name="stagelens-workload", daemon=True)
                 self._workload.start()
             return engine
 
@@ -138,7 +139,8 @@ class EngineHost:
         if engine is not None:
             uninstrument(engine)
 
-    def _drive(self, engine: LLMEngine, workload: WorkloadConfig, repeat: bool, stop: threading.Event) -> None:
+    def _drive(self, engine: LLMEngine, workload: WorkloadConfig, repeat: bool,
+               stop: threading.Event) -> None:
         round_ = 0
         try:
             while not stop.is_set():

@@ -76,9 +76,9 @@ class ProgressLine:
 
 
 def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bool = False,
-            interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None, nvml_snapshot: str | None = None,
-            listeners: tuple = (), stop: threading.Event | None = None, outside: bool = False,
-            on_start=None) -> LabResult:
+            interval: float = 1.0, diagnosis_config: DiagnosisConfig | None = None,
+            nvml_snapshot: str | None = None, listeners: tuple = (),
+            stop: threading.Event | None = None, outside: bool = False, on_start=None) -> LabResult:
     """Run the workload on an instrumented engine, sampling every `interval` seconds, and
     diagnose. Setting `stop` ends the arrivals early (a signal, a bundle that cannot be written);
     the requests in flight still finish and the last frame is taken, as at the end of the
@@ -121,8 +121,8 @@ def run_lab(engine_cfg: EngineConfig, workload_cfg: WorkloadConfig, progress: bo
     loaded = [f for f in frames if f.time_unix <= started + workload_cfg.duration] or frames
     judged = judge_run(loaded, host.recent_timelines(), diagnosis_config)
     seen_outside = view.judge(started + workload_cfg.duration, diagnosis_config) if view else None
-    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged, seen_outside,
-                     view.source.recent_timelines() if view else [])
+    return LabResult(engine_cfg, workload_cfg, figures, frames, judged.diagnosis, started, judged,
+                     seen_outside, view.source.recent_timelines() if view else [])
 
 
 def _stop_engine(view, host: EngineHost) -> None:

@@ -11,12 +11,12 @@ from stagelens.errors import UserError
 from stagelens.lab.scenarios import SCENARIOS
 from stagelens.lab.workload import WORKLOAD_BOUNDS, LengthDist, WorkloadConfig
 
-ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
-                 "long_prefill_token_threshold",
-                 "num_preload_models", "max_resident_models", "allocator", "policy", "max_model_len",
-                 "kv_cache_memory", "device", "dtype", "seed", "model_dir")
-WORKLOAD_FIELDS = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share", "long_prompt_len",
-                   "models", "duration", "seed", "temperature")
+ENGINE_FIELDS = ("model", "models", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                 "enable_chunked_prefill", "long_prefill_token_threshold", "num_preload_models",
+                 "max_resident_models", "allocator", "policy", "max_model_len", "kv_cache_memory",
+                 "device", "dtype", "seed", "model_dir")
+WORKLOAD_FIELDS = ("rate", "concurrency", "prompt_len", "output_len", "long_prompt_share",
+                   "long_prompt_len", "models", "duration", "seed", "temperature")
 BOUNDS = {**ENGINE_BOUNDS, **WORKLOAD_BOUNDS}
 
 
@@ -30,7 +30,8 @@ def build_configs(flags: dict, defaults: dict | None = None) -> tuple[EngineConf
         workload_values = {k: values[k] for k in WORKLOAD_FIELDS if k in values}
         for key in ("prompt_len", "output_len"):
             if isinstance(workload_values.get(key), str):
-                workload_values[key] = LengthDist.parse(workload_values[key], "--" + key.replace("_", "-"))
+                workload_values[key] = LengthDist.parse(workload_values[key],
+                                                        "--" + key.replace("_", "-"))
         if workload_values.get("concurrency") is not None and flags.get("rate") is None:
             workload_values["rate"] = None
         workload = WorkloadConfig(**workload_values)

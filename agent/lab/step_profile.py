@@ -88,7 +88,8 @@ def measure(model: str, dtype: str, device: str) -> list[dict]:
     chunk over a long cached context reads its blocks back: the step a served engine under
     chunked prefill runs most), each on a fresh engine of this model, instrumented as the lab's."""
     longest = max(c for _, c in CELLS) + OUTPUT_TOKENS
-    steps = _run_cells(model, dtype, device, 8192, longest, [((b, c, OUTPUT_TOKENS),) for b, c in CELLS])
+    steps = _run_cells(model, dtype, device, 8192, longest,
+                       [((b, c, OUTPUT_TOKENS),) for b, c in CELLS])
     for budget in CHUNK_BUDGETS:
         cells = [((decoding, 32, CHUNKED_PROMPT // budget + 2), (1, CHUNKED_PROMPT, 1)) for decoding in (0, 8)]
         steps += _run_cells(model, dtype, device, budget, CHUNKED_PROMPT + 64, cells)
@@ -107,8 +108,9 @@ def _run_cells(model: str, dtype: str, device: str, budget: int, longest: int, c
     try:
         probe = EngineConfig(model=model, dtype=dtype, device=device)
         engine = LLMEngine(EngineConfig(
-            model=model, dtype=dtype, device=device, max_num_seqs=max(sum(n for n, _, _ in c) for c in cells),
-            max_num_batched_tokens=budget, enable_chunked_prefill=True, max_model_len=longest,
+            model=model, dtype=dtype, device=device,
+            max_num_seqs=max(sum(n for n, _, _ in c) for c in cells), max_num_batched_tokens=budget,
+            enable_chunked_prefill=True, max_model_len=longest,
             kv_cache_memory=probe.kv_bytes_per_token() * held * 5 // 4))
     except (ConfigError, RuntimeError) as exc:
         raise UserError(f"the step profile could not start the bundled engine: {exc}") from None
@@ -118,7 +120,8 @@ def _run_cells(model: str, dtype: str, device: str, budget: int, longest: int, c
         for cell in cells:
             for n, prompt, output in cell:
                 for i in range(n):
-                    engine.submit([(i * 7 + j) % vocab for j in range(prompt)], SamplingParams(max_tokens=output))
+                    engine.submit([(i * 7 + j) % vocab for j in range(prompt)],
+                                  SamplingParams(max_tokens=output))
             engine.run_until_idle(timeout=120)
         steps = recorder.recent_steps()
     finally:

@@ -69,7 +69,8 @@ class LengthDist:
             return rng.randint(int(self.a), int(self.b))
         # the exponent is capped first: a draw far in the tail would overflow exp() before min()
         # could
-        return max(1, round(math.exp(min(rng.gauss(math.log(self.a), self.b), math.log(MAX_TOKENS)))))
+        return max(1,
+                   round(math.exp(min(rng.gauss(math.log(self.a), self.b), math.log(MAX_TOKENS)))))
 
     def __str__(self) -> str:
         if self.kind == "fixed":
@@ -187,8 +188,8 @@ class _Sample(threading.Timer):
         self.result = self._read()
 
 
-def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop: threading.Event | None = None,
-                 drain_timeout: float = 300.0) -> WorkloadRun:
+def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None,
+                 stop: threading.Event | None = None, drain_timeout: float = 300.0) -> WorkloadRun:
     """Submit the workload to a started engine for `cfg.duration` seconds, then wait for what is
     in flight."""
     plan = WorkloadPlan(cfg, engine.config.preset.vocab_size, engine.config.max_model_len)
@@ -199,7 +200,8 @@ def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop:
     warm = _Sample(cfg.warmup, lambda: _tokens(submitted))
 
     def submit(p: PlannedRequest) -> Request:
-        req = engine.submit(p.prompt, SamplingParams(max_tokens=p.max_tokens, temperature=cfg.temperature),
+        req = engine.submit(p.prompt,
+                            SamplingParams(max_tokens=p.max_tokens, temperature=cfg.temperature),
                             model=p.model)
         submitted.append(req)
         return req
@@ -230,4 +232,5 @@ def run_workload(engine: LLMEngine, cfg: WorkloadConfig, on_progress=None, stop:
     drain_end = time.monotonic() + drain_timeout
     for req in submitted:
         req.wait(max(0.0, drain_end - time.monotonic()))
-    return WorkloadRun(submitted, started, time.monotonic(), window_end - started - cfg.warmup, window_tokens)
+    return WorkloadRun(submitted, started, time.monotonic(), window_end - started - cfg.warmup,
+                       window_tokens)

@@ -44,10 +44,12 @@ def compare(baseline: Results, current: Results, tolerance: float, metric: str =
         after = getattr(c, attr)
         if before is None or after is None:
             regressed = before is not None and after is None and c.requests == 0
-            rows.append(Row(b.value, before, after, regressed, "no finished requests" if regressed else "no P99"))
+            rows.append(Row(b.value, before, after, regressed,
+                            "no finished requests" if regressed else "no P99"))
             continue
         regressed = after > before * (1 + tolerance)
-        rows.append(Row(b.value, before, after, regressed, f"P99 up more than {tolerance:.0%}" if regressed else ""))
+        rows.append(Row(b.value, before, after, regressed,
+                        f"P99 up more than {tolerance:.0%}" if regressed else ""))
     for c in now.values():
         rows.append(Row(c.value, None, getattr(c, attr), False, "not in the baseline"))
     if all(r.note in ("not in the current run", "not in the baseline") for r in rows):

@@ -76,7 +76,9 @@ def measure_remote(value, base_url: str, cfg, opts: LoadOptions | None = None, o
     errors = sorted({r.error for r in load.records if r.error})[:3]
     point = Point(value, throughput_tokens_per_s=load.tokens_between(cfg.warmup, cfg.duration) / window,
                   engine_busy_ratio=busy,
-                  extra={"requests_sent": len(load.records), "requests_finished_total": load.finished,
-                         "output_tokens": sum(r.output_tokens for r in load.records), "errors": errors},
+                  extra={"requests_sent": len(load.records),
+                         "requests_finished_total": load.finished,
+                         "output_tokens": sum(r.output_tokens for r in load.records),
+                         "errors": errors},
                   **figures)
     return with_diagnosis(point, fetch_diagnosis(base_url))

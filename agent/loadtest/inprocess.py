@@ -17,8 +17,8 @@ class _Timelines:
         self.items.extend(timelines)
 
 
-def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5, diagnosis_config=None,
-                      nvml_snapshot: str | None = None) -> Point:
+def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5,
+                      diagnosis_config=None, nvml_snapshot: str | None = None) -> Point:
     """Run the workload (warm-up included) on a fresh instrumented engine and reduce it to a
     point."""
     from stagelens.diagnosis import diagnose
@@ -45,8 +45,9 @@ def measure_inprocess(value, engine_cfg, workload_cfg, *, interval: float = 0.5,
     point = Point(value, throughput_tokens_per_s=result.figures["throughput_tokens_per_s"],
                   engine_busy_ratio=busy_ratio(recorded) if len(recorded) >= 2 else result.figures["engine_busy_ratio"],
                   extra={k: result.figures.get(k) for k in ("preemptions", "decided_wait_p99_s",
-                                                          "kv_fragmentation_ratio", "head_of_line_share",
-                                                          "requests_submitted", "steps")},
+                                                            "kv_fragmentation_ratio",
+                                                            "head_of_line_share",
+                                                            "requests_submitted", "steps")},
                   **figures)
     return with_diagnosis(point, diagnosis.to_dict())
 

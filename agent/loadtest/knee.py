@@ -36,8 +36,8 @@ class Knee:
     confirmed: bool = True
 
     def to_dict(self, points: Sequence[Point] | None = None) -> dict:
-        out = {"index": self.index, "past_index": self.past_index, "rules": self.rules, "reason": self.reason,
-               "confirmed": self.confirmed}
+        out = {"index": self.index, "past_index": self.past_index, "rules": self.rules,
+               "reason": self.reason, "confirmed": self.confirmed}
         if points is not None:
             out["value"] = points[self.index].value if self.index is not None else None
             out["past_value"] = points[self.past_index].value
@@ -46,8 +46,8 @@ class Knee:
 
     @classmethod
     def from_dict(cls, data: dict) -> Knee:
-        return cls(data.get("index"), data["past_index"], list(data.get("rules") or []), data.get("reason", ""),
-                   bool(data.get("confirmed", True)))
+        return cls(data.get("index"), data["past_index"], list(data.get("rules") or []),
+                   data.get("reason", ""), bool(data.get("confirmed", True)))
 
 
 def _numeric(value) -> bool:
@@ -86,14 +86,16 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def find_knee(points: Sequence[Point], gain_threshold: float | None = 0.05, p99_factor: float | None = 1.5,
-              p99_sla: float | None = None, step: float = 0.10, metric: str = "latency") -> Knee | None:
+def find_knee(points: Sequence[Point], gain_threshold: float | None = 0.05,
+              p99_factor: float | None = 1.5, p99_sla: float | None = None, step: float = 0.10,
+              metric: str = "latency") -> Knee | None:
     """The first knee of `points` (in the order run), or None when the curve has none."""
     for i, point in enumerate(points):
         p99 = point.p99(metric)
         if p99_sla is not None and p99 is not None and p99 > p99_sla:
             where = "already at the first point" if i == 0 else f"at {points[i].value}"
-            return Knee(i - 1 if i else None, i, ["p99_sla"], f"P99 {_ms(p99)} breaks the {_ms(p99_sla)} SLA {where}")
+            return Knee(i - 1 if i else None, i, ["p99_sla"],
+                        f"P99 {_ms(p99)} breaks the {_ms(p99_sla)} SLA {where}")
         if i == 0:
             continue
         rules, reasons, confirmed = [], [], True

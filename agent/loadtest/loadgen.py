@@ -66,8 +66,8 @@ class LoadOptions:
 
 
 def _body(p: PlannedRequest, cfg: WorkloadConfig, opts: LoadOptions) -> dict:
-    body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": cfg.temperature, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "temperature": cfg.temperature,
+            "stream": True, "stream_options": {"include_usage": True}}
     model = opts.served_model or (p.model if cfg.models > 1 else None)
     if model:
         body["model"] = model
@@ -76,8 +76,8 @@ def _body(p: PlannedRequest, cfg: WorkloadConfig, opts: LoadOptions) -> dict:
     return body
 
 
-async def _one(client, url: str, p: PlannedRequest, cfg: WorkloadConfig, opts: LoadOptions, t0: float,
-               record: RequestRecord) -> None:
+async def _one(client, url: str, p: PlannedRequest, cfg: WorkloadConfig, opts: LoadOptions,
+               t0: float, record: RequestRecord) -> None:
     usage_tokens = None
     try:
         async with client.stream("POST", url, json=_body(p, cfg, opts), timeout=opts.request_timeout) as r:
@@ -125,7 +125,8 @@ async def generate_load(base_url: str, cfg: WorkloadConfig, opts: LoadOptions | 
     plan = WorkloadPlan(cfg, opts.vocab_size, opts.max_model_len)
     records: list[RequestRecord] = []
     tasks: list[asyncio.Task] = []
-    limits = httpx.Limits(max_connections=opts.max_connections, max_keepalive_connections=opts.max_connections)
+    limits = httpx.Limits(max_connections=opts.max_connections,
+                          max_keepalive_connections=opts.max_connections)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(opts.request_timeout, connect=10.0)) as client:
         t0 = time.monotonic()
         deadline = t0 + cfg.duration
@@ -151,7 +152,8 @@ async def generate_load(base_url: str, cfg: WorkloadConfig, opts: LoadOptions | 
                 while time.monotonic() < deadline and len(records) < opts.max_requests:
                     await launch(plan.next())
             workers = [asyncio.create_task(worker()) for _ in range(cfg.concurrency)]
-            await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()) + opts.drain_timeout)
+            await asyncio.wait(workers,
+                               timeout=max(0.0, deadline - time.monotonic()) + opts.drain_timeout)
             for w in workers:
                 w.cancel()
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))

@@ -41,7 +41,8 @@ class ProgressBar:
             return
         if self._tty:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._redraw, name="stagelens-bench-progress", daemon=True)
+                self._thread = threading.Thread(target=self._redraw,
+                                                name="stagelens-bench-progress", daemon=True)
                 self._thread.start()
         else:
             self._write(self.line() + "\n")

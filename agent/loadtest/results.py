@@ -32,8 +32,8 @@ class Results:
 
     def to_dict(self) -> dict:
         return {"format": FORMAT, "mode": self.mode, "variable": self.variable, "flag": self.flag,
-                "target": self.target, "created": self.created, "config": self.config, "knee_rule": self.rule,
-                "points": [p.to_dict() for p in self.points],
+                "target": self.target, "created": self.created, "config": self.config,
+                "knee_rule": self.rule, "points": [p.to_dict() for p in self.points],
                 "knee": self.knee.to_dict(self.points) if self.knee else None}
 
     def write(self, path: Path) -> None:
@@ -64,4 +64,5 @@ def load_results(path: str) -> Results:
     except (TypeError, ValueError, KeyError) as exc:
         raise UserError(f"{path}: malformed point: {exc}") from None
     return Results(data.get("mode", "?"), str(data.get("variable", "?")), data.get("target", "?"),
-                   data.get("config") or {}, data.get("knee_rule") or {}, parsed, knee, data.get("created", ""))
+                   data.get("config") or {}, data.get("knee_rule") or {}, parsed, knee,
+                   data.get("created", ""))

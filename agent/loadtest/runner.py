@@ -30,7 +30,8 @@ class KneeRule:
         return KneeRule(None, self.p99_factor, self.p99_sla, self.step, self.metric)
 
     def find(self, points: list[Point]) -> Knee | None:
-        return find_knee(points, self.gain_threshold, self.p99_factor, self.p99_sla, self.step, self.metric)
+        return find_knee(points, self.gain_threshold, self.p99_factor, self.p99_sla, self.step,
+                         self.metric)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,8 +51,8 @@ def run_sweep(variable: Variable, values: list, measure: Measure, rule: KneeRule
     return points, rule.for_variable(variable).find(points)
 
 
-def run_stress(variable: Variable, start, measure: Measure, rule: KneeRule, max_steps: int, seconds: float,
-               bar: ProgressBar) -> tuple[list[Point], Knee | None]:
+def run_stress(variable: Variable, start, measure: Measure, rule: KneeRule, max_steps: int,
+               seconds: float, bar: ProgressBar) -> tuple[list[Point], Knee | None]:
     """Raise the load by `rule.step` a point until the first confirmed knee, or `max_steps`
     points."""
     points: list[Point] = []

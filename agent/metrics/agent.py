@@ -35,7 +35,8 @@ def _engine(out: Scrape, engine) -> None:
     config = engine.engine
     chunked = config.enable_chunked_prefill
     out.add(c.ENGINE_INFO, 1, model=config.model, allocator=config.allocator, policy=config.policy,
-            device=config.device, dtype=config.dtype, chunked_prefill="" if chunked is None else str(chunked).lower(),
+            device=config.device, dtype=config.dtype,
+            chunked_prefill="" if chunked is None else str(chunked).lower(),
             source=config.source or "")
     for name, count in sorted((engine.intake or {}).items()):
         part, _, what = name.partition(".")

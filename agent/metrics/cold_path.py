@@ -6,8 +6,8 @@ from __future__ import annotations
 from stagelens import catalogue as c
 from stagelens.metrics.families import Scrape
 
-AS_HELD = (c.MODEL_LOADS, c.MODEL_LOAD_BYTES, c.H2D_BYTES, c.H2D_RATE, c.NUM_PRELOAD, c.STEP_TIME_INFLATION,
-           c.WAITING_ON_MODEL, c.WINDOW_LOADS)
+AS_HELD = (c.MODEL_LOADS, c.MODEL_LOAD_BYTES, c.H2D_BYTES, c.H2D_RATE, c.NUM_PRELOAD,
+           c.STEP_TIME_INFLATION, c.WAITING_ON_MODEL, c.WINDOW_LOADS)
 
 
 def collect(out: Scrape, frame, _diagnosis) -> None:
@@ -22,5 +22,6 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
         out.add(c.LOAD_IN_PROGRESS_SECONDS, load.seconds, model=load.model)
     for model in engine.engine.resident_models or []:
         out.add(c.MODEL_RESIDENT, 1, model=model)
-    for model_load, seconds in (("running", cold.step_time_during_load_s), ("none", cold.step_time_without_load_s)):
+    for model_load, seconds in (("running", cold.step_time_during_load_s),
+                                ("none", cold.step_time_without_load_s)):
         out.add(c.DECODE_STEP_SECONDS, seconds, model_load=model_load)

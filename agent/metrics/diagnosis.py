@@ -27,7 +27,8 @@ def collect(out: Scrape, frame, diagnosis) -> None:
             out.add(c.SIGNAL_VALUE, e.value, stage=stage.stage, signal=e.signal)
             if e.bound is not None and e.value is not None:
                 out.add(c.SIGNAL_BOUND, 1, stage=stage.stage, signal=e.signal, bound=e.bound)
-            out.add(c.SIGNAL_STATE, STATE_VALUES.get(e.state, -1), stage=stage.stage, signal=e.signal)
+            out.add(c.SIGNAL_STATE, STATE_VALUES.get(e.state, -1), stage=stage.stage,
+                    signal=e.signal)
             for level, value in (("warn", e.warn), ("firing", e.firing)):
                 if value is not None:
                     thresholds[(e.signal, level)] = value

@@ -33,7 +33,8 @@ class Scrape:
         family = self._families.get(figure.metric)
         if family is None:
             kind = _FAMILY_OF_KIND[figure.kind]
-            family = self._families[figure.metric] = kind(figure.metric, figure.help, labels=figure.labels)
+            family = self._families[figure.metric] = kind(figure.metric, figure.help,
+                                                          labels=figure.labels)
         family.add_metric([_label(labels[k]) for k in figure.labels], float(value))
 
     def add_as_held(self, snapshot, figures: Iterable[Figure]) -> None:

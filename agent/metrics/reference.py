@@ -33,7 +33,8 @@ def _entry(figure: Figure) -> str:
     if figure.signal:
         facts.append(f"judged by `{figure.signal}`")
     text = f"- `{figure.metric}` ({'; '.join(facts)}): {figure.help}"
-    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False) + "\n"
+    return textwrap.fill(text, WIDTH, subsequent_indent="  ", break_on_hyphens=False,
+                         break_long_words=False) + "\n"
 
 
 if __name__ == "__main__":

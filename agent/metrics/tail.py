@@ -21,4 +21,5 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
         out.add(c.TAIL_SECONDS, tail.threshold_s, metric=metric, percentile=percentile)
         out.add(c.TAIL_SECONDS, tail.p50_s, metric=metric, percentile="50")
         for stage in PARTS:
-            out.add(c.TAIL_SHARE, tail.share(stage), metric=metric, percentile=percentile, stage=stage)
+            out.add(c.TAIL_SHARE, tail.share(stage), metric=metric, percentile=percentile,
+                    stage=stage)

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from stagelens.catalogue import REQUEST_WAIT_BY_REASON, WAIT_HISTOGRAM
 from stagelens.engine_hooks.records.vllm_names import REQUEST_QUEUE_TIME_SECONDS
 
-WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                30.0, 60.0)
 
 
 def first_queue_seconds(timeline) -> float | None:
@@ -23,10 +24,12 @@ def first_queue_seconds(timeline) -> float | None:
 
 
 class WaitMetrics:
-    def __init__(self, registry: CollectorRegistry, trace_id_for: Callable[[object], str | None] | None = None,
+    def __init__(self, registry: CollectorRegistry,
+                 trace_id_for: Callable[[object], str | None] | None = None,
                  vllm_names: bool = False) -> None:
         self.trace_id_for = trace_id_for
-        self.wait = Histogram(WAIT_HISTOGRAM.metric, WAIT_HISTOGRAM.help, buckets=WAIT_BUCKETS, registry=registry)
+        self.wait = Histogram(WAIT_HISTOGRAM.metric, WAIT_HISTOGRAM.help, buckets=WAIT_BUCKETS,
+                              registry=registry)
         self.by_reason = Counter(REQUEST_WAIT_BY_REASON.metric, REQUEST_WAIT_BY_REASON.help,
                                  REQUEST_WAIT_BY_REASON.labels, registry=registry)
         self.vllm_queue = None

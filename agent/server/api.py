@@ -20,7 +20,8 @@ def healthz() -> dict:
 def readyz(request: Request):
     """Ready once a sample has been taken (and the lab engine, if hosted, runs)."""
     ok, why = request.app.state.runtime.ready()
-    return JSONResponse({"status": "ready" if ok else "not ready", "detail": why}, status_code=200 if ok else 503)
+    return JSONResponse({"status": "ready" if ok else "not ready", "detail": why},
+                        status_code=200 if ok else 503)
 
 
 @router.get("/api/v1/diagnosis", tags=["diagnosis"])
@@ -64,7 +65,8 @@ HEAVY_FRAMES = FRAMES_LIMIT  # a read of more is bounded in how many run at once
 
 @router.get("/api/v1/frames", tags=["frames"])
 def frames(request: Request,
-           since: float | None = Query(default=None, ge=0, description="only frames taken after this Unix time"),
+           since: float | None = Query(default=None, ge=0,
+                                       description="only frames taken after this Unix time"),
            limit: int = Query(default=FRAMES_LIMIT, ge=1, le=MAX_FRAMES_LIMIT,
                               description="at most this many frames, the newest")) -> list:
     """Frames kept in the agent's history, oldest first: the newest `limit` of those after

@@ -64,7 +64,9 @@ def _stream(gen: Generation, request: Request):
         return out
 
     def text_chunk(pieces: list[tuple[int, str, str | None]], usage: dict | None) -> dict:
-        return chunk([(i, {"content": text} if text else {}, reason) for i, text, reason in pieces], usage)
+        return chunk([(i, {"content": text} if text else {}, reason) for i, text, reason in pieces],
+                     usage)
 
-    return stream(gen, request, text_chunk, chunk([(c.index, {"role": "assistant", "content": ""}, None)
+    return stream(gen, request, text_chunk, chunk([(c.index, {"role": "assistant", "content": ""},
+                                                    None)
                                                    for c in gen.choices]))

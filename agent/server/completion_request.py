@@ -30,8 +30,8 @@ class CompletionRequest(SamplingRequest):
     suffix: str | None = None
 
 
-COMPLETION_NEUTRAL = neutral_table({"best_of": (1, None), "logprobs": (None,), "echo": (False, None),
-                                    "suffix": ("", None)})
+COMPLETION_NEUTRAL = neutral_table({"best_of": (1, None), "logprobs": (None,),
+                                    "echo": (False, None), "suffix": ("", None)})
 
 
 def prompts_of(body: CompletionRequest, vocab: int) -> list[list[int]]:

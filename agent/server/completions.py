@@ -31,11 +31,13 @@ async def completions(body: CompletionRequest, request: Request):
         created = int(time.time())    # one for the whole response, as OpenAI's chunks
         return stream(gen, request, lambda pieces, usage: _body(gen, created, pieces, usage))
     await run_to_end(gen.engine, gen.choices, request)
-    return JSONResponse(_body(gen, int(time.time()), [(c.index, c.stops.text, c.finish_reason) for c in gen.choices],
+    return JSONResponse(_body(gen, int(time.time()),
+                              [(c.index, c.stops.text, c.finish_reason) for c in gen.choices],
                               usage_of(gen.choices)))
 
 
-def _body(gen: Generation, created: int, choices: list[tuple[int, str, str | None]], usage: dict | None = None) -> dict:
+def _body(gen: Generation, created: int, choices: list[tuple[int, str, str | None]],
+          usage: dict | None = None) -> dict:
     out = {"id": gen.request_id, "object": "text_completion", "created": created, "model": gen.model,
            "choices": [{"index": i, "text": text, "finish_reason": reason, "logprobs": None}
                        for i, text, reason in choices]}

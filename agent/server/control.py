@@ -18,7 +18,8 @@ router = APIRouter(dependencies=[Depends(require_token)], route_class=TokenFirst
 
 class ScenarioStart(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(default=None, description=f"one of {', '.join(SCENARIOS)}; null for none")
+    name: str | None = Field(default=None,
+                             description=f"one of {', '.join(SCENARIOS)}; null for none")
     fixed: bool = Field(default=False, description="apply the current diagnosis's recommendations")
 
 

@@ -18,19 +18,21 @@ _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403:
                  503: "service_unavailable", 504: "timeout"}
 
 
-def error_body(path: str, status: int, message: str, param: str | None = None, code: str | None = None,
-               kind: str | None = None) -> dict:
+def error_body(path: str, status: int, message: str, param: str | None = None,
+               code: str | None = None, kind: str | None = None) -> dict:
     """`code` is the HTTP status (as vLLM answers) unless a more precise one is given (OpenAI's
     `model_not_found`); `kind` overrides the `type` the status implies."""
     if path.startswith(OPENAI_PREFIX):
-        return {"error": {"message": message, "type": kind or _OPENAI_TYPES.get(status, "server_error"),
-                          "param": param, "code": status if code is None else code}}
+        return {"error": {"message": message,
+                          "type": kind or _OPENAI_TYPES.get(status, "server_error"), "param": param,
+                          "code": status if code is None else code}}
     return {"detail": message}
 
 
 def error_response(path: str, status: int, message: str, param: str | None = None,
                    headers: dict | None = None, code: str | None = None, kind: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(path, status, message, param, code, kind), status_code=status, headers=headers)
+    return JSONResponse(error_body(path, status, message, param, code, kind), status_code=status,
+                        headers=headers)
 
 
 class OpenAIError(Exception):
@@ -45,18 +47,20 @@ class OpenAIError(Exception):
 
 def model_not_found(model: str, served: list[str]) -> OpenAIError:
     """OpenAI's answer to an unknown model: 404, `invalid_request_error`, code `model_not_found`."""
-    return OpenAIError(404, f"the model {model!r} does not exist (served: {', '.join(served)})", "model",
-                       code="model_not_found", kind="invalid_request_error")
+    return OpenAIError(404, f"the model {model!r} does not exist (served: {', '.join(served)})",
+                       "model", code="model_not_found", kind="invalid_request_error")
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(OpenAIError)
     async def _openai(request: Request, exc: OpenAIError):
-        return error_response(request.url.path, exc.status, exc.message, exc.param, code=exc.code, kind=exc.kind)
+        return error_response(request.url.path, exc.status, exc.message, exc.param, code=exc.code,
+                              kind=exc.kind)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException):
-        return error_response(request.url.path, exc.status_code, str(exc.detail), headers=exc.headers)
+        return error_response(request.url.path, exc.status_code, str(exc.detail),
+                              headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):

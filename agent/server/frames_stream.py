@@ -31,7 +31,8 @@ class HeavyReads:
     and `sleep` are time's."""
 
     def __init__(self, most: int = MAX_HEAVY_READS, bytes_per_s: float = HEAVY_BYTES_PER_S,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.most, self.now = most, 0
         self.refused = 0
         self.bytes_per_s, self._clock, self._sleep = bytes_per_s, clock, sleep

@@ -103,7 +103,8 @@ def submit(engine, runtime, params, model: str | None, prompts: list[list[int]],
         for i, ids in enumerate(prompts):
             rid = request_id if len(prompts) == 1 else f"{request_id}-{i}"
             runtime.remember_traceparent(rid, traceparent)
-            req = engine.submit(ids, params, model=model, request_id=rid, timeout_s=runtime.request_timeout)
+            req = engine.submit(ids, params, model=model, request_id=rid,
+                                timeout_s=runtime.request_timeout)
             choices.append(Choice(i, req, StopMatcher(stops)))
     except ValueError as exc:
         abort_unfinished(engine, choices)
@@ -172,7 +173,8 @@ def _release(c: Choice, text: str) -> bool:
     return bool(text)
 
 
-def abort_unfinished(engine, choices: list[Choice], why: str = "the request ended before it finished") -> None:
+def abort_unfinished(engine, choices: list[Choice],
+                     why: str = "the request ended before it finished") -> None:
     for c in choices:
         if not c.req.finished:
             engine.abort(c.req.request_id, FinishReason.ABORT, why)
@@ -188,7 +190,8 @@ def failure_of(engine, choices: list[Choice]) -> OpenAIError | None:
     if reason == FinishReason.TIMEOUT:
         return OpenAIError(504, error)
     if reason == FinishReason.ABORT or engine.failure is not None:
-        return OpenAIError(503, f"the lab engine stopped before the request finished ({error}); retry")
+        return OpenAIError(503,
+                           f"the lab engine stopped before the request finished ({error}); retry")
     return OpenAIError(500, error)
 
 
@@ -239,7 +242,8 @@ async def _events(gen: Generation, request: Request, chunk: Chunk, opening: dict
 def usage_of(choices: list[Choice]) -> dict:
     prompt = sum(c.req.num_prompt_tokens for c in choices)
     completion = sum(c.tokens for c in choices)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion}
 
 
 def sse(payload: dict) -> str:

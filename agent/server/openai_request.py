@@ -22,8 +22,10 @@ class StreamOptions(BaseModel):
 
 class SamplingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
-    model: str | None = Field(default=None, description="a name from GET /v1/models; default: the first")
-    temperature: float | None = Field(default=0.0, ge=0.0, le=10.0, description="0 (the default here) is greedy")
+    model: str | None = Field(default=None,
+                              description="a name from GET /v1/models; default: the first")
+    temperature: float | None = Field(default=0.0, ge=0.0, le=10.0,
+                                      description="0 (the default here) is greedy")
     seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stop: str | list[str] | None = Field(default=None, description=f"up to {MAX_STOPS} sequences")
     stream: bool | None = False

@@ -14,5 +14,5 @@ from .jsonl import JsonLinesSpanExporter
 from .processor import CountingBatchProcessor
 from .spans import record_timeline
 
-__all__ = ["EXPORTERS", "ClockOffset", "CountingBatchProcessor", "JsonLinesSpanExporter", "TraceExporter",
-           "TracingConfig", "record_timeline"]
+__all__ = ["EXPORTERS", "ClockOffset", "CountingBatchProcessor", "JsonLinesSpanExporter",
+           "TraceExporter", "TracingConfig", "record_timeline"]

@@ -104,7 +104,8 @@ def build_span_exporter(name: str, config: TracingConfig) -> SpanExporter | None
         if name == "otlp-grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-            return OTLPSpanExporter(endpoint=config.endpoint or None, timeout=config.export_timeout_s)
+            return OTLPSpanExporter(endpoint=config.endpoint or None,
+                                    timeout=config.export_timeout_s)
     except ValueError as e:   # the SDK's own parsing of OTEL_EXPORTER_OTLP_* values
         raise UserError(f"bad OTLP exporter settings: {e}") from None
     if name == "console":

@@ -33,9 +33,10 @@ class TraceExporter:
     The sampler is the SDK's own from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG unless given.
     """
 
-    def __init__(self, span_exporter: SpanExporter | None, *, name: str, offset: ClockOffset | None = None,
-                 registry: CollectorRegistry | None = None, resource: Resource | None = None,
-                 sampler: Sampler | None = None, max_queue_size: int = 2048, max_export_batch_size: int = 512,
+    def __init__(self, span_exporter: SpanExporter | None, *, name: str,
+                 offset: ClockOffset | None = None, registry: CollectorRegistry | None = None,
+                 resource: Resource | None = None, sampler: Sampler | None = None,
+                 max_queue_size: int = 2048, max_export_batch_size: int = 512,
                  schedule_delay_s: float = 1.0, shutdown_timeout_s: float = 5.0) -> None:
         self.name = name
         self.offset = offset if offset is not None else ClockOffset.capture()
@@ -64,8 +65,8 @@ class TraceExporter:
         name = exporter_name(cfg)
         return cls(build_span_exporter(name, cfg), name=name, offset=offset, registry=registry,
                    resource=service_resource(cfg.service_name), max_queue_size=cfg.max_queue_size,
-                   max_export_batch_size=cfg.max_export_batch_size, schedule_delay_s=cfg.schedule_delay_s,
-                   shutdown_timeout_s=cfg.shutdown_timeout_s)
+                   max_export_batch_size=cfg.max_export_batch_size,
+                   schedule_delay_s=cfg.schedule_delay_s, shutdown_timeout_s=cfg.shutdown_timeout_s)
 
     @property
     def resource(self) -> Resource | None:
@@ -79,11 +80,12 @@ class TraceExporter:
             return None
         self._timelines += 1
         try:
-            root = record_timeline(self._tracer, timeline, self.offset, parent_context(traceparent, tracestate))
+            root = record_timeline(self._tracer, timeline, self.offset,
+                                   parent_context(traceparent, tracestate))
         except Exception:  # a malformed timeline must not take the engine thread down
             self._errors += 1
-            log.warning("could not record the trace of request %s", getattr(timeline, "request_id", "?"),
-                        exc_info=True)
+            log.warning("could not record the trace of request %s",
+                        getattr(timeline, "request_id", "?"), exc_info=True)
             return None
         ctx = root.get_span_context()
         if not ctx.trace_flags.sampled:
@@ -104,7 +106,8 @@ class TraceExporter:
             self._provider.shutdown()
 
     def stats(self) -> dict[str, int]:
-        out = {"timelines": self._timelines, "sampled_out": self._sampled_out, "errors": self._errors}
+        out = {"timelines": self._timelines, "sampled_out": self._sampled_out,
+               "errors": self._errors}
         out.update(self._counters.snapshot())
         out.update(self._processor.pending() if self._processor is not None
                    else {"submitted": 0, "queued": 0, "in_flight": 0})

@@ -23,9 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class CountingBatchProcessor(SpanProcessor):
-    def __init__(self, exporter: SpanExporter, counters: SpanCounters, *, max_queue_size: int = 2048,
-                 max_export_batch_size: int = 512, schedule_delay_s: float = 1.0,
-                 shutdown_timeout_s: float = 5.0) -> None:
+    def __init__(self, exporter: SpanExporter, counters: SpanCounters, *,
+                 max_queue_size: int = 2048, max_export_batch_size: int = 512,
+                 schedule_delay_s: float = 1.0, shutdown_timeout_s: float = 5.0) -> None:
         self._exporter = exporter
         self._counters = counters
         self._max_queue = max_queue_size
@@ -84,7 +84,8 @@ class CountingBatchProcessor(SpanProcessor):
             try:
                 ok = self._exporter.export(batch) is SpanExportResult.SUCCESS
             except Exception:
-                log.warning("trace exporter raised; %d spans counted as failed", len(batch), exc_info=True)
+                log.warning("trace exporter raised; %d spans counted as failed", len(batch),
+                            exc_info=True)
                 ok = False
             self._counters.add("exported" if ok else "failed", len(batch))
             with self._lock:
@@ -119,4 +120,5 @@ class CountingBatchProcessor(SpanProcessor):
 
     def pending(self) -> dict[str, int]:
         with self._lock:
-            return {"submitted": self._submitted, "queued": len(self._queue), "in_flight": self._in_flight}
+            return {"submitted": self._submitted, "queued": len(self._queue),
+                    "in_flight": self._in_flight}

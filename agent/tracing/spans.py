@@ -18,7 +18,8 @@ def end_time(tl: RequestTimeline) -> float:
     """`finished`, or for a timeline cut short the latest instant it knows of."""
     if tl.finished is not None:
         return tl.finished
-    times = [tl.arrival, *(t for t, _ in tl.events), *(c.end for c in tl.chunks), *(w.end for w in tl.waits)]
+    times = [tl.arrival, *(t for t, _ in tl.events), *(c.end for c in tl.chunks),
+             *(w.end for w in tl.waits)]
     if tl.first_token is not None:
         times.append(tl.first_token)
     return max(times)

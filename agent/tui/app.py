@@ -87,8 +87,9 @@ class StagelensApp(PlainNotices, App[int]):
         Binding("end", "seek_end", show=False, priority=True),
     ]
 
-    def __init__(self, source: Feed, *, interval: float = 1.0, config: DiagnosisConfig | None = None,
-                 autopoll: bool = True, screenshot_dir: str | Path = ".", runbook_dir: Path | None = None,
+    def __init__(self, source: Feed, *, interval: float = 1.0,
+                 config: DiagnosisConfig | None = None, autopoll: bool = True,
+                 screenshot_dir: str | Path = ".", runbook_dir: Path | None = None,
                  notice: str | None = None) -> None:
         super().__init__()
         self.source = source
@@ -98,9 +99,9 @@ class StagelensApp(PlainNotices, App[int]):
         self.autopoll = autopoll
         self.screenshot_dir = Path(screenshot_dir)
         self.runbook_dir = runbook_dir
-        self.info: dict = {"kind": source.kind, "label": source.label, "interval": interval, "error": None,
-                           "note": None, "position": None, "paused": source.paused, "can_fix": source.can_fix,
-                           "has_frames": False, "tall": False}
+        self.info: dict = {"kind": source.kind, "label": source.label, "interval": interval,
+                           "error": None, "note": None, "position": None, "paused": source.paused,
+                           "can_fix": source.can_fix, "has_frames": False, "tall": False}
         self._root: str | None = None
         # said once at start (how the source is judged, when it matters)
         self.notice = notice
@@ -132,7 +133,8 @@ class StagelensApp(PlainNotices, App[int]):
         if self.notice:
             self.notify(self.notice, severity="warning", timeout=10)
         if self.autopoll:
-            self.run_worker(self.poller.run, thread=True, name="poller", group="poller", exit_on_error=False)
+            self.run_worker(self.poller.run, thread=True, name="poller", group="poller",
+                            exit_on_error=False)
 
     def on_unmount(self) -> None:
         release_stop_signals(self)
@@ -257,7 +259,8 @@ class StagelensApp(PlainNotices, App[int]):
             self.screenshot_dir.mkdir(parents=True, exist_ok=True)
             path = self.save_screenshot(self.screenshot_name(), str(self.screenshot_dir))
         except OSError as exc:
-            self.notify(f"screenshot not saved: {exc.strerror}: {self.screenshot_dir}", severity="error")
+            self.notify(f"screenshot not saved: {exc.strerror}: {self.screenshot_dir}",
+                        severity="error")
             return
         self.notify(f"screenshot saved: {path}", timeout=6)
 
@@ -268,7 +271,8 @@ class StagelensApp(PlainNotices, App[int]):
         flags = fix_flags(d) if d is not None else {}
         if not self.source.can_fix:
             hint = f" — the recommended engine flags: {as_flags(flags)}" if flags else ""
-            self.notify(f"apply fix works with the local lab engine only{hint}", severity="warning", timeout=6)
+            self.notify(f"apply fix works with the local lab engine only{hint}", severity="warning",
+                        timeout=6)
             return
         if not flags:
             self.notify("nothing to apply: no stage recommends an engine setting", timeout=4)

@@ -9,9 +9,9 @@ from stagelens.engine_hooks.records.timeline import RequestTimeline
 from stagelens.frame import Frame
 
 # the window's figures the TUI shows, keyed by their snapshot field's name (catalogue.Figure.key)
-SHOWN = (c.WAITING, c.RUNNING, c.DECIDED_WAIT_P50, c.DECIDED_WAIT_P99, c.BUSY, c.BUSY_WHILE_WAITING, c.BUDGET_USE,
-         c.HEAD_OF_LINE, c.KV_FRAGMENTATION, c.KV_ACCESS_EFFICIENCY, c.KV_EFFECTIVE_BANDWIDTH,
-         c.STEP_TIME_INFLATION, c.DECODE_RATE)
+SHOWN = (c.WAITING, c.RUNNING, c.DECIDED_WAIT_P50, c.DECIDED_WAIT_P99, c.BUSY, c.BUSY_WHILE_WAITING,
+         c.BUDGET_USE, c.HEAD_OF_LINE, c.KV_FRAGMENTATION, c.KV_ACCESS_EFFICIENCY,
+         c.KV_EFFECTIVE_BANDWIDTH, c.STEP_TIME_INFLATION, c.DECODE_RATE)
 # ... and over the requests that finished in it, by the names every surface gives them
 # (latency_summary)
 FINISHED, TTFT_P50, LATENCY_P99 = "finished", "ttft_p50_s", "latency_p99_s"
@@ -41,8 +41,8 @@ def frame_figures(frame: Frame | None, timelines: list[RequestTimeline] = ()) ->
         return {}
     span = frame.engine.window.span_s or 10.0
     recent = _finished_within(timelines, frame.time_monotonic - span, frame.time_monotonic)
-    return {**{figure.key: figure.read(frame.engine) for figure in SHOWN}, **_shown_latencies(recent),
-            FINISHED: len(recent)}
+    return {**{figure.key: figure.read(frame.engine) for figure in SHOWN},
+            **_shown_latencies(recent), FINISHED: len(recent)}
 
 
 def period_figures(frames: list[Frame], timelines: list[RequestTimeline] = ()) -> dict:

@@ -36,8 +36,8 @@ class RemoteFeed(Feed):
             return Poll()
         since = 0 if self.since is None else self.since
         try:
-            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout, max_bytes=FRAMES_MAX_BYTES,
-                            max_items=FRAMES_MAX_ITEMS)
+            data = get_json(self.url, f"/api/v1/frames?since={since!r}", self.timeout,
+                            max_bytes=FRAMES_MAX_BYTES, max_items=FRAMES_MAX_ITEMS)
             if not isinstance(data, list):
                 raise CollectError(f"{self.label}/api/v1/frames: the answer is not a list of frames")
             frames = [Frame.from_dict(d) for d in data]

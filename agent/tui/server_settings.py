@@ -14,7 +14,8 @@ def server_settings(url: str) -> tuple[DiagnosisConfig | None, str | None]:
     server that does not say: (None, a notice that this TUI's defaults are used)."""
     served = DiagnosisConfig()
     try:
-        apply_document(served, f"{url.rstrip('/')}/api/v1/config", get_json(url, "/api/v1/config", timeout=3.0))
+        apply_document(served, f"{url.rstrip('/')}/api/v1/config",
+                       get_json(url, "/api/v1/config", timeout=3.0))
     except (CollectError, UserError) as exc:
         return None, f"judging with this TUI's thresholds: the server's were not read ({exc})"
     return served, None

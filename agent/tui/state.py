@@ -43,7 +43,8 @@ class FixRecord:
 
 
 class TuiState:
-    def __init__(self, config: DiagnosisConfig | None = None, history: int = 600, timelines: int = 400) -> None:
+    def __init__(self, config: DiagnosisConfig | None = None, history: int = 600,
+                 timelines: int = 400) -> None:
         self.config = config or DiagnosisConfig()
         self.frames: deque[Frame] = deque(maxlen=history)
         self.timelines: OrderedDict[str, RequestTimeline] = OrderedDict()
@@ -76,12 +77,14 @@ class TuiState:
         if frames:
             self.diagnosis = self._live.result()
             if self.fix is not None:
-                self.fix.after = period_figures(self._since(self.fix.at_unix), list(self.timelines.values()))
+                self.fix.after = period_figures(self._since(self.fix.at_unix),
+                                                list(self.timelines.values()))
 
     def _track(self, frame: Frame) -> None:
         for stage, (old, new) in self._live.add(frame).items():
             if not (old == "unknown" and new == "ok"):
-                self.log.append(LogEntry(frame.time_unix, stage, old, new, _why(stage, self._live.values)))
+                self.log.append(LogEntry(frame.time_unix, stage, old, new,
+                                         _why(stage, self._live.values)))
 
     # --- the fix ----------------------------------------------------------------------------------
     def mark_fix(self, flags: dict, text: str) -> None:

@@ -44,8 +44,8 @@ class ProfileCost:
     steps: int
     error_median: float
 
-    def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float, kv_tokens: float,
-                forwards: float = 1) -> float:
+    def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
+                kv_tokens: float, forwards: float = 1) -> float:
         return sum(self.parts(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens))
 
     def parts(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
@@ -94,16 +94,16 @@ def fit_profile(steps: list[dict]) -> ProfileCost:
     x, y = step_rows(steps, busy_gap=0.0)
     decode, prefill, kv, pairs = (x[:, FEATURES.index(name)] for name in
                                   ("decode_seqs", "prefill_tokens", "kv_tokens", "prefill_pairs"))
-    features = np.column_stack([np.ones(len(y)), _ramps(decode, DECODE_KNOTS), _ramps(prefill, PREFILL_KNOTS),
-                                kv, pairs])
+    features = np.column_stack([np.ones(len(y)), _ramps(decode, DECODE_KNOTS),
+                                _ramps(prefill, PREFILL_KNOTS), kv, pairs])
     y = np.maximum(y, 1e-6)
     coef = nonnegative_least_squares(features, y, 1 / y)
     rel = np.abs(features @ coef - y) / y
     d, p = len(DECODE_KNOTS) - 1, len(PREFILL_KNOTS) - 1
     return ProfileCost(base=float(coef[0]), decode_slopes=tuple(float(c) for c in coef[1:1 + d]),
                        prefill_slopes=tuple(float(c) for c in coef[1 + d:1 + d + p]),
-                       per_kv_token=float(coef[1 + d + p]), per_prefill_pair=float(coef[2 + d + p]), steps=len(y),
-                       error_median=float(np.median(rel)))
+                       per_kv_token=float(coef[1 + d + p]), per_prefill_pair=float(coef[2 + d + p]),
+                       steps=len(y), error_median=float(np.median(rel)))
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,8 @@ class ScaledProfile:
     prefill_scale: float
     spread = 1.0            # measured: no range
 
-    def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float, kv_tokens: float,
-                forwards: float = 1) -> float:
+    def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
+                kv_tokens: float, forwards: float = 1) -> float:
         steady, prefill = self.profile.parts(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens)
         return self.steady_scale * steady + self.prefill_scale * prefill
 
@@ -141,8 +141,8 @@ def calibrated(profile: ProfileCost, steps: list[dict], busy_gap: float) -> Scal
     if not len(y):
         return None
     at = {name: FEATURES.index(name) for name in FEATURES}
-    parts = np.array([profile.parts(r[at["prefill_tokens"]], r[at["prefill_pairs"]], r[at["decode_seqs"]],
-                                    r[at["kv_tokens"]]) for r in x])
+    parts = np.array([profile.parts(r[at["prefill_tokens"]], r[at["prefill_pairs"]],
+                                    r[at["decode_seqs"]], r[at["kv_tokens"]]) for r in x])
     overall = float(y.sum() / parts.sum()) if parts.sum() > 0 else 1.0
     prefilling = parts[:, 1] > 0
     if min(prefilling.sum(), (~prefilling).sum()) < MIN_STEPS_EACH:

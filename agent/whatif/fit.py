@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FEATURES = ("fixed", "prefill_tokens", "cold_prefill_tokens", "prefill_pairs", "decode_seqs", "kv_tokens",
-            "extra_forwards", "loading")
+FEATURES = ("fixed", "prefill_tokens", "cold_prefill_tokens", "prefill_pairs", "decode_seqs",
+            "kv_tokens", "extra_forwards", "loading")
 # a batch past these is extrapolated; a forward beyond the most seen is too (no slack: models are
 # few)
 RANGED = ("prefill_tokens", "prefill_pairs", "decode_seqs", "kv_tokens", "extra_forwards")
@@ -68,18 +68,22 @@ class StepCost:
         `beyond` says the rest adds."""
         if self.beyond is not None:
             m = self.observed_max
-            edge = (min(prefill_tokens, m["prefill_tokens"]), min(prefill_pairs, m["prefill_pairs"]),
-                    min(decode_seqs, m["decode_seqs"]), min(kv_tokens, m["kv_tokens"]))
+            edge = (min(prefill_tokens, m["prefill_tokens"]),
+                    min(prefill_pairs, m["prefill_pairs"]), min(decode_seqs, m["decode_seqs"]),
+                    min(kv_tokens, m["kv_tokens"]))
             if edge != (prefill_tokens, prefill_pairs, decode_seqs, kv_tokens):
-                more = (self.beyond.seconds(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards)
+                more = (self.beyond.seconds(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens,
+                                            forwards)
                         - self.beyond.seconds(*edge, forwards))
                 return (self._fitted(*edge, loading, forwards, since_prefill_s) + self.beyond_scale * max(0.0, more),
-                        self._outside(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards))
-        return (self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading, forwards, since_prefill_s),
+                        self._outside(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens,
+                                      forwards))
+        return (self._fitted(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading,
+                             forwards, since_prefill_s),
                 self._outside(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, forwards))
 
-    def _fitted(self, prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading: bool, forwards: int,
-                since_prefill_s: float) -> float:
+    def _fitted(self, prefill_tokens, prefill_pairs, decode_seqs, kv_tokens, loading: bool,
+                forwards: int, since_prefill_s: float) -> float:
         c = self.coefficients
         cold = self.cold_after_s is not None and since_prefill_s > self.cold_after_s
         t = (c["fixed"] + c["prefill_tokens"] * prefill_tokens + c["prefill_pairs"] * prefill_pairs
@@ -149,9 +153,9 @@ def step_rows(steps: list[dict], busy_gap: float = BUSY_GAP_S,
         cold = cold_after is not None and s["prefill_tokens"] and s["start"] - last_prefill_end > cold_after
         if s["prefill_tokens"]:
             last_prefill_end = s["end"]
-        rows.append((1.0, s["prefill_tokens"], s["prefill_tokens"] if cold else 0.0, s["prefill_pairs"],
-                     s["decode_seqs"], s["kv_tokens_cached"], max(0, s["forwards"] - 1),
-                     1.0 if s["loading"] else 0.0))
+        rows.append((1.0, s["prefill_tokens"], s["prefill_tokens"] if cold else 0.0,
+                     s["prefill_pairs"], s["decode_seqs"], s["kv_tokens_cached"],
+                     max(0, s["forwards"] - 1), 1.0 if s["loading"] else 0.0))
         times.append(end - s["start"])
     return np.asarray(rows, dtype=float).reshape(-1, len(FEATURES)), np.asarray(times, dtype=float)
 

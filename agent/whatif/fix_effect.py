@@ -10,8 +10,8 @@ from stagelens.lab.fixes import as_flags
 from stagelens.whatif.figures import alike
 from stagelens.whatif.settings import TUNABLE, as_set_flags
 
-SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s", "preemptions",
-         DECIDED_WAIT_P99.key)
+SHOWN = ("ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "latency_p99_s", "throughput_tokens_per_s",
+         "preemptions", DECIDED_WAIT_P99.key)
 # the TUI's before/after rows (agent/tui/figures.py COMPARED) a prediction fills, by the names both
 # give them
 TUI_FIGURES = ("ttft_p50_s", "latency_p99_s", DECIDED_WAIT_P99.key)
@@ -36,12 +36,14 @@ def predicted_effect(observe, diagnosis) -> dict | None:
     except (UserError, CollectError) as exc:
         return {"set": as_set_flags(changes), "unavailable": str(exc)}
     except Exception as exc:   # noqa: BLE001  the prediction is an aside: it never takes the verdict down
-        return {"set": as_set_flags(changes), "unavailable": f"the simulation failed: {type(exc).__name__}: {exc}"}
+        return {"set": as_set_flags(changes),
+                "unavailable": f"the simulation failed: {type(exc).__name__}: {exc}"}
     before, (_, after) = result.today.figures, result.candidates[0]
     never = before.get("requests_never_run") or 0
     if not before.get("requests_finished"):
         why = f"{never} of {len(observed.requests)} requests could never run" if never else "nothing finished"
-        return {"set": as_set_flags(changes), "unavailable": f"no request finished in the simulation of today ({why})"}
+        return {"set": as_set_flags(changes),
+                "unavailable": f"no request finished in the simulation of today ({why})"}
     effect = {"set": as_set_flags(changes), "extrapolated": after.extrapolated,
               "predicted": {k: [before.get(k), after.figures.get(k)] for k in SHOWN}}
     if never:

@@ -42,7 +42,8 @@ class Prediction:
         out = dict(self.figures)
         out["stages"] = self.stages
         out["steps"] = self.simulation.log.steps
-        out["outside_fitted_range"] = {"share_of_steps": self.outside_share, "extrapolated": self.extrapolated}
+        out["outside_fitted_range"] = {"share_of_steps": self.outside_share,
+                                       "extrapolated": self.extrapolated}
         if self.bounds:
             out["range"] = {k: list(v) for k, v in self.bounds.items()}
         return out
@@ -79,7 +80,8 @@ def replay(requests: list[ServedRequest], settings: Settings) -> list[SimRequest
     seen = list(dict.fromkeys(r.model for r in requests))
     free = iter([name for name in served if name not in seen])
     renamed = {name: next(free, name) for name in seen if name not in served}
-    return [SimRequest(r.request_id, renamed.get(r.model, r.model), r.arrival, r.prompt_tokens, r.output_tokens)
+    return [SimRequest(r.request_id, renamed.get(r.model, r.model), r.arrival, r.prompt_tokens,
+                       r.output_tokens)
             for r in requests if can_run(r, settings)]
 
 

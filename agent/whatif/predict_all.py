@@ -43,10 +43,12 @@ class WhatIf:
         return {
             "source": self.observed.source,
             "requests": len(self.observed.requests), "scale_rate": self.scale_rate,
-            "fit": {**self.cost.to_dict(), "on": "steps" if self.observed.steps else "request intervals"},
+            "fit": {**self.cost.to_dict(),
+                    "on": "steps" if self.observed.steps else "request intervals"},
             "today": {"settings": self.today.settings.__dict__, "predicted": self.today.to_dict(),
                       "measured": self.measured, "relative_error": self.errors()},
-            "candidates": [{"set": as_set_flags(changes), "predicted": p.to_dict(), "alike_today": self.alike_today(p)}
+            "candidates": [{"set": as_set_flags(changes), "predicted": p.to_dict(),
+                            "alike_today": self.alike_today(p)}
                            for changes, p in self.candidates],
         }
 
@@ -107,5 +109,5 @@ def what_if(observed: Observed, candidates: list[dict], settings: Settings | Non
     measured = serving_figures(observed.requests, observed.window)
     measured["kv_used_ratio_mean"] = observed.kv_used_ratio_mean
     return WhatIf(observed, cost, predictions[0], measured,
-                  [(changes, p) for (changes, _), p in zip(checked, predictions[1:], strict=True)], replayed,
-                  scale_rate)
+                  [(changes, p) for (changes, _), p in zip(checked, predictions[1:], strict=True)],
+                  replayed, scale_rate)

@@ -97,8 +97,8 @@ class Prior:
     # way
     spread = 2.0
 
-    def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float, kv_tokens: float,
-                forwards: float = 1) -> float:
+    def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
+                kv_tokens: float, forwards: float = 1) -> float:
         """Roofline time of one engine step, unscaled: the larger of the bytes it reads (weights
         per forward, the running sequences' KV) over the bandwidth and the FLOPs it does (2 per
         parameter per token, 4 per layer per hidden unit per prefill pair, attention's QK^T and
@@ -224,7 +224,8 @@ def host_hardware(cache_dir: Path | None = None) -> Hardware:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        partial.write_text(json.dumps({"machine": key, "memory_bandwidth_bytes_s": bandwidth, "peak_flops": flops}),
+        partial.write_text(json.dumps({"machine": key, "memory_bandwidth_bytes_s": bandwidth,
+                                       "peak_flops": flops}),
                            encoding="utf-8")
         os.replace(partial, path)          # whole or not at all: a reader never sees half a file
     except OSError:

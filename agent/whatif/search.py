@@ -36,7 +36,8 @@ class SearchResult:
     def pareto(self) -> list[tuple[dict, Prediction]]:
         """No other configuration has both a lower P99 TTFT and a higher throughput; by P99 TTFT."""
         points = sorted(((c, p) for c, p in self.evaluated if p.figures["ttft_p99_s"] is not None),
-                        key=lambda cp: (cp[1].figures["ttft_p99_s"], -(cp[1].figures["throughput_tokens_per_s"] or 0)))
+                        key=lambda cp: (cp[1].figures["ttft_p99_s"],
+                                        -(cp[1].figures["throughput_tokens_per_s"] or 0)))
         front, best = [], -1.0
         for c, p in points:
             throughput = p.figures["throughput_tokens_per_s"] or 0.0
@@ -72,11 +73,11 @@ def candidates(today: Settings, limit: int = SEARCH_LIMIT, seed: int = 0) -> lis
     """Up to `limit` changes to today's settings the engine would take: batch size, token budget,
     chunking and the policy, around today's values; every one-flag change first, then
     combinations (seeded)."""
-    seqs = sorted({max(1, today.max_num_seqs // 2), today.max_num_seqs, min(1024, today.max_num_seqs * 2),
-                   min(1024, today.max_num_seqs * 4)})
+    seqs = sorted({max(1, today.max_num_seqs // 2), today.max_num_seqs,
+                   min(1024, today.max_num_seqs * 2), min(1024, today.max_num_seqs * 4)})
     budgets = sorted({b for b in (*BUDGETS, today.max_num_batched_tokens) if b >= today.block_size})
-    axes = {"max_num_seqs": seqs, "max_num_batched_tokens": budgets, "enable_chunked_prefill": [True, False],
-            "policy": list(POLICIES)}
+    axes = {"max_num_seqs": seqs, "max_num_batched_tokens": budgets,
+            "enable_chunked_prefill": [True, False], "policy": list(POLICIES)}
     current = {k: getattr(today, k) for k in axes}
     combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
     changes = [{k: v for k, v in c.items() if v != current[k]} for c in combos]
@@ -130,8 +131,8 @@ def sweep_sizes(today: Settings) -> list[int]:
     return sorted(n for n in sizes if _valid(today, {"max_num_seqs": n}))
 
 
-def search(today: Settings, cost: StepCost, requests: list[ServedRequest], slo: dict[str, float] | None = None,
-           limit: int = SEARCH_LIMIT) -> SearchResult:
+def search(today: Settings, cost: StepCost, requests: list[ServedRequest],
+           slo: dict[str, float] | None = None, limit: int = SEARCH_LIMIT) -> SearchResult:
     """Today, the batch sweep, then the other candidates: `limit` configurations predicted in
     all."""
     result = SearchResult(slo=slo or {})

@@ -16,14 +16,16 @@ def search_dict(result: SearchResult) -> dict:
 
     return {"slo": result.slo, "evaluated": len(result.evaluated),
             "meeting": [row(c, p) for c, p in result.meeting()],
-            "pareto": [row(c, p) for c, p in result.pareto()], "max_num_seqs_sweep": _sweep_dict(result.sweep)}
+            "pareto": [row(c, p) for c, p in result.pareto()],
+            "max_num_seqs_sweep": _sweep_dict(result.sweep)}
 
 
 def _sweep_dict(sweep: BatchSweep | None) -> dict | None:
     if sweep is None:
         return None
     return {"points": [{"max_num_seqs": n, "ttft_p99_s": p.figures["ttft_p99_s"],
-                        "latency_p99_s": p.figures["latency_p99_s"], "preemptions": p.figures.get("preemptions"),
+                        "latency_p99_s": p.figures["latency_p99_s"],
+                        "preemptions": p.figures.get("preemptions"),
                         "throughput_tokens_per_s": p.figures["throughput_tokens_per_s"],
                         "extrapolated": p.extrapolated} for n, p in sweep.points],
             "largest_meeting_slo": sweep.largest_meeting(), "kv_wall_at": sweep.wall()}

@@ -14,8 +14,8 @@ from stagelens.numbers import shown
 
 # The settings a candidate may change: they decide what the scheduler, the KV cache and residency do
 TUNABLE = ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
-           "long_prefill_token_threshold", "policy", "allocator", "kv_cache_memory", "num_preload_models",
-           "max_resident_models")
+           "long_prefill_token_threshold", "policy", "allocator", "kv_cache_memory",
+           "num_preload_models", "max_resident_models")
 # What `--today` may say besides: of an engine read from outside, the longest request it takes
 TODAY_ONLY = ("max_model_len",)
 
@@ -75,8 +75,9 @@ class Settings:
         base = EngineConfig(device="cpu", dtype="float32")
         values = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls) if hasattr(base, f.name)}
         values["kv_bytes_per_token"] = base.kv_bytes_per_token()
-        for key in ("block_size", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "policy",
-                    "max_model_len", "allocator", "models", "num_preload_models"):
+        for key in ("block_size", "max_num_seqs", "max_num_batched_tokens",
+                    "enable_chunked_prefill", "policy", "max_model_len", "allocator", "models",
+                    "num_preload_models"):
             value = getattr(info, key, None) if info is not None else None
             if value is not None:
                 values[key] = value
@@ -100,7 +101,8 @@ class Settings:
         engine_fields = {f.name for f in dataclasses.fields(EngineConfig)}
         dtype = "float32" if self.kv_bytes_per_token == _per_token(self.model, 4) else "float16"
         try:
-            checked = EngineConfig(**{k: v for k, v in values.items() if k in engine_fields}, device="cpu", dtype=dtype)
+            checked = EngineConfig(**{k: v for k, v in values.items() if k in engine_fields},
+                                   device="cpu", dtype=dtype)
         except ConfigError as exc:
             raise UserError(str(exc)) from None
         return dataclasses.replace(self, **{k: getattr(checked, k) for k in (*TUNABLE, *TODAY_ONLY)})

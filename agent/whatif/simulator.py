@@ -30,7 +30,8 @@ WAITING, RUNNING, FINISHED = 0, 1, 2
 
 class SimRequest:
     __slots__ = ("rid", "model", "arrival", "prompt", "max_tokens", "computed", "outputs", "status",
-                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket", "room", "seq")
+                 "preemptions", "seen", "scheduled", "first_token", "finished", "bucket", "room",
+                 "seq")
 
     def __init__(self, rid: str, model: str, arrival: float, prompt: int, max_tokens: int) -> None:
         self.rid, self.model, self.arrival = rid, model, arrival
@@ -130,8 +131,8 @@ class Simulator:
         self.s = settings
         # StepCost.seconds: a batch's figures -> (seconds, outside the fitted range)
         self.cost = cost
-        self.alloc = simulated_allocator(settings.allocator, settings.num_blocks, settings.block_size,
-                                         settings.blocks_per_request)
+        self.alloc = simulated_allocator(settings.allocator, settings.num_blocks,
+                                         settings.block_size, settings.blocks_per_request)
         self.residency = Residency(settings, load_seconds)
         self.waiting = WaitingQueue(settings.policy)
         self.running: list[SimRequest] = []
@@ -263,7 +264,8 @@ class Simulator:
             entries, preempted = self.schedule(now)
             if not entries:
                 # nothing to run: everyone waits on a model load (or a request that cannot fit)
-                nexts = [t for t in (arrivals[0].arrival if arrivals else None, residency.next_load_end())
+                nexts = [t for t in (arrivals[0].arrival if arrivals else None,
+                                     residency.next_load_end())
                          if t is not None and t > now]
                 if not nexts:
                     break
@@ -295,7 +297,8 @@ class Simulator:
             reserved = used * bs
             # one forward pass per model in the batch (ModelRunner.groups)
             seconds, outside = self.cost(prefill_tokens, prefill_pairs, decode_seqs, cached,
-                                         bool(residency.loading), len(models), now - last_prefill_end)
+                                         bool(residency.loading), len(models),
+                                         now - last_prefill_end)
             if self.trace is not None:
                 self.trace.append({"entries": [(r.rid, n) for r, n in entries],
                                    "preempted": [r.rid for r in preempted], "kv_slots": reserved,

@@ -36,8 +36,8 @@ def pseudo_steps(timelines: list[RequestTimeline], chunk: int | None = None) -> 
         if t.first_token is None or t.finished is None or not t.chunks:
             continue
         prefill = t.chunks[0]
-        spans.append((t.prompt_tokens, t.output_tokens, prefill.start, prefill.end, t.first_token, t.finished,
-                      t.model))
+        spans.append((t.prompt_tokens, t.output_tokens, prefill.start, prefill.end, t.first_token,
+                      t.finished, t.model))
     middles = [(p_start + p_end) / 2 for _, _, p_start, p_end, _, _, _ in spans]
     around = _around_prefills(spans, middles)
     prefilled = _Prefilled(spans, middles)
@@ -58,10 +58,11 @@ def pseudo_steps(timelines: list[RequestTimeline], chunk: int | None = None) -> 
             # decodes
             n = -(-prompt // chunk)
             pairs = sum(min(chunk, prompt - k * chunk) * min(prompt, (k + 1) * chunk) for k in range(n))
-            steps.append(_step(p_start, p_start + (p_end - p_start) / n, prompt / n, pairs / n, n_decoding,
-                               held + prompt / 2, n_models))
+            steps.append(_step(p_start, p_start + (p_end - p_start) / n, prompt / n, pairs / n,
+                               n_decoding, held + prompt / 2, n_models))
         else:
-            steps.append(_step(p_start, p_end, together, together_pairs, n_decoding, held + together, n_models))
+            steps.append(_step(p_start, p_end, together, together_pairs, n_decoding,
+                               held + together, n_models))
         if output < 2 or end <= first:
             continue
         # its decode: output - 1 steps, beside the others decoding and the prompts prefilled in the
@@ -76,7 +77,8 @@ def pseudo_steps(timelines: list[RequestTimeline], chunk: int | None = None) -> 
         # requests ran
         others = sum(longest[m].longest(first, end) / (end - first) for m in models if m != model)
         prompts, pairs = prefilled.within(first, end, i)
-        steps.append(_step(first, first + (end - first) / n, prompts / n, pairs / n, mean_decoding, kv, 1 + others))
+        steps.append(_step(first, first + (end - first) / n, prompts / n, pairs / n, mean_decoding,
+                           kv, 1 + others))
     return steps
 
 
@@ -126,10 +128,11 @@ class _Prefilled:
 
 def _step(start: float, end: float, prefill: float, pairs: float, decoding: float, kv_tokens: float,
           forwards: float) -> dict:
-    return {"index": 0, "start": start, "end": end, "prefill_tokens": prefill, "prefill_pairs": pairs,
-            "decode_tokens": decoding, "prefill_seqs": 1 if prefill else 0, "decode_seqs": decoding,
-            "kv_tokens_cached": kv_tokens, "kv_slots_reserved": kv_tokens, "waiting": 0, "running": decoding,
-            "preempted": 0, "loading": False, "forwards": max(1, forwards)}
+    return {"index": 0, "start": start, "end": end, "prefill_tokens": prefill,
+            "prefill_pairs": pairs, "decode_tokens": decoding, "prefill_seqs": 1 if prefill else 0,
+            "decode_seqs": decoding, "kv_tokens_cached": kv_tokens, "kv_slots_reserved": kv_tokens,
+            "waiting": 0, "running": decoding, "preempted": 0, "loading": False,
+            "forwards": max(1, forwards)}
 
 
 def fit_spans(timelines: list[RequestTimeline], chunk: int | None = None) -> StepCost:

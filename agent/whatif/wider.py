@@ -50,7 +50,8 @@ class Wider:
         device = cfg.get("resolved_device") or (cfg.get("device") if cfg.get("device") != "auto" else "cpu")
         dtype = cfg.get("resolved_dtype") or (cfg.get("dtype") if cfg.get("dtype") != "auto" else None)
         try:
-            engine = EngineConfig(model=cfg.get("model", "small"), dtype=dtype or "auto", device=device)
+            engine = EngineConfig(model=cfg.get("model", "small"), dtype=dtype or "auto",
+                                  device=device)
             dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
         except (ConfigError, TypeError) as exc:
             self.note = f"the recording's engine cannot be profiled here: {exc}"

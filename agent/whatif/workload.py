@@ -73,8 +73,9 @@ def from_timelines(source: str, timelines: list[RequestTimeline]) -> list[Served
             continue
         if t.finish_reason in ("error",) and not t.output_tokens:
             continue            # it never ran (its model could not load): nothing to replay
-        out.append(ServedRequest(t.request_id, t.model or "model-0", float(t.arrival), t.prompt_tokens,
-                                 max(t.output_tokens, 1), t.first_token, t.finished, t.preemptions, t.finish_reason))
+        out.append(ServedRequest(t.request_id, t.model or "model-0", float(t.arrival),
+                                 t.prompt_tokens, max(t.output_tokens, 1), t.first_token,
+                                 t.finished, t.preemptions, t.finish_reason))
     out.sort(key=lambda r: r.arrival)
     if not out:
         raise UserError(f"{source}: no finished request with its arrival and token counts: nothing to replay")
@@ -120,12 +121,12 @@ def observed_from_window(source: str, window: dict, frames: list) -> Observed:
 
 def observed_in(bundle) -> Observed:
     """What replay needs of a bundle already read (agent.bundle.Bundle)."""
-    return _observed(bundle.path, read_timelines(bundle.timelines), bundle.engine_config, bundle.steps, bundle.loads,
-                     bundle.frames)
+    return _observed(bundle.path, read_timelines(bundle.timelines), bundle.engine_config,
+                     bundle.steps, bundle.loads, bundle.frames)
 
 
-def _observed(source: str, timelines: list[RequestTimeline], engine_config: dict | None, steps: list[dict],
-              loads: list[dict], frames: list) -> Observed:
+def _observed(source: str, timelines: list[RequestTimeline], engine_config: dict | None,
+              steps: list[dict], loads: list[dict], frames: list) -> Observed:
     _check_bounds(source, timelines)
     used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in frames
             if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
@@ -156,5 +157,6 @@ def scaled(requests: list[ServedRequest], factor: float) -> list[ServedRequest]:
     if factor == 1:
         return requests
     t0 = requests[0].arrival
-    return [dataclasses.replace(r, arrival=t0 + (r.arrival - t0) / factor, first_token=None, finished=None)
+    return [dataclasses.replace(r, arrival=t0 + (r.arrival - t0) / factor, first_token=None,
+                                finished=None)
             for r in requests]

@@ -104,8 +104,8 @@ def signal_steps(signal: str) -> db.ThresholdsConfig:
     return steps((None, "red"), (firing, "orange"), (warn, "green"))
 
 
-def series(title: str, targets: list[prometheus.Dataquery], unit: str = "short", description: str = "",
-           w: int = THIRD, h: int = 8) -> timeseries.Panel:
+def series(title: str, targets: list[prometheus.Dataquery], unit: str = "short",
+           description: str = "", w: int = THIRD, h: int = 8) -> timeseries.Panel:
     return (timeseries.Panel().title(title).description(description).datasource(DS).unit(unit).span(w).height(h)
             .targets(targets))
 
@@ -115,13 +115,15 @@ def with_thresholds(title: str, expr: str, signal: str, unit: str, legend: str, 
     """A time series on the signal's default bands, with the node's warn and firing thresholds as
     dashed lines."""
     threshold = f'{c.SIGNAL_THRESHOLD.metric}{{{SEL},signal="{signal}",level="%s"}}'
-    targets = [q(expr, legend), q(threshold % "warn", "warn", "B"), q(threshold % "firing", "firing", "C")]
+    targets = [q(expr, legend), q(threshold % "warn", "warn", "B"),
+               q(threshold % "firing", "firing", "C")]
     panel = (series(title, targets, unit, description, w)
              .thresholds(signal_steps(signal))
              .thresholds_style(GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.AREA)))
     for level, color in (("warn", "orange"), ("firing", "red")):
         panel.override_by_name(level, [
-            dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]}),
+            dm.DynamicConfigValue(id_val="custom.lineStyle",
+                                  value={"fill": "dash", "dash": [10, 10]}),
             dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": color})])
     return panel
 
@@ -151,9 +153,9 @@ def kv_cache_row(b: Board) -> None:
                                  "kv_fragmentation_ratio", "percentunit", "fragmentation",
                                  "Allocated KV slots holding no token. " + see("KVCacheFragmentationHigh")))
     b.add(with_thresholds("KV access efficiency (5m)",
-                                 f"instance:stagelens_kv_access_efficiency:ratio_rate5m{{{SEL}}}",
-                                 "kv_access_efficiency", "percentunit", "efficiency",
-                                 "Useful KV bytes / KV bytes moved. " + see("KVCacheAccessEfficiencyLow")))
+                          f"instance:stagelens_kv_access_efficiency:ratio_rate5m{{{SEL}}}",
+                          "kv_access_efficiency", "percentunit", "efficiency",
+                          "Useful KV bytes / KV bytes moved. " + see("KVCacheAccessEfficiencyLow")))
     b.add(with_thresholds("Effective KV bandwidth", f"{c.KV_EFFECTIVE_BANDWIDTH.metric}{{{SEL}}}",
                                  "effective_bandwidth_ratio", "percentunit", "of ideal",
                                  "Useful KV bytes/s / an ideal contiguous layout for the same batch on this device."))
@@ -186,7 +188,8 @@ def scheduler_row(b: Board) -> None:
                                  "Share of short requests' wait spent behind one long prefill. "
                                  + see("HeadOfLineBlocking")))
     b.add(series("Wait by reason", [q(
-        f"sum by (reason) (rate({c.REQUEST_WAIT_BY_REASON.metric}{{{SEL}}}[$__rate_interval]))", "{{reason}}")],
+        f"sum by (reason) (rate({c.REQUEST_WAIT_BY_REASON.metric}{{{SEL}}}[$__rate_interval]))",
+        "{{reason}}")],
         "s", "Seconds of wait per second, by the scheduler's reason.", w=HALF))
     b.add(series("Queue and budget", [
         q(f"{c.WAITING.metric}{{{SEL}}}", "waiting"),
@@ -198,12 +201,14 @@ def scheduler_row(b: Board) -> None:
 
 def cold_path_row(b: Board) -> None:
     b.row("Cold path")
-    b.add(with_thresholds("PCIe backpressure (busiest link)", f"max({c.PCIE_UTILIZATION.metric}{{{SEL}}})",
-                                 "pcie_backpressure", "percentunit", "max",
-                                 "PCIe throughput / link bandwidth. " + see("PCIeBackpressure")))
-    b.add(with_thresholds("Step-time inflation during loads", f"{c.STEP_TIME_INFLATION.metric}{{{SEL}}}",
-                                 "step_time_inflation", "none", "inflation",
-                                 "Decode step time during loads / without. " + see("ModelLoadContention")))
+    b.add(with_thresholds("PCIe backpressure (busiest link)",
+                          f"max({c.PCIE_UTILIZATION.metric}{{{SEL}}})", "pcie_backpressure",
+                          "percentunit", "max",
+                          "PCIe throughput / link bandwidth. " + see("PCIeBackpressure")))
+    b.add(with_thresholds("Step-time inflation during loads",
+                          f"{c.STEP_TIME_INFLATION.metric}{{{SEL}}}", "step_time_inflation", "none",
+                          "inflation",
+                          "Decode step time during loads / without. " + see("ModelLoadContention")))
     b.add(series("Model loads", [
         q(f"{c.LOADS_IN_PROGRESS.metric}{{{SEL}}}", "loading"),
         q(f"{c.WAITING_ON_MODEL.metric}{{{SEL}}}", "requests waiting on a model", "B"),
@@ -227,8 +232,8 @@ def gpus_row(b: Board) -> None:
                         "percentunit", w=QUARTER))
     b.add(series("Memory used", [q(f"{c.GPU_MEMORY_USED.metric}{{{SEL}}}", "GPU{{gpu}}")], "bytes",
                         w=QUARTER))
-    b.add(series("SM clock", [q(f'{c.GPU_CLOCK.metric}{{{SEL},clock="sm"}}', "GPU{{gpu}}")], "hertz",
-                        w=QUARTER))
+    b.add(series("SM clock", [q(f'{c.GPU_CLOCK.metric}{{{SEL},clock="sm"}}', "GPU{{gpu}}")],
+                 "hertz", w=QUARTER))
     b.add(table.Panel().title("GPUs").datasource(DS).span(16).height(8).with_target(
         q(f"{c.GPU_INFO.metric}{{{SEL}}}").format(PromQueryFormat.TABLE).instant()))
     b.add(stat.Panel().title("Lost GPUs / throttled").datasource(DS).span(THIRD).height(8)
@@ -263,8 +268,8 @@ def topology_row(b: Board) -> None:
                  .description(see("NVLinkDown", "NVLinkErrorsIncreasing"))
                  .targets([q(f"sum({c.NVLINK_UP.metric}{{{SEL}}})", "up"),
                            q(f"count({c.NVLINK_UP.metric}{{{SEL}}} == 0)", "down", "B"),
-                           q(f"sum(increase({c.NVLINK_ERRORS.metric}{{{SEL}}}[$__rate_interval]))", "errors",
-                             "C")])
+                           q(f"sum(increase({c.NVLINK_ERRORS.metric}{{{SEL}}}[$__rate_interval]))",
+                             "errors", "C")])
                  .override_by_name("up", [dm.DynamicConfigValue(id_val="color",
                                                                 value={"mode": "fixed", "fixedColor": "green"})])
                  .thresholds(steps((None, "green"), (1, "red"))))
@@ -275,11 +280,13 @@ def agent_row(b: Board) -> None:
     b.add(series("Collectors", [q(f"{c.COLLECTOR_SUCCESS.metric}{{{SEL}}}", "{{collector}}")],
                         description=see("StagelensCollectorFailing"), w=QUARTER, h=6)
                  .thresholds(steps((None, "red"), (1, "green"))))
-    b.add(series("Collector duration", [q(f"{c.COLLECTOR_DURATION.metric}{{{SEL}}}", "{{collector}}")],
-                        "s", w=QUARTER, h=6))
+    b.add(series("Collector duration",
+                 [q(f"{c.COLLECTOR_DURATION.metric}{{{SEL}}}", "{{collector}}")], "s", w=QUARTER,
+                 h=6))
     b.add(series("Hook errors and drops", [
         q(f"increase({c.HOOK_ERRORS.metric}{{{SEL}}}[$__rate_interval])", "hook {{hook}}"),
-        q(f"increase({c.RECORDER_DROPPED.metric}{{{SEL}}}[$__rate_interval])", "dropped {{ring}}", "B")],
+        q(f"increase({c.RECORDER_DROPPED.metric}{{{SEL}}}[$__rate_interval])", "dropped {{ring}}",
+          "B")],
         description=see("StagelensHookErrors", "StagelensRecorderDropping"),
         w=QUARTER, h=6))
     b.add(stat.Panel().title("Frame age").datasource(DS).unit("s").span(QUARTER).height(6)
@@ -305,7 +312,8 @@ def build() -> db.Dashboard:
          .annotation(db.AnnotationQuery().name("stagelens alerts").datasource(DS).enable(True).icon_color("red")
                      .expr(f'ALERTS{{alertstate="firing",{SEL}}}')))
     board = Board(links(d))
-    for row in (stages_row, kv_cache_row, scheduler_row, cold_path_row, gpus_row, topology_row, agent_row):
+    for row in (stages_row, kv_cache_row, scheduler_row, cold_path_row, gpus_row, topology_row,
+                agent_row):
         row(board)
     return d
 
@@ -406,8 +414,10 @@ def export(d: db.Dashboard) -> dict:
     return {
         "__inputs": [{"name": "DS_PROMETHEUS", "label": "Prometheus", "type": "datasource",
                       "pluginId": "prometheus", "pluginName": "Prometheus"}],
-        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
-                       {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"}],
+        "__requires": [{"type": "grafana", "id": "grafana", "name": "Grafana",
+                        "version": GRAFANA_VERSION},
+                       {"type": "datasource", "id": "prometheus", "name": "Prometheus",
+                        "version": "1.0.0"}],
         **model,
     }
 

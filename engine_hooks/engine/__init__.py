@@ -6,9 +6,10 @@ Names are imported lazily so that configuration and presets can be read without 
 from importlib import import_module
 
 _EXPORTS = {
-    "ConfigError": ".config", "EngineConfig": ".config",
-    "LLMEngine": ".engine", "StepStats": ".engine", "EngineTotals": ".engine", "EngineStopped": ".engine",
-    "Request": ".request", "SamplingParams": ".request", "Status": ".request", "FinishReason": ".request",
+    "ConfigError": ".config", "EngineConfig": ".config", "LLMEngine": ".engine",
+    "StepStats": ".engine", "EngineTotals": ".engine", "EngineStopped": ".engine",
+    "Request": ".request", "SamplingParams": ".request", "Status": ".request",
+    "FinishReason": ".request",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -92,7 +92,8 @@ class PagedAllocator(BlockAllocator):
         return len(self._free)
 
     def usage(self) -> AllocatorUsage:
-        return AllocatorUsage(self.num_blocks, self.num_blocks - len(self._free), _longest_run(self._free))
+        return AllocatorUsage(self.num_blocks, self.num_blocks - len(self._free),
+                              _longest_run(self._free))
 
 
 class ContiguousAllocator(BlockAllocator):
@@ -154,7 +155,8 @@ class ContiguousAllocator(BlockAllocator):
     def usage(self) -> AllocatorUsage:
         largest = max((length for _, length in self._extents), default=0)
         unusable = sum(length % self.blocks_per_request for _, length in self._extents)
-        return AllocatorUsage(self.num_blocks, self.num_blocks - self.num_free_blocks(), largest, unusable)
+        return AllocatorUsage(self.num_blocks, self.num_blocks - self.num_free_blocks(), largest,
+                              unusable)
 
 
 def _longest_run(blocks) -> int:

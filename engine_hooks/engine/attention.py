@@ -85,7 +85,9 @@ def describe_sequence(query_start: int, query_len: int, context_len: int, table:
 def describe_batch(seqs: list[SequenceKV], block_size: int, device: torch.device) -> AttentionBatch:
     decodes = sorted((s for s in seqs if s.query_len == 1), key=lambda s: -len(s.block_table))
     prefills = [_prefill_read(s, device) for s in seqs if s.query_len > 1]
-    return AttentionBatch(seqs, [_decode_batch(g, block_size, device) for g in _group_by_length(decodes)], prefills)
+    return AttentionBatch(seqs,
+                          [_decode_batch(g, block_size, device) for g in _group_by_length(decodes)],
+                          prefills)
 
 
 def _group_by_length(decodes: list[SequenceKV]) -> list[list[SequenceKV]]:
@@ -148,8 +150,8 @@ def _read_prefill_context(pool: torch.Tensor, read: PrefillRead) -> torch.Tensor
     return ctx.flatten(0, 1)[:read.seq.context_len].transpose(0, 1)
 
 
-def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, batch: AttentionBatch,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                    batch: AttentionBatch, out: torch.Tensor | None = None) -> torch.Tensor:
     """q: [tokens, heads, head_dim] for the whole batch -> attention output of the same shape."""
     out = torch.empty_like(q) if out is None else out
     tokens, heads, head_dim = q.shape

@@ -120,7 +120,8 @@ class LLMEngine:
         self.dtype = _DTYPES[config.resolved_dtype()]
         preset = config.preset
         self.model_names = [f"model-{i}" for i in range(config.models)]
-        self.kv_cache = KVCache(preset, config.num_blocks(), config.block_size, self.device, self.dtype)
+        self.kv_cache = KVCache(preset, config.num_blocks(), config.block_size, self.device,
+                                self.dtype)
         self.allocator = make_allocator(config.allocator, config.num_blocks(), config.block_size,
                                         config.blocks_per_request())
         self._wake = threading.Event()
@@ -129,8 +130,8 @@ class LLMEngine:
             config.model_dir or default_model_dir(), self.device, self.dtype, config.max_resident_models,
             in_use=lambda: self.scheduler.models_in_use(), on_loaded=lambda _name: self._wake.set())
         self.scheduler = Scheduler(config, self.allocator, self.residency)
-        self.runner = ModelRunner(preset, self.kv_cache, self.allocator, self.residency, config.max_model_len,
-                                  self.device, self.dtype)
+        self.runner = ModelRunner(preset, self.kv_cache, self.allocator, self.residency,
+                                  config.max_model_len, self.device, self.dtype)
         self.residency.preload(config.num_preload_models)
         self._inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
         self._aborts: queue.SimpleQueue[tuple[str, str, str | None]] = queue.SimpleQueue()
@@ -187,7 +188,8 @@ class LLMEngine:
 
     # --- the public API (any thread) ------------------------------------------------------------
     def submit(self, prompt_token_ids: list[int], params: SamplingParams | None = None,
-               model: str | None = None, request_id: str | None = None, timeout_s: float | None = None) -> Request:
+               model: str | None = None, request_id: str | None = None,
+               timeout_s: float | None = None) -> Request:
         """Queue a request; returns it at once. Read it with `stream()` or `wait()`. With
         `timeout_s` the request fails (finish reason `timeout`) if it has not finished that many
         seconds after arrival. Raises ValueError for a request that cannot run, EngineStopped
@@ -204,8 +206,8 @@ class LLMEngine:
                              f"output token")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        req = Request(request_id or f"req-{next(self._ids)}", model, prompt_token_ids, params or SamplingParams(),
-                      timeout_s=timeout_s)
+        req = Request(request_id or f"req-{next(self._ids)}", model, prompt_token_ids,
+                      params or SamplingParams(), timeout_s=timeout_s)
         with self._lock:
             if self.failure is not None:
                 raise EngineStopped(f"the engine is down: {self.failure}")
@@ -249,7 +251,8 @@ class LLMEngine:
             if self._thread.is_alive():
                 log.error("the engine loop did not stop within 60 s; abandoning it")
             else:
-                self._end_all(FinishReason.ABORT, "the engine was stopped before the request finished")
+                self._end_all(FinishReason.ABORT,
+                              "the engine was stopped before the request finished")
             self._thread = None
         self.residency.close()
 
@@ -292,14 +295,16 @@ class LLMEngine:
             self.scheduler.add(req)
 
     def step(self) -> StepStats:
-        stats = StepStats(next(self._step_index), time.monotonic(), token_budget=self.config.max_num_batched_tokens)
+        stats = StepStats(next(self._step_index), time.monotonic(),
+                          token_budget=self.config.max_num_batched_tokens)
         self._reap(stats)
         batch = self._schedule_guarded(stats)
         t1 = time.monotonic()
         stats.schedule_s = t1 - stats.start
         for req in batch.failed:
             error = self.residency.load_errors.get(req.model, "its model could not be loaded")
-            self._fail(req, FinishReason.ERROR, f"model {req.model} could not be loaded: {error}", stats)
+            self._fail(req, FinishReason.ERROR, f"model {req.model} could not be loaded: {error}",
+                       stats)
         sampled: dict[str, int] = {}
         for group in self.runner.groups(batch.entries):
             self._run_group(group, sampled, stats)
@@ -327,7 +332,8 @@ class LLMEngine:
             # The request being scheduled is the suspect; with none, every request this step
             # considered.
             culprit = self.scheduler.current
-            self._step_failed("schedule", [culprit] if culprit else self.scheduler.requests(), exc, stats)
+            self._step_failed("schedule", [culprit] if culprit else self.scheduler.requests(), exc,
+                              stats)
             return ScheduledBatch(token_budget=self.config.max_num_batched_tokens)
 
     def _run_group(self, group: list[tuple[Request, int]], sampled: dict[str, int], stats: StepStats) -> None:
@@ -429,7 +435,8 @@ class LLMEngine:
         finally:
             self._end(req, reason, stats, time.monotonic(), error)
 
-    def _end(self, req: Request, reason: str, stats: StepStats | None, now: float, error: str | None = None) -> None:
+    def _end(self, req: Request, reason: str, stats: StepStats | None, now: float,
+             error: str | None = None) -> None:
         if req.finished:
             return
         req.finish(reason, now, error)
@@ -456,7 +463,8 @@ class LLMEngine:
     def _die(self, exc: BaseException) -> None:
         with self._lock:
             self.failure = f"{type(exc).__name__}: {exc}"
-        log.critical("the engine loop died; every request it held fails and it takes no more", exc_info=exc)
+        log.critical("the engine loop died; every request it held fails and it takes no more",
+                     exc_info=exc)
         self._end_all(FinishReason.ERROR, f"the engine stopped: {self.failure}")
 
     def __enter__(self) -> LLMEngine:
@@ -467,5 +475,5 @@ class LLMEngine:
         self.stop()
 
 
-__all__ = ["EngineStopped", "EngineTotals", "LLMEngine", "EngineConfig", "SamplingParams", "Request", "Status",
-           "StepStats"]
+__all__ = ["EngineStopped", "EngineTotals", "LLMEngine", "EngineConfig", "SamplingParams",
+           "Request", "Status", "StepStats"]

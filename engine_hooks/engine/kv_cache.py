@@ -12,7 +12,8 @@ class KVCache:
                  device: torch.device, dtype: torch.dtype) -> None:
         shape = (num_blocks, block_size, preset.num_kv_heads, preset.head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
-        self.pools = [(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+        self.pools = [(torch.zeros(shape, device=device, dtype=dtype),
+                       torch.zeros(shape, device=device, dtype=dtype))
                       for _ in range(preset.num_layers)]
         element = torch.empty((), dtype=dtype).element_size()
         self.bytes_per_token = 2 * preset.num_layers * preset.num_kv_heads * preset.head_dim * element

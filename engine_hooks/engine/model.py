@@ -43,12 +43,14 @@ class Attention(nn.Module):
     def __init__(self, p: ModelPreset) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = p.num_heads, p.num_kv_heads, p.head_dim
-        self.qkv_proj = nn.Linear(p.hidden_size, (p.num_heads + 2 * p.num_kv_heads) * p.head_dim, bias=False)
+        self.qkv_proj = nn.Linear(p.hidden_size, (p.num_heads + 2 * p.num_kv_heads) * p.head_dim,
+                                  bias=False)
         self.o_proj = nn.Linear(p.num_heads * p.head_dim, p.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, k_pool, v_pool, slots, batch: AttentionBatch):
         q, k, v = self.qkv_proj(x).split(
-            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim,
+             self.kv_heads * self.head_dim], dim=-1)
         q = apply_rotary(q.view(-1, self.heads, self.head_dim), cos, sin)
         k = apply_rotary(k.view(-1, self.kv_heads, self.head_dim), cos, sin)
         write_kv(k_pool, v_pool, slots, k, v.view(-1, self.kv_heads, self.head_dim))

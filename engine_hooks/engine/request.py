@@ -54,8 +54,9 @@ class Request:
     """One generation request. Only the engine thread mutates it; readers get the stream or the
     result."""
 
-    def __init__(self, request_id: str, model: str, prompt_token_ids: list[int], params: SamplingParams,
-                 arrival_time: float | None = None, timeout_s: float | None = None) -> None:
+    def __init__(self, request_id: str, model: str, prompt_token_ids: list[int],
+                 params: SamplingParams, arrival_time: float | None = None,
+                 timeout_s: float | None = None) -> None:
         if not prompt_token_ids:
             raise ValueError("a request needs at least one prompt token")
         self.request_id = request_id

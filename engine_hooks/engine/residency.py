@@ -66,7 +66,8 @@ class ModelResidency:
                 return
             self._loading.add(name)
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loader_loop, name="stagelens-loader", daemon=True)
+            self._thread = threading.Thread(target=self._loader_loop, name="stagelens-loader",
+                                            daemon=True)
             self._thread.start()
         self._queue.put(name)
 

@@ -37,7 +37,8 @@ class ModelInputs:
 
 class ModelRunner:
     def __init__(self, preset: ModelPreset, kv_cache: KVCache, allocator: BlockAllocator,
-                 residency: ModelResidency, max_model_len: int, device: torch.device, dtype: torch.dtype) -> None:
+                 residency: ModelResidency, max_model_len: int, device: torch.device,
+                 dtype: torch.dtype) -> None:
         self.kv_cache, self.allocator, self.residency = kv_cache, allocator, residency
         self.device = device
         self.rotary = rotary_tables(preset.head_dim, max_model_len, preset.rope_theta, device, dtype)
@@ -73,17 +74,17 @@ class ModelRunner:
             if start + n == req.num_tokens:
                 sample_rows.append(query_start + n - 1)
                 sample_requests.append(req)
-        return ModelInputs(model, [r for r, _ in group], [n for _, n in group], self._to_device(ids),
-                           self._to_device(positions), self._to_device(slots), describe_batch(seqs, bs, self.device),
-                           sample_rows, sample_requests)
+        return ModelInputs(model, [r for r, _ in group], [n for _, n in group],
+                           self._to_device(ids), self._to_device(positions), self._to_device(slots),
+                           describe_batch(seqs, bs, self.device), sample_rows, sample_requests)
 
     def _to_device(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(self.device, non_blocking=True)
 
     def forward(self, inputs: ModelInputs) -> torch.Tensor:
         model = self.residency.get(inputs.model)
-        hidden = model(inputs.input_ids, inputs.positions, self.rotary, self.kv_cache.pools, inputs.slots,
-                       inputs.attention)
+        hidden = model(inputs.input_ids, inputs.positions, self.rotary, self.kv_cache.pools,
+                       inputs.slots, inputs.attention)
         if not inputs.sample_rows:
             return hidden.new_empty((0, model.preset.vocab_size))
         return model.logits(hidden[inputs.sample_rows])

@@ -20,8 +20,8 @@ CONTEXT_BLOCKS = (1, 4, 16, 64)
 _cache: dict[tuple, dict] = {}
 
 
-def ideal_layout_curve(kv_heads: int, heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
-                       device: torch.device, runs: int = 3) -> dict:
+def ideal_layout_curve(kv_heads: int, heads: int, head_dim: int, block_size: int,
+                       dtype: torch.dtype, device: torch.device, runs: int = 3) -> dict:
     """{"sequences": [...], "curves": [[(bytes one attention call reads, bytes/s), ...] per batch
     size]}."""
     key = (kv_heads, heads, head_dim, block_size, dtype, str(device))
@@ -36,7 +36,8 @@ def _measure(kv_heads, heads, head_dim, block_size, dtype, device, seqs, blocks,
     k_pool = torch.randn(seqs * blocks, block_size, kv_heads, head_dim, dtype=dtype, device=device)
     v_pool = torch.randn_like(k_pool)
     context = blocks * block_size
-    described = [describe_sequence(i, 1, context, list(range(i * blocks, (i + 1) * blocks)), block_size)
+    described = [describe_sequence(i, 1, context, list(range(i * blocks, (i + 1) * blocks)),
+                                   block_size)
                  for i in range(seqs)]
     batch = describe_batch(described, block_size, device)
     q = torch.randn(seqs, heads, head_dim, dtype=dtype, device=device)

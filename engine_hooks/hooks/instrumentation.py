@@ -36,7 +36,8 @@ def instrument(engine, config: RecorderConfig | None = None) -> Recorder:
     if recorder.config.calibrate:
         p = engine.config.preset
         recorder.attention_reference = ideal_layout_curve(
-            p.num_kv_heads, p.num_heads, p.head_dim, engine.config.block_size, engine.dtype, engine.device)
+            p.num_kv_heads, p.num_heads, p.head_dim, engine.config.block_size, engine.dtype,
+            engine.device)
     patcher = Patcher()
     _wrap_step(patcher, engine, recorder, guard)
     _wrap_scheduler(patcher, engine, recorder, guard)

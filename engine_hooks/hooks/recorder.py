@@ -176,7 +176,8 @@ class Recorder:
             usual = self._usual_decode_s
             self._usual_decode_s = duration if usual is None else 0.9 * usual + 0.1 * duration
         elif self._usual_decode_s is not None:
-            self._slow_steps.append(SlowStep(stats.start, stats.end, max(0.0, duration - self._usual_decode_s)))
+            self._slow_steps.append(SlowStep(stats.start, stats.end,
+                                             max(0.0, duration - self._usual_decode_s)))
 
     def _finish(self, rid: str) -> None:
         entry = self._active.pop(rid, None)
@@ -203,7 +204,8 @@ class Recorder:
             timeline.latency_components = components(timeline, timeline.finished, slow)
 
     def _charge(self, req: Request, timeline: RequestTimeline, now: float) -> None:
-        charged = self._waits.charge(timeline, now, self._previous_step, preempted=req.num_preemptions > 0)
+        charged = self._waits.charge(timeline, now, self._previous_step,
+                                     preempted=req.num_preemptions > 0)
         if charged is not None:
             self.wait_seconds[charged[0]] += charged[1]
 
@@ -243,7 +245,8 @@ class Recorder:
                     continue
                 on_model += reason == MODEL_LOADING
                 if reason == TOKEN_BUDGET and longest is not None and req.num_prompt_tokens <= long_limit:
-                    self._waits.decide(req.request_id, BEHIND_LONG_PREFILL, self._step_index, longest[0])
+                    self._waits.decide(req.request_id, BEHIND_LONG_PREFILL, self._step_index,
+                                       longest[0])
                 else:
                     self._waits.decide(req.request_id, reason)
             self._step_waiting_on_model = on_model
@@ -251,7 +254,8 @@ class Recorder:
     def _timeline(self, req: Request) -> RequestTimeline:
         entry = self._active.get(req.request_id)
         if entry is None:
-            timeline = RequestTimeline(req.request_id, req.model, req.num_prompt_tokens, arrival=req.arrival_time)
+            timeline = RequestTimeline(req.request_id, req.model, req.num_prompt_tokens,
+                                       arrival=req.arrival_time)
             self._active[req.request_id] = (req, timeline)
             self._arrived.pop(req.request_id, None)
             return timeline
@@ -266,8 +270,9 @@ class Recorder:
             if free_share >= self.config.free_memory_share:
                 self.counters["preemptions_with_free_memory_total"] += 1
             self.events.append({"t": now, "event": "preempted", "request_id": req.request_id,
-                                "reason": NO_FREE_BLOCKS, "kv_free_blocks": free_blocks, "kv_free_ratio": free_share,
-                                "computed_tokens_lost": req.num_tokens, "step": self._step_index})
+                                "reason": NO_FREE_BLOCKS, "kv_free_blocks": free_blocks,
+                                "kv_free_ratio": free_share, "computed_tokens_lost": req.num_tokens,
+                                "step": self._step_index})
 
     def on_allocation_failure(self, free_blocks: int) -> None:
         total = self.engine.allocator.num_blocks
@@ -299,14 +304,15 @@ class Recorder:
         serving = bool(self.engine.scheduler.running)
         with self._lock:
             self._loading[model] = (now, serving)
-            self.events.append({"t": now, "event": "load_started", "model": model, "serving": serving})
+            self.events.append({"t": now, "event": "load_started", "model": model,
+                                "serving": serving})
 
     def on_load_end(self, model: str, nbytes: int, ok: bool, now: float) -> None:
         with self._lock:
             start, serving = self._loading.pop(model, (now, False))
             self._last_load_end = now
-            record = {"model": model, "bytes": nbytes, "start": start, "end": now, "seconds": now - start, "ok": ok,
-                      "serving": serving}
+            record = {"model": model, "bytes": nbytes, "start": start, "end": now,
+                      "seconds": now - start, "ok": ok, "serving": serving}
             self.loads.append(record)
             self.counters["loads_total"] += 1
             self.counters["load_bytes_total"] += nbytes
@@ -340,10 +346,12 @@ class Recorder:
                 steps=[s for s in self.steps.items() if s["end"] > now - cfg.window_s],
                 finished=[t for t in self.timelines.items() if (t.finished or 0) > now - cfg.window_s],
                 loads=self.loads.items(), in_flight=self._in_flight_waits(now),
-                loading={m: start for m, (start, _) in self._loading.items()}, usage=_kv_usage(self._usage))
+                loading={m: start for m, (start, _) in self._loading.items()},
+                usage=_kv_usage(self._usage))
             counters = Counters.counted(self.counters)
             wait_seconds = dict(self.wait_seconds)
-            dropped = Dropped(steps=self.steps.dropped, timelines=self.timelines.dropped, events=self.events.dropped)
+            dropped = Dropped(steps=self.steps.dropped, timelines=self.timelines.dropped,
+                              events=self.events.dropped)
         # the full account is the engine thread's; the used blocks are counted now
         if records.usage is not None:
             records.usage.used_blocks = engine.allocator.num_blocks - engine.allocator.num_free_blocks()
@@ -363,8 +371,8 @@ class Recorder:
                 attention_reference=self.attention_reference,
             ),
             usage=records.usage,
-            window=window_stats(records, self._window_settings, reference=self.attention_reference, now=now,
-                                span=min(cfg.window_s, now - self.started)),
+            window=window_stats(records, self._window_settings, reference=self.attention_reference,
+                                now=now, span=min(cfg.window_s, now - self.started)),
             counters=counters,
             wait_seconds_by_reason=wait_seconds,
             hook_errors=dict(self.guard_errors()),
@@ -377,11 +385,12 @@ class Recorder:
         """The window figures over everything still in the rings: a whole lab run's account."""
         now = time.monotonic()
         with self._lock:
-            records = WindowRecords(steps=self.steps.items(), finished=self.timelines.items(), loads=self.loads.items(),
-                                    usage=_kv_usage(self._usage))
+            records = WindowRecords(steps=self.steps.items(), finished=self.timelines.items(),
+                                    loads=self.loads.items(), usage=_kv_usage(self._usage))
         steps = records.steps
         span = (steps[-1]["end"] - steps[0]["start"]) if steps else 0.0
-        return window_stats(records, self._window_settings, reference=self.attention_reference, now=now, span=span)
+        return window_stats(records, self._window_settings, reference=self.attention_reference,
+                            now=now, span=span)
 
     def _in_flight_waits(self, now: float) -> list[tuple[float, float]]:
         """(wait so far, of which decided by the scheduler) of every request not yet finished,
@@ -424,5 +433,6 @@ def _kv_usage(usage) -> KvUsage | None:
     gives it."""
     if usage is None:
         return None
-    return KvUsage(num_blocks=usage.num_blocks, used_blocks=usage.used_blocks, largest_free_run=usage.largest_free_run,
+    return KvUsage(num_blocks=usage.num_blocks, used_blocks=usage.used_blocks,
+                   largest_free_run=usage.largest_free_run,
                    unusable_free_blocks=usage.unusable_free_blocks)

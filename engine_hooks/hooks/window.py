@@ -89,7 +89,8 @@ def kv_figures(steps: list[dict], usage: KvUsage | None, block_size: int, layers
         bandwidth_swing_cv=swing,
         gathered_share=_ratio(sum(s["kv_gathered_bytes"] for s in steps), moved),
         block_runs_per_sequence=_ratio(sum(s["kv_block_runs"] for s in steps), sequences),
-        attention_share_of_step=_ratio(sum(s["attention_s"] for s in steps), sum(s["end"] - s["start"] for s in steps)),
+        attention_share_of_step=_ratio(sum(s["attention_s"] for s in steps),
+                                       sum(s["end"] - s["start"] for s in steps)),
     )
 
 
@@ -148,8 +149,8 @@ def cold_path_figures(steps: list[dict], loads: list[dict], loading: dict[str, f
     )
 
 
-def window_stats(records: WindowRecords, settings: WindowSettings, *, reference: dict | None, now: float,
-                 span: float) -> Window:
+def window_stats(records: WindowRecords, settings: WindowSettings, *, reference: dict | None,
+                 now: float, span: float) -> Window:
     """The window's figures: `span` seconds up to `now`, against the ideal-layout `reference` (or
     None)."""
     r, c = records, settings

@@ -241,7 +241,8 @@ class Counters(_Section):
         """The counters of a source that counts every one: those not in `counts` have not counted
         yet (0)."""
         names = counter_names()
-        return cls(**{n: counts.get(n, 0) for n in names}, uncounted=frozenset(n for n in names if n not in counts))
+        return cls(**{n: counts.get(n, 0) for n in names},
+                   uncounted=frozenset(n for n in names if n not in counts))
 
     def to_dict(self) -> dict:
         out = {}
@@ -320,8 +321,10 @@ class EngineSnapshot(_Section):
         if data.get("format") != SNAPSHOT_FORMAT:
             raise SnapshotError(f"{at}format: must be {SNAPSHOT_FORMAT!r}, got {shown(data.get('format'))}")
         return cls(clock=Clock.from_dict(data.get("clock"), f"{at}clock"), engine=engine,
-                   usage=_optional(KvUsage)(data.get("usage"), f"{at}usage"), window=window, counters=counters,
-                   wait_seconds_by_reason=_by_name(data.get("wait_seconds_by_reason"), f"{at}wait_seconds_by_reason"),
+                   usage=_optional(KvUsage)(data.get("usage"), f"{at}usage"), window=window,
+                   counters=counters,
+                   wait_seconds_by_reason=_by_name(data.get("wait_seconds_by_reason"),
+                                                   f"{at}wait_seconds_by_reason"),
                    hook_errors=_by_name(data.get("hook_errors"), f"{at}hook_errors"),
                    health=_optional(Health)(data.get("health"), f"{at}health"),
                    dropped=_optional(Dropped)(data.get("dropped"), f"{at}dropped"),
@@ -462,10 +465,10 @@ def _sections(cls):
 
 
 _READERS = {
-    "float": _finite, "int": _finite, "str": _required_text,
-    "float | None": _number, "int | None": _number, "str | None": _text, "bool | None": _flag,
-    "list[str] | None": _texts, "list[int] | None": _numbers,
-    "dict[str, float] | None": _by_name, "dict[str, int] | None": _by_name, "dict[str, float]": _required_by_name,
+    "float": _finite, "int": _finite, "str": _required_text, "float | None": _number,
+    "int | None": _number, "str | None": _text, "bool | None": _flag, "list[str] | None": _texts,
+    "list[int] | None": _numbers, "dict[str, float] | None": _by_name,
+    "dict[str, int] | None": _by_name, "dict[str, float]": _required_by_name,
     "dict | None": _object,
 }
 

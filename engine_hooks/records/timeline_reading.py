@@ -52,7 +52,8 @@ def read_timeline(d) -> RequestTimeline:
                    {"step": _INT_OR_NONE, "held_by": _STRING_OR_NONE})
     # Written by every stagelens; a writer that left them out (the bundle reader lets it): no name,
     # no preemption
-    return RequestTimeline.from_dict({**d, "model": d.get("model") or "", "preemptions": d.get("preemptions") or 0})
+    return RequestTimeline.from_dict({**d, "model": d.get("model") or "",
+                                      "preemptions": d.get("preemptions") or 0})
 
 
 def read_timelines(items) -> list[RequestTimeline]:

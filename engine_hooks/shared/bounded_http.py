@@ -113,8 +113,9 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             with self._open_lock:
                 self.clients_gone += 1
             return
-        log.warning("HTTP handler for %s failed: %s: %s", client_address[0] if client_address else "?",
-                    type(error).__name__, " ".join(str(error).split())[:200])
+        log.warning("HTTP handler for %s failed: %s: %s",
+                    client_address[0] if client_address else "?", type(error).__name__,
+                    " ".join(str(error).split())[:200])
 
 
 class _DeadlineReader(io.RawIOBase):

@@ -212,7 +212,8 @@ def fragmentation(gauges: list[Gauges], kv: KvCapacity | None) -> Inferred | Non
         return Inferred(None, f"not judged: the model sets the block size ({kv.block_size} tokens, "
                               f"a hybrid attention + mamba layout: {kv.tokens:,} tokens in "
                               f"{kv.num_blocks:,} blocks)")
-    seen = [(max(0, round(g.kv_ratio * kv.num_blocks) - kv.reserved_blocks), g.held_tokens, g.running or 0.0)
+    seen = [(max(0, round(g.kv_ratio * kv.num_blocks) - kv.reserved_blocks), g.held_tokens,
+             g.running or 0.0)
             for g in gauges if g.kv_ratio is not None and g.held_tokens is not None]
     seen = [(blocks, held, running) for blocks, held, running in seen if blocks > 0]
     if not seen:
@@ -439,7 +440,8 @@ def decided_waits(timelines: list[RequestTimeline], period: float, longest_step:
                 and tl.arrival < long_reach[begun - 1] <= scheduled + slack):
             out.append(tl.scheduler_wait_s)
             continue
-        seen = range(bisect.bisect_right(times, tl.arrival), bisect.bisect_left(times, scheduled - slack))
+        seen = range(bisect.bisect_right(times, tl.arrival),
+                     bisect.bisect_left(times, scheduled - slack))
         first = next((times[i] for i in seen if marks[i][1] != tl.request_id), None)
         past_any_step = tl.scheduler_wait_s - longest_step if longest_step is not None else 0.0
         out.append(max(scheduled - first if first is not None else 0.0, past_any_step, 0.0))

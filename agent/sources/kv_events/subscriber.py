@@ -43,8 +43,9 @@ TAG_FIELD = "type"
 # Each event's fields in vLLM's declaration order: a tagged array holds them after its tag. Newer
 # fields come last, so an older (shorter) array simply lacks them.
 EVENT_FIELDS = {
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
-                    "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"),
+    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                    "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
+                    "kv_cache_spec_sliding_window"),
     "BlockRemoved": ("block_hashes", "medium", "group_idx"),
     "AllBlocksCleared": (),
 }
@@ -60,8 +61,8 @@ MAX_SEQUENCE_GAP = 1_000_000      # KV-event batches: a day of a batch every 100
 # hashes would unpack into a 16M-long list held under the lock
 MAX_ARRAY_LEN = 2**18
 # the counters kept since start(): KvEventFigures' totals, and `totals`
-TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches", "sequence_resets",
-          "unmatched_removals", "dropped_blocks")
+TOTALS = ("messages", "malformed", "malformed_events", "unknown_events", "lost_batches",
+          "sequence_resets", "unmatched_removals", "dropped_blocks")
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ class KvEventsSubscriber:
         self._ready.clear()
         self._error = None
         self._started_at = time.monotonic()
-        self._thread = threading.Thread(target=self._loop, name="stagelens-kv-events-sub", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="stagelens-kv-events-sub",
+                                        daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
             self.stop()
@@ -357,7 +359,8 @@ def _newest(records: deque, since: float, at) -> list:
 
 def _read_batch(payload: bytes) -> tuple[float, list]:
     try:
-        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False, max_array_len=MAX_ARRAY_LEN)
+        batch = msgpack.unpackb(payload, raw=False, strict_map_key=False,
+                                max_array_len=MAX_ARRAY_LEN)
     except Exception as exc:
         raise _Malformed("not msgpack") from exc
     if isinstance(batch, list | tuple) and len(batch) >= 2:

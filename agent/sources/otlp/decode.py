@@ -92,7 +92,8 @@ def parse(payload: bytes, kind: str) -> trace_service_pb2.ExportTraceServiceRequ
     except (ValueError, RecursionError) as e:
         raise RequestRejected(400, f"body is not JSON: {one_line(e)}") from None
     if not isinstance(doc, dict):
-        raise RequestRejected(400, "body is not an OTLP ExportTraceServiceRequest: not a JSON object")
+        raise RequestRejected(400,
+                              "body is not an OTLP ExportTraceServiceRequest: not a JSON object")
     try:
         _hex_ids_to_base64(doc)
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
@@ -102,11 +103,14 @@ def parse(payload: bytes, kind: str) -> trace_service_pb2.ExportTraceServiceRequ
 
 
 def _check_protobuf_size(payload: bytes) -> None:
-    fields, items, spans = count_submessages(payload, trace_service_pb2.ExportTraceServiceRequest.DESCRIPTOR)
+    fields, items, spans = count_submessages(payload,
+                                             trace_service_pb2.ExportTraceServiceRequest.DESCRIPTOR)
     if fields > MAX_FIELDS:
-        raise RequestRejected(413, f"more than {MAX_FIELDS} fields in one request: send smaller batches")
+        raise RequestRejected(413,
+                              f"more than {MAX_FIELDS} fields in one request: send smaller batches")
     if spans > MAX_SPANS:
-        raise RequestRejected(413, f"more than {MAX_SPANS} spans in one request: send smaller batches")
+        raise RequestRejected(413,
+                              f"more than {MAX_SPANS} spans in one request: send smaller batches")
     if items > MAX_ITEMS:
         raise RequestRejected(413, f"more than {MAX_ITEMS} spans, attributes and values in one request: send "
                                    "smaller batches")

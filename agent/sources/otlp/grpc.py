@@ -48,7 +48,8 @@ class GrpcIntake:
     def start(self) -> int:
         """Binds and serves; the bound port. OSError when the address cannot be listened on."""
         self._loop = asyncio.new_event_loop()
-        self._pool = futures.ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="otlp-grpc-decode")
+        self._pool = futures.ThreadPoolExecutor(max_workers=DECODE_THREADS,
+                                                thread_name_prefix="otlp-grpc-decode")
         self._thread = threading.Thread(target=self._loop.run_forever, name="otlp-grpc", daemon=True)
         self._thread.start()
         try:
@@ -173,7 +174,8 @@ def _retry_later(reason: str) -> tuple:
     retry.retry_delay.seconds = RETRY_AFTER_S
     detail = any_pb2.Any()
     detail.Pack(retry)
-    status = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message=reason, details=[detail])
+    status = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message=reason,
+                               details=[detail])
     return (grpc.StatusCode.UNAVAILABLE, reason,
             (("grpc-status-details-bin", status.SerializeToString()),
              ("google.rpc.retryinfo-bin", retry.SerializeToString())))

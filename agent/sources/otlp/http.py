@@ -127,11 +127,13 @@ class _Handler(BoundedHandler):
             self._drain()
         body, content_type = error_body(status, kind, reason)
         retry = str(RETRY_AFTER_S) if status == 503 else None
-        self._send(status, body, content_type, close=self._body != "read", allow=allow, retry_after=retry)
+        self._send(status, body, content_type, close=self._body != "read", allow=allow,
+                   retry_after=retry)
 
     def _length(self) -> int:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            raise RequestRejected(411, "a Content-Length is required (chunked bodies are not accepted)")
+            raise RequestRejected(411,
+                                  "a Content-Length is required (chunked bodies are not accepted)")
         raw = self.headers.get("Content-Length")
         if raw is None:
             if self.command == "POST":

@@ -119,8 +119,8 @@ def timeline_from_span(span: trace_pb2.Span, clock_offset: float,
         if queue > 0:
             tl.waits.append(Wait(start=arrival, end=scheduled, reason=QUEUED))
         if prefill is not None and scheduled + prefill <= finished + _TOLERANCE_S:
-            tl.chunks.append(PrefillChunk(start=scheduled, end=scheduled + prefill, tokens=prompt_tokens or 0,
-                                          step=0))
+            tl.chunks.append(PrefillChunk(start=scheduled, end=scheduled + prefill,
+                                          tokens=prompt_tokens or 0, step=0))
     if tl.first_token is not None:
         events.append((tl.first_token, "first_token"))
     events.append((finished, "finished"))

@@ -83,20 +83,22 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 # bodies being received or decoded at once, HTTP and gRPC together
 MAX_INFLIGHT_BYTES = 8 * 1024 * 1024
 
-COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", "malformed", "rejected", "busy",
-            "busy_peer", "malformed_spans", "invalid_attributes", "forwarded", "forward_failed", "forward_dropped",
-            "timelines_dropped", "clients_gone")
+COUNTERS = ("received_requests", "spans", "llm_request_spans", "ignored_spans", "malformed",
+            "rejected", "busy", "busy_peer", "malformed_spans", "invalid_attributes", "forwarded",
+            "forward_failed", "forward_dropped", "timelines_dropped", "clients_gone")
 
 
 class OtlpReceiver:
     """An OTLP traces endpoint keeping vLLM's `llm_request` spans as request timelines: the intake
     (agent/sources/otlp/intake.py, SpanIntake) its HTTP and gRPC transports hand their bodies to."""
 
-    def __init__(self, host: str = "127.0.0.1", http_port: int | None = 0, grpc_port: int | None = None,
-                 forward_to: str | None = None, capacity: int = 2048, *, max_body_bytes: int = MAX_BODY_BYTES,
-                 read_timeout_s: float = 10.0, idle_timeout_s: float = 30.0, forward_queue: int = MAX_QUEUED,
+    def __init__(self, host: str = "127.0.0.1", http_port: int | None = 0,
+                 grpc_port: int | None = None, forward_to: str | None = None, capacity: int = 2048,
+                 *, max_body_bytes: int = MAX_BODY_BYTES, read_timeout_s: float = 10.0,
+                 idle_timeout_s: float = 30.0, forward_queue: int = MAX_QUEUED,
                  forward_queue_bytes: int = MAX_QUEUED_BYTES, forward_timeout_s: float = 5.0,
-                 max_inflight_bytes: int = MAX_INFLIGHT_BYTES, max_connections: int = MAX_CONNECTIONS,
+                 max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
+                 max_connections: int = MAX_CONNECTIONS,
                  request_read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> None:
         if capacity < 1 or max_body_bytes < 1 or forward_queue < 1 or max_connections < 1:
             raise ValueError("capacity, max_body_bytes, forward_queue and max_connections must be at least 1")
@@ -111,7 +113,8 @@ class OtlpReceiver:
         self.request_read_timeout_s = request_read_timeout_s
         self.forward_to = forward_to
         self._forwarder = (Forwarder(forward_to, self.count, max_queued=forward_queue,
-                                     max_queued_bytes=forward_queue_bytes, timeout_s=forward_timeout_s)
+                                     max_queued_bytes=forward_queue_bytes,
+                                     timeout_s=forward_timeout_s)
                            if forward_to is not None else None)
         self._http_port = http_port
         self._grpc_port = grpc_port
@@ -135,7 +138,8 @@ class OtlpReceiver:
         try:
             if self._http_port is not None:
                 self._http = HttpIntake((self.host, self._http_port), self)
-                self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
+                self._http_thread = threading.Thread(target=self._http.serve_forever,
+                                                     kwargs={"poll_interval": 0.1},
                                                      name="otlp-http", daemon=True)
                 self._http_thread.start()
             if self._grpc_port is not None:

@@ -131,25 +131,31 @@ class Metric:
 
 METRICS: dict[str, Metric] = {
     "running": Metric("gauge", (NUM_REQUESTS_RUNNING,),
-                      ("sglang:num_running_reqs", "sglang:num_requests_running"), "window.scheduler.running"),
+                      ("sglang:num_running_reqs", "sglang:num_requests_running"),
+                      "window.scheduler.running"),
     "waiting": Metric("gauge", (NUM_REQUESTS_WAITING,),
-                      ("sglang:num_queue_reqs", "sglang:num_requests_waiting"), "window.scheduler.waiting"),
+                      ("sglang:num_queue_reqs", "sglang:num_requests_waiting"),
+                      "window.scheduler.waiting"),
     "waiting_by_reason": Metric("gauge", (NUM_REQUESTS_WAITING_BY_REASON,), (),
                                 "reading.waiting_by_reason (capacity | deferred)"),
-    "kv_usage": Metric("gauge", (KV_CACHE_USAGE_PERC, GPU_CACHE_USAGE_PERC), ("sglang:token_usage",),
+    "kv_usage": Metric("gauge", (KV_CACHE_USAGE_PERC, GPU_CACHE_USAGE_PERC),
+                       ("sglang:token_usage",),
                        "usage.used_blocks (× num_blocks), reading.kv_usage_ratio"),
     "cache_config": Metric("info", (CACHE_CONFIG_INFO,), (),
                            "engine.block_size, usage.num_blocks, engine.kv_capacity_tokens (labels block_size, "
                            "num_gpu_blocks, kv_cache_size_tokens, mamba_block_size)"),
-    "kv_tokens_capacity": Metric("gauge", (), ("sglang:max_total_num_tokens",), "engine.kv_capacity_tokens"),
+    "kv_tokens_capacity": Metric("gauge", (), ("sglang:max_total_num_tokens",),
+                                 "engine.kv_capacity_tokens"),
     "kv_tokens_used": Metric("gauge", (), ("sglang:num_used_tokens",),
                              "with token_usage, the capacity where max_total_num_tokens is not published"),
     "preemptions": Metric("counter", (total_name(NUM_PREEMPTIONS),), ("sglang:num_retracted_requests_total",),
                           "counters.preemptions_total, reading.preemptions_in_window, "
                           "window.kv.full_while_waiting_share"),
-    "prefix_queries": Metric("counter", (total_name(PREFIX_CACHE_QUERIES), total_name(GPU_PREFIX_CACHE_QUERIES)), (),
+    "prefix_queries": Metric("counter", (total_name(PREFIX_CACHE_QUERIES),
+                                         total_name(GPU_PREFIX_CACHE_QUERIES)), (),
                              "with prefix_hits, the prompt share served from the prefix cache (tokens held)"),
-    "prefix_hits": Metric("counter", (total_name(PREFIX_CACHE_HITS), total_name(GPU_PREFIX_CACHE_HITS)), (),
+    "prefix_hits": Metric("counter",
+                          (total_name(PREFIX_CACHE_HITS), total_name(GPU_PREFIX_CACHE_HITS)), (),
                           "the prompt tokens found in the prefix cache"),
     "gpu_execution": Metric("counter", (), ("sglang:gpu_execution_seconds_total",),
                             "window.scheduler.busy_ratio (and while waiting: compute utilisation)"),
@@ -160,18 +166,22 @@ METRICS: dict[str, Metric] = {
     "queue_time": Metric("histogram", (REQUEST_QUEUE_TIME_SECONDS,),
                          ("sglang:queue_time_seconds", "sglang:waiting_request_latency_seconds"),
                          "window.scheduler.wait_p50_s / wait_p99_s, the decided wait's bounds without spans"),
-    "ttft": Metric("histogram", (TIME_TO_FIRST_TOKEN_SECONDS,), ("sglang:time_to_first_token_seconds",),
-                   "reading.ttft_p50_s / ttft_p99_s"),
+    "ttft": Metric("histogram", (TIME_TO_FIRST_TOKEN_SECONDS,),
+                   ("sglang:time_to_first_token_seconds",), "reading.ttft_p50_s / ttft_p99_s"),
     "inter_token": Metric("histogram", (INTER_TOKEN_LATENCY_SECONDS, TIME_PER_OUTPUT_TOKEN_SECONDS),
-                          ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+                          ("sglang:inter_token_latency_seconds",
+                           "sglang:time_per_output_token_seconds"),
                           "reading.inter_token_p50_s / p99_s"),
-    "e2e": Metric("histogram", (E2E_REQUEST_LATENCY_SECONDS,), ("sglang:e2e_request_latency_seconds",),
+    "e2e": Metric("histogram", (E2E_REQUEST_LATENCY_SECONDS,),
+                  ("sglang:e2e_request_latency_seconds",),
                   "window.scheduler.requests_finished (count), reading.e2e_p50_s / e2e_p99_s"),
     "iteration_tokens": Metric("histogram", (ITERATION_TOKENS,), (),
                                "window.scheduler.steps (count), tokens_per_s (sum)"),
-    "generation_tokens": Metric("counter", (total_name(GENERATION_TOKENS),), ("sglang:generation_tokens_total",),
+    "generation_tokens": Metric("counter", (total_name(GENERATION_TOKENS),),
+                                ("sglang:generation_tokens_total",),
                                 "window.scheduler.decode_tokens_per_s"),
-    "prompt_tokens": Metric("counter", (total_name(PROMPT_TOKENS),), ("sglang:prompt_tokens_total",),
+    "prompt_tokens": Metric("counter", (total_name(PROMPT_TOKENS),),
+                            ("sglang:prompt_tokens_total",),
                             "with the three below, the tokens running requests hold (fragmentation)"),
     "request_prompt_tokens": Metric("histogram", (REQUEST_PROMPT_TOKENS,), (),
                                     "its sum: the prompt tokens of the requests finished"),
@@ -245,7 +255,8 @@ class VllmSource:
     def start(self) -> None:
         """Start the span receiver and the KV-events subscriber; UserError when one cannot (a
         port taken)."""
-        for name, part in (("traces", self.spans), ("KV events", self.kv_events), ("gauge poll", self.poller)):
+        for name, part in (("traces", self.spans), ("KV events", self.kv_events),
+                           ("gauge poll", self.poller)):
             if part is None:
                 continue
             try:

@@ -49,7 +49,8 @@ class GaugePoller:
     def start(self) -> GaugePoller:
         if self._thread is None:
             self._stop.clear()
-            self._thread = threading.Thread(target=self._loop, name="stagelens-gauge-poll", daemon=True)
+            self._thread = threading.Thread(target=self._loop, name="stagelens-gauge-poll",
+                                            daemon=True)
             self._thread.start()
         return self
 

@@ -62,7 +62,8 @@ class HeavyAnswers:
         with self._lock:
             now = self._clock()
             calm = now - self._last > 2 * self.most_s
-            self._pause_s = self.first_s if calm else min(self.most_s, max(self.first_s, 2 * self._pause_s))
+            self._pause_s = self.first_s if calm else min(self.most_s,
+                                                          max(self.first_s, 2 * self._pause_s))
             self._until, self._last, self._why = now + self._pause_s, now, printable(why)[:200]
             self.counts["heavy_answers"] += 1
         log.warning("engine at %s: %s; not read for %g s (counted in %s{what=\"metrics.heavy_answers\"})",

@@ -69,7 +69,8 @@ def refuse_implausible(exposition: Exposition, rules: dict[str, tuple[str, Rule]
             exposition.families.pop(family.name, None)
             refused.append(Refusal(figure, f"{name} {why}"))
     if exposition.duplicates:
-        refused.append(Refusal("duplicate_series", f"{exposition.duplicates} series given twice (read once)"))
+        refused.append(Refusal("duplicate_series",
+                               f"{exposition.duplicates} series given twice (read once)"))
     return refused
 
 
@@ -93,7 +94,8 @@ def _broken(family: Family, rule: Rule) -> str | None:
     return None
 
 
-_BOUND = re.compile(r"[+-]?(?:inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)", re.IGNORECASE | re.ASCII)
+_BOUND = re.compile(r"[+-]?(?:inf(?:inity)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)",
+                    re.IGNORECASE | re.ASCII)
 
 
 def _buckets_broken(family: Family) -> str | None:

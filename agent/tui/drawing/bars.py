@@ -49,7 +49,8 @@ class LinkStrip:
     coloured by the thresholds: twelve NVLinks read at a glance. Too narrow for a cell each: the
     busiest link's Bar."""
 
-    def __init__(self, ratios: list[float | None], warn: float | None = None, firing: float | None = None) -> None:
+    def __init__(self, ratios: list[float | None], warn: float | None = None,
+                 firing: float | None = None) -> None:
         self.ratios, self.warn, self.firing = ratios, warn, firing
 
     def to_text(self, width: int) -> Text:
@@ -63,6 +64,7 @@ class LinkStrip:
             else:
                 level = max(0.0, min(1.0, r))
                 # an idle link still shows its lowest block: there, and idle
-                text.append(VBLOCKS[max(1, round(level * 8))], style=level_color(r, self.warn, self.firing))
+                text.append(VBLOCKS[max(1, round(level * 8))],
+                            style=level_color(r, self.warn, self.firing))
         text.append("▏", style="grey50")
         return text

@@ -24,8 +24,9 @@ class HistoryPlot:
 
     AXIS = 6
 
-    def __init__(self, values: list[float | None], warn: float | None = None, firing: float | None = None,
-                 direction: str = "above", height: int = 3, top: float | None = None) -> None:
+    def __init__(self, values: list[float | None], warn: float | None = None,
+                 firing: float | None = None, direction: str = "above", height: int = 3,
+                 top: float | None = None) -> None:
         self.values, self.warn, self.firing, self.direction = values, warn, firing, direction
         self.height = height
         known = [v for v in values if v is not None]
@@ -67,7 +68,8 @@ class HistoryPlot:
             # not 70
             run, run_style = [], None
             for i in range(width):
-                char, style = self._cell(values[i - pad] if i >= pad else None, row, i >= pad, line_style)
+                char, style = self._cell(values[i - pad] if i >= pad else None, row, i >= pad,
+                                         line_style)
                 if style is not run_style and run:
                     yield Segment("".join(run), run_style)
                     run = []

@@ -14,7 +14,8 @@ from stagelens.engine_hooks.records.waits import PREEMPTED
 from stagelens.fmt import seconds
 from stagelens.vocabulary import COLD_PATH, KV_CACHE, SCHEDULER
 
-KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"), "preempted": ("▒", "red")}
+KINDS = {"queue": ("░", "yellow"), "prefill": ("▓", "cyan"), "decode": ("█", "green"),
+         "preempted": ("▒", "red")}
 _PRIORITY = ("preempted", "prefill", "queue", "decode")   # a short phase still gets its column
 SHORT = {KV_CACHE: "kv", SCHEDULER: "sched", COLD_PATH: "cold", UNEXPLAINED: "queue", OWN: "own"}
 BLAME_W = 10

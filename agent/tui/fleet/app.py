@@ -96,8 +96,8 @@ class FleetApp(PlainNotices, App[str | None]):
         Binding("escape", "clear_filter", "clear filter", show=False),
     ]
 
-    def __init__(self, query, interval: float = 5.0, *, autopoll: bool = True, memory: FleetMemory | None = None,
-                 refresher: Refresher | None = None) -> None:
+    def __init__(self, query, interval: float = 5.0, *, autopoll: bool = True,
+                 memory: FleetMemory | None = None, refresher: Refresher | None = None) -> None:
         super().__init__()
         self.fleet_query = query
         self.interval = interval
@@ -121,8 +121,8 @@ class FleetApp(PlainNotices, App[str | None]):
         yield Bar(id="fleet-summary")
         yield NodeTable(id="fleet-table", cursor_type="row", zebra_stripes=False)
         yield Bar(id="fleet-detail")
-        yield Input(value=self.memory.filter_text, placeholder="LABEL=VALUE … e.g. cluster=eu-1 gpu=h100",
-                    id="fleet-filter")
+        yield Input(value=self.memory.filter_text,
+                    placeholder="LABEL=VALUE … e.g. cluster=eu-1 gpu=h100", id="fleet-filter")
         yield Bar(id="fleet-keys")
 
     @property
@@ -188,7 +188,8 @@ class FleetApp(PlainNotices, App[str | None]):
         with self.batch_update():
             self.query_one("#fleet-top", Bar).update(top_line(view, self.prometheus, self.interval, width))
             self.query_one("#fleet-summary", Bar).update(Group(*summary_lines(
-                view, self.shown, self.memory.filter_text, getattr(self.fleet_query, "selector", None))))
+                view, self.shown, self.memory.filter_text,
+                getattr(self.fleet_query, "selector", None))))
             self._fill_table(width >= WIDE)
             self._show_detail()
             self._show_keys(width)

@@ -84,7 +84,8 @@ def stage_cell(row: NodeRow, stage: str, now: float | None) -> Text:
     if not row.up:
         return Text("-", style="grey50", end="")
     text, state = stage_text(row, stage, now)
-    return Text(text, style=state_style(state) + (" dim" if row.frame_stale else ""), no_wrap=True, end="")
+    return Text(text, style=state_style(state) + (" dim" if row.frame_stale else ""), no_wrap=True,
+                end="")
 
 
 def root_cell(row: NodeRow) -> Text:
@@ -92,8 +93,8 @@ def root_cell(row: NodeRow) -> Text:
         return Text("-", style="grey50", end="")
     cell = row.stages.get(row.root_stage)
     state = cell.state if cell is not None else "unknown"
-    return Text(STAGE_NAMES.get(row.root_stage, row.root_stage), style=f"bold {STATE_COLOR.get(state, 'grey50')}",
-                no_wrap=True, end="")
+    return Text(STAGE_NAMES.get(row.root_stage, row.root_stage),
+                style=f"bold {STATE_COLOR.get(state, 'grey50')}", no_wrap=True, end="")
 
 
 def evidence_cell(row: NodeRow, width: int, number_first: bool = False) -> Text:
@@ -103,7 +104,8 @@ def evidence_cell(row: NodeRow, width: int, number_first: bool = False) -> Text:
     if e is None:
         return Text("-", style="grey50", end="")
     value = evidence_value(e.value, e.unit)
-    return _cut(f"{value} {e.signal}" if number_first else f"{e.signal} {value}", width, STATE_COLOR.get(e.state, ""))
+    return _cut(f"{value} {e.signal}" if number_first else f"{e.signal} {value}", width,
+                STATE_COLOR.get(e.state, ""))
 
 
 def health_cell(row: NodeRow, width: int) -> Text:
@@ -154,8 +156,8 @@ def row_cells(row: NodeRow, now: float | None, wide: bool) -> list[Text]:
     cells = {"verdict": verdict_cell(row), "node": node_cell(row, wide),
              "labels": _cut(labels_text(row), 20, "grey70"), "root": root_cell(row),
              **{stage: stage_cell(row, stage, now) for stage in STAGES},
-             "evidence": evidence_cell(row, 34, number_first=not wide), "tail": _cut(tail_text(row), 16),
-             "agent": health_cell(row, 30)}
+             "evidence": evidence_cell(row, 34, number_first=not wide),
+             "tail": _cut(tail_text(row), 16), "agent": health_cell(row, 30)}
     return [cells[key] for key, _ in columns(wide)]
 
 
@@ -203,7 +205,8 @@ def top_line(view: FleetView | None, prometheus: str, interval: float, width: in
     return text
 
 
-def summary_lines(view: FleetView | None, shown: list[NodeRow], filter_text: str, selector: str | None) -> list[Text]:
+def summary_lines(view: FleetView | None, shown: list[NodeRow], filter_text: str,
+                  selector: str | None) -> list[Text]:
     """The node counts per state (of the rows shown), the filter, and STALE with the reason when
     the last refresh failed."""
     line = Text(no_wrap=True, overflow="ellipsis")
@@ -220,7 +223,8 @@ def summary_lines(view: FleetView | None, shown: list[NodeRow], filter_text: str
         line.append("   filter ", style="grey70")
         line.append(filter_text, style="bold cyan")
     elif not total and view.fetched_unix is not None:
-        line.append(f"   no target matches {selector}" if selector else "   no target answered", style="bold yellow")
+        line.append(f"   no target matches {selector}" if selector else "   no target answered",
+                    style="bold yellow")
     lines = [line]
     if view.error:
         why = view.error
@@ -228,7 +232,8 @@ def summary_lines(view: FleetView | None, shown: list[NodeRow], filter_text: str
         if view.prometheus and why.startswith(prefix):
             why = why[len(prefix):]
         since = f" — rows as of {clock(view.fetched_unix)}" if view.fetched_unix is not None else ""
-        lines.append(Text(f" STALE: {why}{since}", style="bold red", no_wrap=True, overflow="ellipsis"))
+        lines.append(Text(f" STALE: {why}{since}", style="bold red", no_wrap=True,
+                          overflow="ellipsis"))
     return lines
 
 
@@ -241,7 +246,8 @@ def detail_lines(row: NodeRow | None, now: float | None, width: int = 80) -> lis
     if row is None:
         return [line(("no node selected", "grey50"))]
     out = [line((row.instance, "bold"), ("  " + labels_text(row), "grey70"),
-                ("  ⏎ " + row.url if row.url else "  no agent URL to open", "cyan" if row.url else "yellow"))]
+                ("  ⏎ " + row.url if row.url else "  no agent URL to open",
+                 "cyan" if row.url else "yellow"))]
     stages = None
     for long in (True, False):     # with each state's start time where the width allows
         stages = Text("stages  ", style="grey70", no_wrap=True, overflow="ellipsis")
@@ -252,7 +258,8 @@ def detail_lines(row: NodeRow | None, now: float | None, width: int = 80) -> lis
             stages.append(STATE_MARK[state], style=state_style(state))
             if cell is not None and cell.since_unix is not None:
                 held = f" {age(now - cell.since_unix)}" if now is not None else ""
-                stages.append(held + (f" (since {clock(cell.since_unix)})" if long else ""), style="grey70")
+                stages.append(held + (f" (since {clock(cell.since_unix)})" if long else ""),
+                              style="grey70")
             stages.append("   ")
         if not row.up:
             stages.append("(the last states exported; not scraped now)", style="grey50")
@@ -267,7 +274,8 @@ def detail_lines(row: NodeRow | None, now: float | None, width: int = 80) -> lis
                     ("" if e is None else f"  ({STAGE_NAMES.get(e.stage, e.stage)})", "grey70")))
     tail = "  ".join(f"{part} {share:.0%}" for part, share in sorted((row.tail or {}).items(),
                                                                      key=lambda item: -item[1]))
-    out.append(line(("P99 TTFT tail  ", "grey70"), (tail or "not exported", "" if tail else "grey50")))
+    out.append(line(("P99 TTFT tail  ", "grey70"),
+                    (tail or "not exported", "" if tail else "grey50")))
     agent = health(row)
     fresh = row.up and row.frame_age_s is not None and not row.frame_stale
     frame = f"  ·  latest frame {age(row.frame_age_s)} old" if fresh else ""

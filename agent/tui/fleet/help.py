@@ -11,7 +11,8 @@ KEYS = (
     ("q", "quit"),
     ("?", "this help (any key closes it)"),
     ("↑ ↓  pgup pgdn", "select a node (home, end: the first, the last)"),
-    ("enter", "open the node's own TUI (stagelens tui --connect its agent); q or esc there comes back here"),
+    ("enter",
+     "open the node's own TUI (stagelens tui --connect its agent); q or esc there comes back here"),
     ("/", "filter: LABEL=VALUE terms, all must hold (cluster=eu-1 gpu=h100); a word alone must "
           "appear in the instance or a label; enter keeps it"),
     ("esc", "clear the filter"),

@@ -22,8 +22,8 @@ def pcie_rows(state: TuiState) -> CellTable | Text:
     if not gpus:
         return Text("PCIe: no GPU on this node — loads are judged by step-time inflation and waiting requests",
                     style="grey50")
-    table = CellTable([Column("PCIe"), Column("tx / rx", "right"), Column("of cap", flex=1, min_width=6),
-                       Column("", "right")])
+    table = CellTable([Column("PCIe"), Column("tx / rx", "right"),
+                       Column("of cap", flex=1, min_width=6), Column("", "right")])
     # the diagnosis' own, overrides included
     threshold = state.config.threshold("pcie_backpressure")
     for g in gpus[:8]:
@@ -59,7 +59,8 @@ class ColdPanel(Panel):
             loading = cold.loads_in_progress
             text = Text("loading now: ", style="bold")
             if loading:
-                text.append(", ".join(f"{ld.model} ({seconds(ld.seconds)})" for ld in loading), style="bold yellow")
+                text.append(", ".join(f"{ld.model} ({seconds(ld.seconds)})" for ld in loading),
+                            style="bold yellow")
             else:
                 text.append("nothing" if loading is not None else "?", style="grey70")
             text.append(f"   in the window: {_known(cold.loads_in_window)} loads, "

@@ -80,11 +80,13 @@ def gpu_table(gpus: list[GpuSample], topo: Topology | None, wide: bool, pcie_lim
 
 
 def matrix_table(topo: Topology) -> CellTable:
-    table = CellTable([Column(""), *[Column(name, "center") for name in topo.gpus], Column("NUMA", "right")],
+    table = CellTable([Column(""), *[Column(name, "center") for name in topo.gpus],
+                       Column("NUMA", "right")],
                       expand=False)
     for n, name in enumerate(topo.gpus):
         numa = topo.numa_affinity[n]
-        table.add_row(name, *[Text(c, style=_CELL_STYLE.get(c, "green" if c.startswith("NV") else ""))
+        table.add_row(name, *[Text(c,
+                                   style=_CELL_STYLE.get(c, "green" if c.startswith("NV") else ""))
                               for c in topo.matrix[n]], "-" if numa is None else str(numa))
     return table
 

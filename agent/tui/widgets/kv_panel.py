@@ -24,7 +24,8 @@ class KvPanel(Panel):
     def render_state(self, state: TuiState, app_info: dict):
         last = state.last
         if last is None or last.engine is None:
-            return Text("no engine is observed: the KV cache signals need the engine hooks", style="grey50")
+            return Text("no engine is observed: the KV cache signals need the engine hooks",
+                        style="grey50")
         cfg, usage = last.engine.engine, last.engine.usage
         height = 3 if app_info.get("tall") else 2
         on_gpu = cfg.on_cuda

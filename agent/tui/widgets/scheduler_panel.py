@@ -38,7 +38,8 @@ def figures_grid(state: TuiState) -> CellTable:
     grid.add_row(cell(c.WAITING, str(f.get(c.WAITING.key, "-")), "queue"),
                  cell(c.RUNNING, str(f.get(c.RUNNING.key, "-"))),
                  cell(c.DECIDED_WAIT_P50, seconds(f.get(c.DECIDED_WAIT_P50.key)), "wait p50"))
-    grid.add_row(cell(c.DECIDED_WAIT_P99, _wait_p99(state, f.get(c.DECIDED_WAIT_P99.key)), "wait p99"),
+    grid.add_row(cell(c.DECIDED_WAIT_P99, _wait_p99(state, f.get(c.DECIDED_WAIT_P99.key)),
+                      "wait p99"),
                  cell(c.BUSY, pct(f.get(c.BUSY.key))),
                  cell(c.BUSY_WHILE_WAITING, pct(f.get(c.BUSY_WHILE_WAITING.key))))
     grid.add_row(cell(c.BUDGET_USE, pct(f.get(c.BUDGET_USE.key))),
@@ -76,7 +77,8 @@ def reasons_line(state: TuiState) -> Text:
         return Text("waits: none in the window", style="grey50")
     text = Text("waits: ", style="grey70")
     for reason, secs in sorted(reasons.items(), key=lambda kv: -kv[1])[:4]:
-        text.append(f"{reason} {secs / total:.0%}  ", style="bold" if stage_of(reason) is not None else "")
+        text.append(f"{reason} {secs / total:.0%}  ",
+                    style="bold" if stage_of(reason) is not None else "")
     return text
 
 
@@ -97,7 +99,8 @@ def before_after(state: TuiState) -> CellTable:
             change = Text(f"{delta:+.0%}", style="green" if better else "red" if delta else "")
         cells = [_cell(kind, b)] + ([_cell(kind, predicted.get(key))] if predicted else []) + [_cell(kind, a)]
         table.add_row(label, *cells, change)
-    table.add_row("verdict", fix.verdict_before, *([""] if predicted else []), state.verdict_text(), "")
+    table.add_row("verdict", fix.verdict_before, *([""] if predicted else []), state.verdict_text(),
+                  "")
     return table
 
 
@@ -117,7 +120,8 @@ class SchedulerPanel(Panel):
     def render_state(self, state: TuiState, app_info: dict):
         last = state.last
         if last is None or last.engine is None:
-            return Text("no engine is observed: the scheduler signals need the engine hooks", style="grey50")
+            return Text("no engine is observed: the scheduler signals need the engine hooks",
+                        style="grey50")
         parts = [settings_line(state), figures_grid(state)]
         parts.append(reasons_line(state))
         tail = window_tail(last)

@@ -47,7 +47,8 @@ def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     threshold = state.config.threshold(signal_id)
     text = Text()
     text.append(f"{signal.label} ", style="bold")
-    text.append(evidence_value(value, signal.unit, e.bound if e else None), style=f"bold {STATE_COLOR[st]}")
+    text.append(evidence_value(value, signal.unit, e.bound if e else None),
+                style=f"bold {STATE_COLOR[st]}")
     text.append(f" {STATE_MARK[st]}", style=STATE_COLOR[st])
     worse = ">" if signal.direction == "above" else "<"
     if st != "info":      # a signal measured but not judged here has no thresholds to show
@@ -58,10 +59,11 @@ def headline(state: TuiState, signal_id: str, note: str = "") -> Text:
     return text
 
 
-def signal_plot(state: TuiState, signal_id: str, figure: Callable[[Window], float | None], height: int,
-                judged: bool = True, top: float | None = None) -> HistoryPlot:
+def signal_plot(state: TuiState, signal_id: str, figure: Callable[[Window], float | None],
+                height: int, judged: bool = True, top: float | None = None) -> HistoryPlot:
     """The signal's history: `figure` read from each frame's window, against its thresholds."""
     signal = SIGNALS_BY_ID[signal_id]
     threshold = state.config.threshold(signal_id)
     return HistoryPlot(state.series(figure), threshold.warn if judged else None,
-                       threshold.firing if judged else None, signal.direction, height=height, top=top)
+                       threshold.firing if judged else None, signal.direction, height=height,
+                       top=top)

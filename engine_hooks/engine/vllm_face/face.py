@@ -25,9 +25,10 @@ class VllmFace:
     (engine_hooks/engine/vllm_face/kv_events_publisher.py, `KvEventsPublisher(endpoint, engine)`)
     as one more observer."""
 
-    def __init__(self, engine, served_model_name: str | None = None, host: str = "127.0.0.1", port: int = 0,
-                 otlp_traces_endpoint: str | None = None, kv_events_endpoint: str | None = None, *,
-                 otlp_timeout_s: float = 10.0, otlp_schedule_delay_s: float = 5.0) -> None:
+    def __init__(self, engine, served_model_name: str | None = None, host: str = "127.0.0.1",
+                 port: int = 0, otlp_traces_endpoint: str | None = None,
+                 kv_events_endpoint: str | None = None, *, otlp_timeout_s: float = 10.0,
+                 otlp_schedule_delay_s: float = 5.0) -> None:
         self.engine = engine
         self.served_model_name = served_model_name or engine.model_names[0]
         self.host = host
@@ -64,7 +65,8 @@ class VllmFace:
                 metrics = VllmMetrics(self.engine, self.served_model_name)
                 observers.append(metrics)
                 if self.otlp_traces_endpoint:
-                    observers.append(LlmRequestSpans(self.otlp_traces_endpoint, timeout_s=self._otlp_timeout_s,
+                    observers.append(LlmRequestSpans(self.otlp_traces_endpoint,
+                                                     timeout_s=self._otlp_timeout_s,
                                                      schedule_delay_s=self._otlp_schedule_delay_s))
                 if self.kv_events_endpoint:
                     observers.append(_kv_events_publisher(self.kv_events_endpoint))

@@ -107,9 +107,10 @@ class KvEventsPublisher:
     says where it is bound. With `engine` it observes that engine at once; else add it with
     `engine.add_observer(publisher)`."""
 
-    def __init__(self, endpoint: str, engine=None, topic: str = "kv-events", encoding: str = "array", *,
-                 data_parallel_rank: int | None = 0, max_queue: int = 10_000, hwm: int = 100_000,
-                 linger_ms: int = 500, clear_on_close: bool = True) -> None:
+    def __init__(self, endpoint: str, engine=None, topic: str = "kv-events",
+                 encoding: str = "array", *, data_parallel_rank: int | None = 0,
+                 max_queue: int = 10_000, hwm: int = 100_000, linger_ms: int = 500,
+                 clear_on_close: bool = True) -> None:
         if encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got {encoding!r}")
         self.encoding = encoding
@@ -142,7 +143,8 @@ class KvEventsPublisher:
         self._pending: list = []          # events from request ends, sent with the next step's
         self._allocator = None
         self._closed = False
-        self._thread = threading.Thread(target=self._send_loop, name="stagelens-kv-events", daemon=True)
+        self._thread = threading.Thread(target=self._send_loop, name="stagelens-kv-events",
+                                        daemon=True)
         self._thread.start()
         self._engine = engine
         if engine is not None:
@@ -174,7 +176,8 @@ class KvEventsPublisher:
             bs = engine.allocator.block_size
             full = min(request.num_computed_tokens, request.num_tokens) // bs
             hashes = [h for _, h in tracked]
-            stored = self._store(engine, request, hashes[-1] if hashes else None, len(hashes), full, bs, hashes)
+            stored = self._store(engine, request, hashes[-1] if hashes else None, len(hashes), full,
+                                 bs, hashes)
             if stored is not None:
                 self._pending.append(stored)
             if hashes:
@@ -283,7 +286,8 @@ class KvEventsPublisher:
             hashes.append(parent)
             tokens.extend(block_tokens)
         chain.extend(hashes)
-        return BlockStored(tuple(hashes), first_parent, tuple(tokens), bs, lora_id, MEDIUM_GPU, lora_name)
+        return BlockStored(tuple(hashes), first_parent, tuple(tokens), bs, lora_id, MEDIUM_GPU,
+                           lora_name)
 
     def _send_loop(self) -> None:
         seq = 0
@@ -315,5 +319,5 @@ def _lora(engine, model: str) -> tuple[int | None, str | None]:
     return names.index(model), model
 
 
-__all__ = ["ENCODINGS", "AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEventsPublisher", "block_hash",
-           "encode_batch", "encode_event"]
+__all__ = ["ENCODINGS", "AllBlocksCleared", "BlockRemoved", "BlockStored", "KvEventsPublisher",
+           "block_hash", "encode_batch", "encode_event"]

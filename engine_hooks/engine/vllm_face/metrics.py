@@ -47,15 +47,16 @@ FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
 # past it is one the caller gave up on, as a client that went away is an `abort`. The engine's
 # `error` (its model failed to load, a step it was in raised) is vLLM's `error`, a request-level
 # internal failure.
-FINISHED_REASON_OF = {"stop": "stop", "length": "length", "abort": "abort", "timeout": "abort", "error": "error"}
+FINISHED_REASON_OF = {"stop": "stop", "length": "length", "abort": "abort", "timeout": "abort",
+                      "error": "error"}
 
 # vLLM's bucket boundaries (PrometheusStatLogger).
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-INTER_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                       20.0, 40.0, 80.0)
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                           120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+INTER_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
+                       7.5, 10.0, 20.0, 40.0, 80.0)
+REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                           50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 # num_requests_waiting_by_reason: vLLM sets reason="capacity" to the requests in its scheduler's
@@ -140,8 +141,10 @@ class VllmMetrics:
             return Histogram(name, doc, LABELS, registry=r, buckets=buckets).labels(*values)
 
         # scheduler state
-        self.running = gauge(vllm.NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.")
-        self.waiting = gauge(vllm.NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.")
+        self.running = gauge(vllm.NUM_REQUESTS_RUNNING,
+                             "Number of requests in model execution batches.")
+        self.waiting = gauge(vllm.NUM_REQUESTS_WAITING,
+                             "Number of requests waiting to be processed.")
         by_reason = Gauge(vllm.NUM_REQUESTS_WAITING_BY_REASON,
                           "Number of waiting requests by reason. Reason labels: 'capacity' = "
                           "waiting for scheduling capacity; 'deferred' = deferred by transient "
@@ -153,43 +156,52 @@ class VllmMetrics:
         self.kv_usage = gauge(vllm.KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.")
 
         # counters
-        self.preemptions = counter(vllm.NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.")
+        self.preemptions = counter(vllm.NUM_PREEMPTIONS,
+                                   "Cumulative number of preemption from the engine.")
         self.prompt_tokens = counter(vllm.PROMPT_TOKENS, "Number of prefill tokens processed.")
-        self.generation_tokens = counter(vllm.GENERATION_TOKENS, "Number of generation tokens processed.")
+        self.generation_tokens = counter(vllm.GENERATION_TOKENS,
+                                         "Number of generation tokens processed.")
         success = Counter(vllm.REQUEST_SUCCESS, "Count of successfully processed requests.",
                           (*LABELS, "finished_reason"), registry=r)
         self.request_success = {reason: success.labels(*values, reason) for reason in FINISHED_REASONS}
 
         # histograms of counts
         token_buckets = build_1_2_5_buckets(config.max_model_len)
-        self.request_prompt_tokens = histogram(vllm.REQUEST_PROMPT_TOKENS, "Number of prefill tokens processed.",
-                                               token_buckets)
+        self.request_prompt_tokens = histogram(vllm.REQUEST_PROMPT_TOKENS,
+                                               "Number of prefill tokens processed.", token_buckets)
         self.request_generation_tokens = histogram(vllm.REQUEST_GENERATION_TOKENS,
-                                                   "Number of generation tokens processed.", token_buckets)
+                                                   "Number of generation tokens processed.",
+                                                   token_buckets)
         self.request_max_tokens = histogram(vllm.REQUEST_PARAMS_MAX_TOKENS,
-                                            "Histogram of the max_tokens request parameter.", token_buckets)
+                                            "Histogram of the max_tokens request parameter.",
+                                            token_buckets)
         self.iteration_tokens = histogram(vllm.ITERATION_TOKENS,
-                                          "Histogram of number of tokens per engine_step.", ITERATION_TOKENS_BUCKETS)
+                                          "Histogram of number of tokens per engine_step.",
+                                          ITERATION_TOKENS_BUCKETS)
 
         # histograms of time
-        self.ttft = histogram(vllm.TIME_TO_FIRST_TOKEN_SECONDS, "Histogram of time to first token in seconds.",
-                              TTFT_BUCKETS)
+        self.ttft = histogram(vllm.TIME_TO_FIRST_TOKEN_SECONDS,
+                              "Histogram of time to first token in seconds.", TTFT_BUCKETS)
         self.inter_token = histogram(vllm.INTER_TOKEN_LATENCY_SECONDS,
-                                     "Histogram of inter-token latency in seconds.", INTER_TOKEN_BUCKETS)
+                                     "Histogram of inter-token latency in seconds.",
+                                     INTER_TOKEN_BUCKETS)
         self.time_per_output_token = histogram(vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
                                                "Histogram of time_per_output_token_seconds per request.",
                                                INTER_TOKEN_BUCKETS)
         self.e2e = histogram(vllm.E2E_REQUEST_LATENCY_SECONDS, "Histogram of e2e request latency in seconds.",
                              REQUEST_LATENCY_BUCKETS)
         self.queue_time = histogram(vllm.REQUEST_QUEUE_TIME_SECONDS,
-                                    "Histogram of time spent in WAITING phase for request.", REQUEST_LATENCY_BUCKETS)
+                                    "Histogram of time spent in WAITING phase for request.",
+                                    REQUEST_LATENCY_BUCKETS)
         self.inference_time = histogram(vllm.REQUEST_INFERENCE_TIME_SECONDS,
                                         "Histogram of time spent in RUNNING phase for request.",
                                         REQUEST_LATENCY_BUCKETS)
         self.prefill_time = histogram(vllm.REQUEST_PREFILL_TIME_SECONDS,
-                                      "Histogram of time spent in PREFILL phase for request.", REQUEST_LATENCY_BUCKETS)
+                                      "Histogram of time spent in PREFILL phase for request.",
+                                      REQUEST_LATENCY_BUCKETS)
         self.decode_time = histogram(vllm.REQUEST_DECODE_TIME_SECONDS,
-                                     "Histogram of time spent in DECODE phase for request.", REQUEST_LATENCY_BUCKETS)
+                                     "Histogram of time spent in DECODE phase for request.",
+                                     REQUEST_LATENCY_BUCKETS)
 
         # vllm:cache_config_info: vLLM's CacheConfig.metrics_info() as labels of a gauge set to 1
         # (vLLM emulates an info metric with a gauge). The fields the bundled engine has a value
@@ -222,7 +234,8 @@ class VllmMetrics:
         self._lora = None
         if len(engine.model_names) > 1:
             self._lora = Gauge(vllm.LORA_REQUESTS_INFO, "Running stats on lora requests.",
-                               ("max_lora", "waiting_lora_adapters", "running_lora_adapters"), registry=r)
+                               ("max_lora", "waiting_lora_adapters", "running_lora_adapters"),
+                               registry=r)
             self._max_lora = str(max(1, engine.residency.capacity - 1))
 
     # --- the observer (engine thread) -------------------------------------------------------------

@@ -62,7 +62,8 @@ class MetricsServer:
                  max_connections: int = MAX_CONNECTIONS,
                  request_read_timeout_s: float = REQUEST_READ_TIMEOUT_S) -> None:
         self.registry = registry
-        self._bounds = {"max_connections": max_connections, "request_read_timeout_s": request_read_timeout_s}
+        self._bounds = {"max_connections": max_connections,
+                        "request_read_timeout_s": request_read_timeout_s}
         self.host = host
         self.port = port
         self._server: _Server | None = None
@@ -85,8 +86,9 @@ class MetricsServer:
             raise RuntimeError("the metrics server is already started")
         self._server = _Server((self.host, self.port), self.registry, **self._bounds)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="vllm-face-metrics", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.1}, name="vllm-face-metrics",
+                                        daemon=True)
         self._thread.start()
         return self
 

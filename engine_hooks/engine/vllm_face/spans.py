@@ -87,10 +87,12 @@ class LlmRequestSpans:
         self._offset_ns = time.time_ns() - time.monotonic_ns()
         self.exporter = OTLPSpanExporter(endpoint=self.endpoint, timeout=timeout_s)
         self.provider = TracerProvider(
-            resource=Resource.create({"service.name": "vllm", "vllm.instrumenting_module_name": INSTRUMENTING_MODULE}),
+            resource=Resource.create({"service.name": "vllm",
+                                      "vllm.instrumenting_module_name": INSTRUMENTING_MODULE}),
             shutdown_on_exit=False)
         self.provider.add_span_processor(BatchSpanProcessor(
-            self.exporter, max_queue_size=max_queue_size, schedule_delay_millis=schedule_delay_s * 1000))
+            self.exporter, max_queue_size=max_queue_size,
+            schedule_delay_millis=schedule_delay_s * 1000))
         self.tracer = self.provider.get_tracer(INSTRUMENTING_MODULE)
         self.spans = 0          # handed to the processor
         self._closed = False
@@ -124,7 +126,8 @@ class LlmRequestSpans:
         if params.temperature:
             attributes[TEMPERATURE] = float(params.temperature)
         span = self.tracer.start_span(SPAN_NAME, context=Context(), kind=SpanKind.SERVER,
-                                      attributes=attributes, start_time=self._epoch_ns(phases.arrival))
+                                      attributes=attributes,
+                                      start_time=self._epoch_ns(phases.arrival))
         if phases.reason == "error":
             span.set_status(Status(StatusCode.ERROR, request.error or "the request failed"))
         span.end(end_time=self._epoch_ns(phases.finished))
