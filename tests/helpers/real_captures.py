@@ -58,7 +58,9 @@ class Serving:
 
 def judged(serving: Serving, kind: str):
     live = LiveDiagnosis()
-    probe = NodeProbe(open_backend(DGX))
+    # the capture is judged, not this machine: its host (a busy CI's iowait reads as threads blocked on data)
+    # is left out, as the snapshot stands in for its GPUs
+    probe = NodeProbe(open_backend(DGX), host=False)
     sampler = Sampler(node_probe=probe, engine_source=VllmSource(serving.url, kind=kind))
     try:
         for _ in range(SAMPLES):
