@@ -145,8 +145,7 @@ def twin_difference(workdir: Path, scenario: str, duration: float, seed: int, lo
                     changes: dict | None = None, rate_scale: float = 1.0) -> dict:
     """The second twin's figures against the first's (relative), per compared key."""
     path, _ = recorded(workdir, scenario, duration, seed, log, label, changes, rate_scale, twin=1)
-    second = measured(path)
-    return {key: relative_error(second.get(key), first.get(key)) for key in COMPARED}
+    return _twin_gap(first, measured(path))
 
 
 def measured(path: Path) -> dict:
@@ -289,16 +288,19 @@ def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tup
     result = what_if(observed, changes)
     predicted = dict(zip((json.dumps(c, sort_keys=True) for c in changes), (p for _, p in result.candidates),
                          strict=True))
-    truths = [_twin_mean(measured(first), measured(second)) for first, second in zip(paths[0], paths[1], strict=True)]
+    # each recording read once: the first runs, then their twins
+    firsts, seconds = ([measured(p) for p in paths[twin]] for twin in (0, 1))
+    truths = [_twin_mean(first, second) for first, second in zip(firsts, seconds, strict=True)]
     a_truth, a_twins = truths[0]
     rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), a_truth, a_twins) | {"fidelity": True}]
-    for (_, change, scale), b_path, (truth, twins) in zip(runs, paths[0][1:], truths[1:], strict=True):
+    for (_, change, scale), b_path, first, (truth, twins) in zip(runs, paths[0][1:], firsts[1:], truths[1:],
+                                                                strict=True):
         figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.to_dict()
                    if change is None else predicted[json.dumps(change, sort_keys=True)].to_dict())
         case_name = f"rate x{scale:g}" if change is None else _flags(change)
         row = compare(f"{name}: {case_name}", figures, truth, twins, own_cost_prediction(b_path))
         for key in COMPARED:
-            row[key]["error_first_run"] = relative_error(figures.get(key), measured(b_path).get(key))
+            row[key]["error_first_run"] = relative_error(figures.get(key), first.get(key))
         row["direction"] = beyond.direction(a_truth["ttft_p99_s"], truth["ttft_p99_s"],
                                             result.today.figures["ttft_p99_s"], figures["ttft_p99_s"])
         rows.append(row)
@@ -309,7 +311,12 @@ def _twin_mean(first: dict, second: dict) -> tuple[dict, dict]:
     """(the twins' mean of each compared figure, the second's difference from the first)."""
     mean = {key: None if first.get(key) is None or second.get(key) is None
             else (first[key] + second[key]) / 2 for key in COMPARED}
-    return mean, {key: relative_error(second.get(key), first.get(key)) for key in COMPARED}
+    return mean, _twin_gap(first, second)
+
+
+def _twin_gap(first: dict, second: dict) -> dict:
+    """The second twin's figures against the first's (relative), per compared key."""
+    return {key: relative_error(second.get(key), first.get(key)) for key in COMPARED}
 
 
 def _flags(changes: dict) -> str:

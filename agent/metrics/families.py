@@ -28,7 +28,8 @@ class Scrape:
             return
         if isinstance(value, bool | str):
             raise TypeError(f"{figure.metric}: a sample value must be a number, got {value!r}")
-        if set(labels) != set(figure.labels):
+        # the declared order is the usual one: the sets are built only when it differs
+        if tuple(labels) != figure.labels and set(labels) != set(figure.labels):
             raise ValueError(f"{figure.metric}: labels {sorted(labels)} differ from the figure's {figure.labels}")
         family = self._families.get(figure.metric)
         if family is None:
