@@ -40,13 +40,12 @@ def test_a_corrupt_profile_cache_is_measured_again(tmp_path, monkeypatch):
 
 def test_the_engines_decode_step_costs_less_a_sequence_as_the_batch_grows(profile):
     """What one slope fitted on small batches cannot know: the engine's step of 128 sequences costs far less than
-    128 steps of 1 (medians: a busy machine's preemptions land on a few steps, not on the middle one)."""
-    def median_decode(batch: int) -> float:
-        times = sorted(s["end"] - s["start"] for s in profile[0]
-                       if s["decode_seqs"] == batch and not s["prefill_tokens"])
-        return times[len(times) // 2]
+    128 steps of 1. Each is read as its fastest step: a busy machine only adds time, and the profile holds 5 steps
+    of 128, so on CI the middle one was preempted too (83 ms against 1.2 ms a step of 1; 0.03x here)."""
+    def fastest_decode(batch: int) -> float:
+        return min(s["end"] - s["start"] for s in profile[0] if s["decode_seqs"] == batch and not s["prefill_tokens"])
 
-    assert median_decode(128) < 0.5 * 128 * median_decode(1)
+    assert fastest_decode(128) < 0.5 * 128 * fastest_decode(1)
 
 
 def test_the_profiles_fit_prices_each_stretch_of_the_batch_by_its_own_slope():
