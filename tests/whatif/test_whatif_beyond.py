@@ -12,11 +12,20 @@ from stagelens.whatif.fit import BUSY_GAP_S, duration, fit_steps
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
+    import torch
+
     cache = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(cache))
-        steps, path, measured = profiled_steps("tiny", "float32", "cpu")
-        again, _, measured_again = profiled_steps("tiny", "float32", "cpu")
+    # one thread: beside the other test worker's torch on a 2-core CI machine, a 2-thread batch of 128 waited on
+    # its threads' barrier (90 ms a step against 5 ms alone), more than 128 steps of one sequence
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("XDG_CACHE_HOME", str(cache))
+            steps, path, measured = profiled_steps("tiny", "float32", "cpu")
+            again, _, measured_again = profiled_steps("tiny", "float32", "cpu")
+    finally:
+        torch.set_num_threads(threads)
     return steps, path, measured, again, measured_again
 
 
