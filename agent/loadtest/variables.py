@@ -5,40 +5,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stagelens.errors import UserError
-from stagelens.lab.bundled_engine import ALLOCATORS, POLICIES
-from stagelens.lab.flag_values import SWITCH_WORDS as _SWITCH
-from stagelens.numbers import number_of_text
+from stagelens.lab.flag_values import FLAG_VALUES
 
 
 @dataclass(frozen=True)
 class Variable:
     name: str            # the EngineConfig / WorkloadConfig field
-    kind: str            # int | float | switch | choice
+    kind: str            # int | float | switch | choice (its value is read by FLAG_VALUES)
     # raising it is raising load (or capacity): the throughput-gain rule of the knee applies
     load: bool
     engine: bool         # an engine setting (only on the bundled engine); else a workload setting
-    choices: tuple = ()
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
     def parse_one(self, text: str):
-        text = text.strip()
-        if self.kind in ("int", "float"):
-            # ASCII digits only, as every numeric flag reads them: int() takes `٣` and `1_0`
-            number = number_of_text(text, integer=self.kind == "int")
-            if number is None:
-                what = "a whole number" if self.kind == "int" else "a number"
-                raise UserError(f"{self.flag}: cannot read {text!r} as {what}")
-            return number
-        if self.kind == "switch":
-            if text.lower() not in _SWITCH:
-                raise UserError(f"{self.flag}: {text!r} is not on or off")
-            return _SWITCH[text.lower()]
-        if text not in self.choices:
-            raise UserError(f"{self.flag}: {text!r} is not one of {', '.join(self.choices)}")
-        return text
+        """One value, read by the flag's own entry (agent/lab/flag_values.py): refused in the words
+        `lab` and what-if's `--set` use for the same value."""
+        problem, value = FLAG_VALUES[self.name].read(text.strip())
+        if problem:
+            raise UserError(f"{self.flag}: {problem}")
+        return value
 
     def parse(self, text: str) -> list:
         values = [self.parse_one(part) for part in str(text).split(",") if part.strip()]
@@ -63,8 +51,8 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     Variable("max_num_batched_tokens", "int", load=True, engine=True),
     Variable("block_size", "int", load=False, engine=True),
     Variable("enable_chunked_prefill", "switch", load=False, engine=True),
-    Variable("allocator", "choice", load=False, engine=True, choices=ALLOCATORS),
-    Variable("policy", "choice", load=False, engine=True, choices=POLICIES),
+    Variable("allocator", "choice", load=False, engine=True),
+    Variable("policy", "choice", load=False, engine=True),
     Variable("rate", "float", load=True, engine=False),
     Variable("concurrency", "int", load=True, engine=False),
 )}

@@ -112,31 +112,42 @@ class ScaledProfile:
     factor: the engine served beside a load generator and an agent slows down more on a long
     prefill (its matmuls share the cores) than on a decode step (mostly the loop's own work), so
     one factor fitted on a mix of both would price a larger prefill, or a larger batch, by the
-    other's slowdown."""
+    other's slowdown. A step that prefills also costs the served engine a fixed time of its own
+    (scheduling, sampling and the hooks around a prefill, which the bare forward the profile times
+    lacks): left in the prefill's factor, it would price a prefill of 512 tokens by the slowdown
+    of the recorded chunks of 64, a third too slow."""
     profile: ProfileCost
     steady_scale: float
     prefill_scale: float
+    prefill_step_s: float = 0.0
     spread = 1.0            # measured: no range
 
     def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
                 kv_tokens: float, forwards: float = 1) -> float:
         steady, prefill = self.profile.parts(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens)
-        return self.steady_scale * steady + self.prefill_scale * prefill
+        return self.steady_scale * steady + self.prefill_scale * prefill + (self.prefill_step_s if prefill > 0 else 0.0)
 
     def describe(self) -> list[str]:
+        fixed = f", plus {duration(self.prefill_step_s)} a step that prefills" if self.prefill_step_s else ""
         return [*self.profile.describe(), f"scaled to this recording's steps: "
                 f"{self.steady_scale:.2f} on a step's steady part (its base, decodes and KV read), "
-                f"{self.prefill_scale:.2f} on its prefill"]
+                f"{self.prefill_scale:.2f} on its prefill{fixed}"]
 
 
 # a part's own scale is fitted only with this many recorded steps that have it
 MIN_STEPS_EACH = 5
+# a prefill step's fixed time is told from its per-token slope only with this many recorded prefills
+# at most SMALL_PREFILL of the median one's size (chunks all of one size leave the two as one), and
+# kept only where it fits the steps better by FIXED_PART_GAIN
+SMALL_PREFILL = 0.5
+FIXED_PART_GAIN = 0.05
 
 
 def calibrated(profile: ProfileCost, steps: list[dict], busy_gap: float) -> ScaledProfile | None:
     """The profile scaled to the recorded steps: least squares on the relative error of the two
-    parts' factors (each >= 0); a part too few recorded steps have (no prefill seen, or none
-    without one) takes the busy-time ratio of all the steps."""
+    parts' factors (each >= 0), and a prefill step's fixed time where the recorded prefills' sizes
+    tell it apart; a part too few recorded steps have (no prefill seen, or none without one) takes
+    the busy-time ratio of all the steps."""
     x, y = step_rows(steps, busy_gap)
     if not len(y):
         return None
@@ -151,4 +162,25 @@ def calibrated(profile: ProfileCost, steps: list[dict], busy_gap: float) -> Scal
     steady, prefill = nonnegative_least_squares(parts, y, 1 / y)
     if steady <= 0 or prefill <= 0:
         return ScaledProfile(profile, overall, overall)
-    return ScaledProfile(profile, float(steady), float(prefill))
+    return _with_prefill_step(ScaledProfile(profile, float(steady), float(prefill)), parts, y, prefilling)
+
+
+def _with_prefill_step(scaled: ScaledProfile, parts: np.ndarray, y: np.ndarray,
+                       prefilling: np.ndarray) -> ScaledProfile:
+    """`scaled` with a prefill step's fixed time fitted beside the two factors, where the recorded
+    prefills' sizes tell it from the per-token slope and it fits the steps better."""
+    sizes = parts[prefilling, 1]
+    if (sizes <= SMALL_PREFILL * np.median(sizes)).sum() < MIN_STEPS_EACH:
+        return scaled
+    design = np.column_stack([parts, prefilling.astype(float)])
+    coef = nonnegative_least_squares(design, y, 1 / y)
+    if coef[0] <= 0 or coef[1] <= 0 or coef[2] <= 0:
+        return scaled
+    two = np.array([scaled.steady_scale, scaled.prefill_scale, 0.0])
+    if _relative_squares(design, y, coef) > (1 - FIXED_PART_GAIN) * _relative_squares(design, y, two):
+        return scaled
+    return ScaledProfile(scaled.profile, float(coef[0]), float(coef[1]), float(coef[2]))
+
+
+def _relative_squares(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
+    return float((((x @ coef - y) / y) ** 2).sum())

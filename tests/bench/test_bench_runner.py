@@ -61,7 +61,8 @@ def test_a_sweep_of_a_setting_that_is_not_a_load_ignores_throughput_gain():
 
 @pytest.mark.parametrize("text", ["٣", "1_0", "4x"])
 def test_a_swept_value_is_read_in_ascii_digits_as_every_numeric_flag(text):
-    """`int()` reads another script's digits and underscores; a sweep's values are read as the flags are."""
-    with pytest.raises(UserError, match=r"--max-num-seqs: cannot read .* as a whole number"):
+    """`int()` reads another script's digits and underscores; a sweep's values are read as the flags are,
+    and refused in `lab`'s words."""
+    with pytest.raises(UserError, match=r"--max-num-seqs: must be a whole number in \[1, 1024\] requests, got '"):
         VARIABLES["max_num_seqs"].parse(f"2,{text}")
     assert VARIABLES["max_num_seqs"].parse("2, 4") == [2, 4] and VARIABLES["rate"].parse("1.5") == [1.5]

@@ -48,8 +48,9 @@ def test_a_short_sweep_on_the_tiny_engine_writes_the_three_outputs(tmp_path, cap
 @pytest.mark.parametrize("args, words", [
     (["--max-num-seqs", "1,2", "--block-size", "16,32"], "one variable at a time"),
     (["--max-num-seqs", "4"], "comma list of two or more"),
-    (["--max-num-seqs", "1,x"], "cannot read 'x'"),
-    (["--enable-chunked-prefill", "on,maybe"], "not on or off"),
+    (["--max-num-seqs", "1,x"], "--max-num-seqs: must be a whole number in [1, 1024] requests, got 'x'"),
+    (["--enable-chunked-prefill", "on,maybe"], "--enable-chunked-prefill: must be true or false, got 'maybe'"),
+    (["--policy", "fcfs,lifo"], "--policy: 'lifo' is not one of fcfs, short-first, length-bucket"),
     (["--max-num-seqs", "1,2", "--rate", "2", "--concurrency", "4"], "choose"),
     (["--max-num-seqs", "1,2", "--duration", "2", "--warmup", "3"], "--warmup"),
     (["--block-size", "16,7"], "--block-size: must be a whole number in [8, 1024] tokens, got 7"),

@@ -108,19 +108,46 @@ def test_durations_read_in_units_a_person_uses():
                                                                           "520 ns"]
 
 
-def test_the_profile_is_scaled_to_a_recording_part_by_part(profile):
-    """A recording whose decodes ran 1.5 times and prefills 2.5 times as long as the profile's: each part gets
-    its own factor back (one factor would price a larger prefill by the decodes' slowdown)."""
-    source = fit_profile(profile[0])
+def _recorded(source, batches, seconds_of) -> list[dict]:
+    """Recorded steps of `batches` (prefill tokens, decoding sequences, KV tokens), each taking
+    `seconds_of(steady part, prefill part)` of the profile's."""
     recorded, t = [], 0.0
-    for i, (prefill, decode, kv) in enumerate([(0, 2, 200), (64, 2, 300), (0, 6, 700), (256, 4, 900)] * 10):
-        steady, prefilling = source.parts(prefill, prefill * 300, decode, kv)
-        seconds = 1.5 * steady + 2.5 * prefilling
+    for i, (prefill, decode, kv) in enumerate(batches):
+        seconds = seconds_of(*source.parts(prefill, prefill * 300, decode, kv))
         recorded.append({"index": i, "start": t, "end": t + seconds, "prefill_tokens": prefill,
                          "prefill_pairs": prefill * 300, "decode_tokens": decode, "prefill_seqs": int(prefill > 0),
                          "decode_seqs": decode, "kv_tokens_cached": kv, "kv_slots_reserved": kv, "waiting": 0,
                          "running": decode, "preempted": 0, "loading": False, "forwards": 1})
         t += seconds + 0.5
-    scaled = calibrated(source, recorded, BUSY_GAP_S)
+    return recorded
+
+
+def test_the_profile_is_scaled_to_a_recording_part_by_part(profile):
+    """A recording whose decodes ran 1.5 times and prefills 2.5 times as long as the profile's: each part gets
+    its own factor back (one factor would price a larger prefill by the decodes' slowdown)."""
+    source = fit_profile(profile[0])
+    batches = [(0, 2, 200), (64, 2, 300), (0, 6, 700), (256, 4, 900)] * 10
+    scaled = calibrated(source, _recorded(source, batches, lambda steady, prefill: 1.5 * steady + 2.5 * prefill),
+                        BUSY_GAP_S)
     assert scaled.steady_scale == pytest.approx(1.5, rel=1e-6)
     assert scaled.prefill_scale == pytest.approx(2.5, rel=1e-6)
+    assert scaled.prefill_step_s == 0
+
+
+def test_a_prefill_steps_own_fixed_time_is_told_from_its_slope(profile):
+    """The served engine spends a fixed time on each step that prefills (scheduling, sampling, hooks) that the bare
+    forward lacks. Recorded chunks of 8 to 64 tokens tell it from the per-token slope, so a prefill of 512 is priced
+    by the slope alone; a recording whose chunks are all of one size cannot tell them apart and keeps one factor."""
+    source = fit_profile(profile[0])
+
+    def served(steady, prefill):
+        return 1.3 * steady + 1.1 * prefill + (0.008 if prefill else 0.0)
+
+    varied = [(0, 2, 200), (8, 2, 210), (16, 2, 230), (64, 2, 300), (48, 3, 400)] * 10
+    scaled = calibrated(source, _recorded(source, varied, served), BUSY_GAP_S)
+    assert (scaled.steady_scale, scaled.prefill_scale, scaled.prefill_step_s) == pytest.approx((1.3, 1.1, 0.008),
+                                                                                               rel=1e-3)
+    steady, prefill = source.parts(512, 512 * 300, 2, 800)
+    assert scaled.seconds(512, 512 * 300, 2, 800) == pytest.approx(served(steady, prefill), rel=1e-3)
+    one_size = calibrated(source, _recorded(source, [(0, 2, 200), (64, 2, 300)] * 20, served), BUSY_GAP_S)
+    assert one_size.prefill_step_s == 0 and one_size.prefill_scale > 1.1
