@@ -125,7 +125,8 @@ class ScaledProfile:
     def seconds(self, prefill_tokens: float, prefill_pairs: float, decode_seqs: float,
                 kv_tokens: float, forwards: float = 1) -> float:
         steady, prefill = self.profile.parts(prefill_tokens, prefill_pairs, decode_seqs, kv_tokens)
-        return self.steady_scale * steady + self.prefill_scale * prefill + (self.prefill_step_s if prefill > 0 else 0.0)
+        fixed = self.prefill_step_s if prefill > 0 else 0.0
+        return self.steady_scale * steady + self.prefill_scale * prefill + fixed
 
     def describe(self) -> list[str]:
         fixed = f", plus {duration(self.prefill_step_s)} a step that prefills" if self.prefill_step_s else ""

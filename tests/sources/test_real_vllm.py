@@ -81,6 +81,21 @@ def states(d: dict) -> dict[str, str]:
     return {s["stage"]: s["state"] for s in d["stages"]}
 
 
+# read from the machine `diagnose` runs on (its CPU iowait), not from vLLM: on a CI machine shared with the other
+# test worker's installs and model loads it can pass 10%, and then warns as it would on a node
+HOST_SIGNALS = {"threads_blocked_on_data"}
+
+
+def assert_ok_but_for_this_machine(code: int, d: dict) -> None:
+    """The verdict ok, or a warn that only this machine's own figures raised: every signal read from vLLM is
+    ok, and no stage fires."""
+    if (code, d["verdict"]) == (0, "ok"):
+        return
+    raised = {e["signal"]: e["state"] for s in d["stages"] for e in s["evidence"] if e["state"] in ("warn", "firing")}
+    assert d["verdict"] == "warn" and set(raised) <= HOST_SIGNALS and "firing" not in raised.values(), \
+        json.dumps(d, indent=1)[:4000]
+
+
 # --- a healthy server ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def healthy(tiny_model, tmp_path_factory):
@@ -137,7 +152,7 @@ def _until_a_frame_is_written(out, record: subprocess.Popen, deadline_s: float =
 
 def test_an_idle_vllm_is_ok(healthy):
     code, d = diagnose(healthy)
-    assert (code, d["verdict"]) == (0, "ok"), d
+    assert_ok_but_for_this_machine(code, d)
     assert d["engine"].startswith("vLLM V1")
     # what vLLM does not publish reads not observable, idle or busy: never "ok" on nothing
     assert evidence(d, "kv_access_efficiency")["provenance"] == "not observable"
@@ -151,7 +166,7 @@ def test_a_healthy_vllm_under_light_load_never_pages(healthy, rate):
         time.sleep(2)
         code, d = diagnose(healthy, seconds=8, otlp_port=healthy.otlp_port)
     assert load.result.ok >= rate * 8 and not load.result.failed
-    assert (code, d["verdict"]) == (0, "ok"), json.dumps(d, indent=1)[:4000]
+    assert_ok_but_for_this_machine(code, d)
     assert evidence(d, "kv_fragmentation_ratio")["state"] != "firing"
 
 
