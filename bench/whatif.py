@@ -444,8 +444,8 @@ def through_real_vllm(log, keep: str | None) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=15.0,
-                        help="seconds of arrivals of each run (the documented figures take 30: at 3 requests/s, "
-                             "15 s hold ~45 requests and their P99 is the slowest one)")
+                        help="seconds of arrivals of each run (the documented figures take 30: a run of "
+                             "15 s at 3 requests/s holds a few dozen requests, whose P99 is the slowest one)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", help="scenarios, comma-separated")
     parser.add_argument("--keep", help="keep the recordings in this directory, and reuse those already there")
