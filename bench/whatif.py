@@ -149,7 +149,10 @@ def twin_difference(workdir: Path, scenario: str, duration: float, seed: int, lo
 
 
 def measured(path: Path) -> dict:
-    observed = from_bundle(str(path))
+    return _figures(from_bundle(str(path)))
+
+
+def _figures(observed: Observed) -> dict:
     return serving_figures(observed.requests, observed.window)
 
 
@@ -165,9 +168,11 @@ def compare(case: str, predicted: dict, truth: dict, twins: dict, own: dict | No
     return row
 
 
-def own_cost_prediction(path: Path) -> dict:
-    """B predicted with the step cost fitted on B's own steps: the simulation's error alone."""
-    return what_if(from_bundle(str(path)), []).today.figures
+def measured_with_own_cost(path: Path) -> tuple[dict, dict]:
+    """(B's figures as measured, B predicted with the step cost fitted on B's own steps: the simulation's
+    error alone), its recording read once."""
+    observed = from_bundle(str(path))
+    return _figures(observed), what_if(observed, []).today.figures
 
 
 def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) -> tuple[list[dict], dict | None]:
@@ -183,20 +188,18 @@ def run_scenario(scenario: str, duration: float, seed: int, workdir: Path, log) 
     for changes, prediction in result.candidates:
         label = f"B {as_set_flags(changes)}"
         b_path, _ = recorded(workdir, scenario, duration, seed, log, label, changes)
-        truth = measured(b_path)
+        truth, own = measured_with_own_cost(b_path)
         twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, changes)
-        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.to_dict(), truth, twins,
-                            own_cost_prediction(b_path)))
+        rows.append(compare(f"{scenario}: {_flags(changes)}", prediction.to_dict(), truth, twins, own))
         choices.append(Candidate(_flags(changes), prediction.figures["ttft_p99_s"], truth["ttft_p99_s"],
                                  _twin_value(truth, twins, "ttft_p99_s")))
     for scale in RATE_SCALES.get(scenario, ()):
         label = f"rate x{scale:g}"
         b_path, _ = recorded(workdir, scenario, duration, seed, log, label, rate_scale=scale)
-        truth = measured(b_path)
+        truth, own = measured_with_own_cost(b_path)
         twins = twin_difference(workdir, scenario, duration, seed, log, label, truth, rate_scale=scale)
         scaled = what_if(observed, [], result.today.settings, result.cost, scale_rate=scale)
-        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.to_dict(), truth, twins,
-                            own_cost_prediction(b_path)))
+        rows.append(compare(f"{scenario}: rate x{scale:g}", scaled.today.to_dict(), truth, twins, own))
     return rows, best_of_three(scenario, choices)
 
 
@@ -279,26 +282,26 @@ def run_beyond(name: str, duration: float, seed: int, workdir: Path, log) -> tup
     half, and a prediction of what B does is judged against the best measure of it this machine gives. The
     prediction still comes from A's first run alone, as a user's would; `error_first_run` keeps the error
     against B's first run."""
-    runs = [(f"rate x{c:g}", None, c) if isinstance(c, float) else (f"B {as_set_flags(c)}", c, 1.0)
-            for c in beyond.CASES[name]]
+    # (the run's label in the log, the case's name in the table, its flag change, its rate factor)
+    runs = [(f"rate x{c:g}", f"rate x{c:g}", None, c) if isinstance(c, float)
+            else (f"B {as_set_flags(c)}", _flags(c), c, 1.0) for c in beyond.CASES[name]]
     paths = {twin: [recorded(workdir, name, duration, seed, log, label, change, scale, twin=twin)[0]
-                    for label, change, scale in [("A", None, 1.0), *runs]] for twin in (0, 1)}
+                    for label, _, change, scale in [("A", "A", None, 1.0), *runs]] for twin in (0, 1)}
     observed = from_bundle(str(paths[0][0]))
     changes = [c for c in beyond.CASES[name] if isinstance(c, dict)]
     result = what_if(observed, changes)
     predicted = dict(zip((json.dumps(c, sort_keys=True) for c in changes), (p for _, p in result.candidates),
                          strict=True))
-    # each recording read once: the first runs, then their twins
-    firsts, seconds = ([measured(p) for p in paths[twin]] for twin in (0, 1))
-    truths = [_twin_mean(first, second) for first, second in zip(firsts, seconds, strict=True)]
+    # each recording read once: A's first run is what was observed, each B's first run gives its own cost too
+    b_firsts = [measured_with_own_cost(p) for p in paths[0][1:]]
+    firsts = [result.measured, *(figures for figures, _ in b_firsts)]
+    truths = [_twin_mean(first, measured(second)) for first, second in zip(firsts, paths[1], strict=True)]
     a_truth, a_twins = truths[0]
     rows = [compare(f"{name}: A from A (fidelity)", result.today.to_dict(), a_truth, a_twins) | {"fidelity": True}]
-    for (_, change, scale), b_path, first, (truth, twins) in zip(runs, paths[0][1:], firsts[1:], truths[1:],
-                                                                strict=True):
+    for (_, case_name, change, scale), (first, own), (truth, twins) in zip(runs, b_firsts, truths[1:], strict=True):
         figures = (what_if(observed, [], result.today.settings, result.cost, scale_rate=scale).today.to_dict()
                    if change is None else predicted[json.dumps(change, sort_keys=True)].to_dict())
-        case_name = f"rate x{scale:g}" if change is None else _flags(change)
-        row = compare(f"{name}: {case_name}", figures, truth, twins, own_cost_prediction(b_path))
+        row = compare(f"{name}: {case_name}", figures, truth, twins, own)
         for key in COMPARED:
             row[key]["error_first_run"] = relative_error(figures.get(key), first.get(key))
         row["direction"] = beyond.direction(a_truth["ttft_p99_s"], truth["ttft_p99_s"],
