@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stagelens.whatif.fit import FEATURES, duration, nonnegative_least_squares, step_rows
+from stagelens.whatif.fit import FEATURES, duration, nonnegative_least_squares, relative_squares, step_rows
 
 # the profile's batches and prefill sizes: one slope between each two knots, the last running on. A
 # CPU's or GPU's matmul gets cheaper per row as rows grow, so a decode step of 128 sequences, or a
@@ -178,10 +178,7 @@ def _with_prefill_step(scaled: ScaledProfile, parts: np.ndarray, y: np.ndarray,
     if coef[0] <= 0 or coef[1] <= 0 or coef[2] <= 0:
         return scaled
     two = np.array([scaled.steady_scale, scaled.prefill_scale, 0.0])
-    if _relative_squares(design, y, coef) > (1 - FIXED_PART_GAIN) * _relative_squares(design, y, two):
+    if relative_squares(design, y, coef) > (1 - FIXED_PART_GAIN) * relative_squares(design, y, two):
         return scaled
     return ScaledProfile(scaled.profile, float(coef[0]), float(coef[1]), float(coef[2]))
 
-
-def _relative_squares(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
-    return float((((x @ coef - y) / y) ** 2).sum())

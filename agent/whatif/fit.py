@@ -169,7 +169,7 @@ def fit_steps(steps: list[dict], loads: list[dict] | None = None, busy_gap: floa
     if sequential:
         tried = [(t, _fit(steps, busy_gap, t)) for t in COLD_PREFILL_CHOICES_S]
         fits += [(t, fit) for t, fit in tried if _tells_cold_from_warm(fit[0])]
-    cold_after, (x, y, coef) = min(fits, key=lambda fitted: _weighted_squares(*fitted[1]))
+    cold_after, (x, y, coef) = min(fits, key=lambda fitted: relative_squares(*fitted[1]))
     predicted = x @ coef
     rel = np.abs(predicted - y) / np.maximum(y, 1e-9)
     loads = [ld for ld in loads or [] if ld.get("ok", True)]
@@ -207,7 +207,8 @@ def _weights(y: np.ndarray) -> np.ndarray:
     return 1 / y
 
 
-def _weighted_squares(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
+def relative_squares(x: np.ndarray, y: np.ndarray, coef: np.ndarray) -> float:
+    """The sum of the squared relative errors of `x @ coef` against `y`: what the fits minimise."""
     return float((((x @ coef - y) * _weights(y)) ** 2).sum())
 
 

@@ -5,6 +5,7 @@ rules on imports: the layers (tests/project/test_layers.py) and the import graph
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -13,6 +14,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # (pyproject.toml)
 PACKAGE_OF_FOLDER = {"agent": "stagelens", "probes": "stagelens.probes",
                      "engine_hooks": "stagelens.engine_hooks", "runbooks": "stagelens.runbooks"}
+
+
+def within(name: str, prefix: str) -> bool:
+    """Whether module `name` is `prefix` or lies under it."""
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@lru_cache(maxsize=8)
+def parsed(path: Path) -> ast.Module:
+    """`path`'s syntax tree; the last few kept, for readers that look at one file in turn for its imports and
+    for more (tests/helpers/needs.py)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -58,7 +71,7 @@ def import_statements(path: Path, root: Path = ROOT, type_checking: bool = True,
     if path.name != "__init__.py":
         package = package[:-1]
     found: list[tuple[str, tuple[str, ...]]] = []
-    for node in _import_nodes(ast.parse(path.read_text(), str(path)), type_checking):
+    for node in _import_nodes(parsed(path), type_checking):
         if isinstance(node, ast.Import):
             found.extend((alias.name, ()) for alias in node.names)
             continue

@@ -9,26 +9,21 @@ import ast
 from functools import cache
 from pathlib import Path
 
-from tests.helpers.imports import ROOT, imported_modules
+from tests.helpers.imports import ROOT, imported_modules, parsed, within
 
 ENGINE_MODULES = ("torch", "stagelens.lab", "stagelens.engine_hooks.engine", "stagelens.engine_hooks.hooks")
 SERVER_MODULES = ("uvicorn", "stagelens.server", "fastapi.testclient", "http.server", "socketserver",
-                  "tests.helpers.prometheus_support", "tests.helpers.hostile_servers", "tests.helpers.real_vllm",
-                  "tests.helpers.metrics_server", "tests.helpers.serve_support")
+                  "tests.helpers.prometheus_support", "tests.helpers.hostile_servers", "tests.helpers.real_vllm")
 # a command line the test runs that starts the bundled engine, or the agent's server
 ENGINE_WORDS = frozenset({"lab", "--scenario", "demo"})
 SERVER_WORDS = frozenset({"serve"})
-
-
-def _within(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def _command_words(path: Path) -> set[str]:
     """The words of each command line `path` spells: a list, a tuple or a call's arguments holding a flag
     (`["lab", "--duration", "5"]`, `stagelens("serve", "--listen", ...)`)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         items = node.elts if isinstance(node, ast.List | ast.Tuple) else node.args if isinstance(node, ast.Call) else []
         words = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
         if any(w.startswith("--") for w in words):
@@ -42,9 +37,9 @@ def kinds_of(path: Path) -> frozenset[str]:
     root = ROOT if path.is_relative_to(ROOT) else path.parent
     imported = imported_modules(path, root, type_checking=False)
     kinds: set[str] = set()
-    if any(_within(m, ENGINE_MODULES) for m in imported):
+    if any(within(m, p) for m in imported for p in ENGINE_MODULES):
         kinds.add("engine")
-    if any(_within(m, SERVER_MODULES) for m in imported):
+    if any(within(m, p) for m in imported for p in SERVER_MODULES):
         kinds.add("server")
     words = _command_words(path)
     if words & ENGINE_WORDS:

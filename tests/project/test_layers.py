@@ -14,11 +14,8 @@ from tests.helpers.imports import (
     imported_modules,
     module_name,
     modules_under,
+    within,
 )
-
-
-def within(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
 
 
 def breaches(importers: dict[str, set[str]], forbidden: tuple[str, ...]) -> list[str]:
