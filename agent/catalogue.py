@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stagelens.vocabulary import STATES
+
 GAUGE, COUNTER, FLAG, INFO, HISTOGRAM = "gauge", "counter", "flag", "info", "histogram"
 PREFIX = "stagelens_"
 
@@ -71,7 +73,10 @@ def _info(name: str, help: str, labels: tuple[str, ...]) -> Figure:
 # the target label naming an agent's base URL where http://<instance> is not it (the fleet's link to
 # a node)
 TARGET_URL_LABEL = PREFIX + "url"
-STATE_DOC = "unknown -1, ok 0, warn 1, firing 2"
+# a state as a gauge's value, in order of severity so that `>= 1` is warn or worse and `== 2` firing
+# (the alert rules and dashboards rely on it)
+STATE_VALUES = {state: rank - 1 for rank, state in enumerate(STATES)}
+STATE_DOC = ", ".join(f"{state} {value}" for state, value in STATE_VALUES.items())
 GPU_LABELS = ("gpu", "uuid", "pci_bus_id", "model_name", "hostname")
 LINK_LABELS = ("gpu", "link", "remote")
 
@@ -433,5 +438,3 @@ PROCESS_CONTEXT_SWITCHES = _counter("process_context_switches_total",
 FIGURES: tuple[Figure, ...] = tuple(
     value for name, value in sorted(globals().items()) if isinstance(value, Figure)
 ) + tuple(TRACE_SPANS.values())
-BY_METRIC = {f.metric: f for f in FIGURES if f.metric is not None}
-BY_KEY = {f.key: f for f in FIGURES if f.key is not None}

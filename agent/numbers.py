@@ -22,10 +22,7 @@ def checked_number(where: str, value, *, min: float | None = None, max: float | 
                    integer: bool = False, unit: str = "", min_open: bool = False) -> int | float:
     """`value` (a number, or its text) as an int or float; UserError starting with `where`
     otherwise."""
-    problem, number = _check(value, min, max, integer, unit, min_open)
-    if problem:
-        raise UserError(f"{where}: {problem}")
-    return number
+    return Number(min, max, integer=integer, unit=unit, min_open=min_open).checked(where, value)
 
 
 class CheckedType(click.ParamType):
@@ -36,6 +33,13 @@ class CheckedType(click.ParamType):
     def read(self, value) -> tuple[str | None, object]:
         """(what is wrong or None, the value read)."""
         raise NotImplementedError
+
+    def checked(self, where: str, value):
+        """The value read; UserError starting with `where` where it is refused."""
+        problem, read = self.read(value)
+        if problem:
+            raise UserError(f"{where}: {problem}")
+        return read
 
     def convert(self, value, param, ctx):
         problem, read = self.read(value)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stagelens.catalogue import STATE_VALUES
 from stagelens.vocabulary import STAGES, STATES
 
-STATE_OF_VALUE = {-1: "unknown", 0: "ok", 1: "warn", 2: "firing"}
+STATE_OF_VALUE = {value: state for state, value in STATE_VALUES.items()}
 # a node's status (NodeRow.status), most severe first
 STATUSES = ("down", "firing", "warn", "ok", "unknown")
 # an agent samples every second or few: a latest frame older than this is not current

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from stagelens.errors import UserError
 from stagelens.lab.flag_values import FLAG_VALUES
+from stagelens.lab.settings import BOUNDS
 
 
 @dataclass(frozen=True)
 class Variable:
     name: str            # the EngineConfig / WorkloadConfig field
-    kind: str            # int | float | switch | choice (its value is read by FLAG_VALUES)
     # raising it is raising load (or capacity): the throughput-gain rule of the knee applies
     load: bool
     engine: bool         # an engine setting (only on the bundled engine); else a workload setting
@@ -23,10 +23,7 @@ class Variable:
     def parse_one(self, text: str):
         """One value, read by the flag's own entry (agent/lab/flag_values.py): refused in the words
         `lab` and what-if's `--set` use for the same value."""
-        problem, value = FLAG_VALUES[self.name].read(text.strip())
-        if problem:
-            raise UserError(f"{self.flag}: {problem}")
-        return value
+        return FLAG_VALUES[self.name].checked(self.flag, text.strip())
 
     def parse(self, text: str) -> list:
         values = [self.parse_one(part) for part in str(text).split(",") if part.strip()]
@@ -47,14 +44,14 @@ def label(value) -> str:
 
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in (
-    Variable("max_num_seqs", "int", load=True, engine=True),
-    Variable("max_num_batched_tokens", "int", load=True, engine=True),
-    Variable("block_size", "int", load=False, engine=True),
-    Variable("enable_chunked_prefill", "switch", load=False, engine=True),
-    Variable("allocator", "choice", load=False, engine=True),
-    Variable("policy", "choice", load=False, engine=True),
-    Variable("rate", "float", load=True, engine=False),
-    Variable("concurrency", "int", load=True, engine=False),
+    Variable("max_num_seqs", load=True, engine=True),
+    Variable("max_num_batched_tokens", load=True, engine=True),
+    Variable("block_size", load=False, engine=True),
+    Variable("enable_chunked_prefill", load=False, engine=True),
+    Variable("allocator", load=False, engine=True),
+    Variable("policy", load=False, engine=True),
+    Variable("rate", load=True, engine=False),
+    Variable("concurrency", load=True, engine=False),
 )}
 
 # What `bench stress` may raise in 10% steps.
@@ -63,7 +60,7 @@ STRESSABLE = ("rate", "concurrency", "max_num_seqs", "max_num_batched_tokens")
 
 def next_load(variable: Variable, value, step: float):
     """The load one step up: +step, and for whole numbers at least +1."""
-    if variable.kind == "int":
+    if BOUNDS[variable.name].integer:
         return max(int(value) + 1, round(value * (1 + step)))
     return round(value * (1 + step), 6)
 

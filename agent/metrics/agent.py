@@ -38,21 +38,21 @@ def _engine(out: Scrape, engine) -> None:
             device=config.device, dtype=config.dtype,
             chunked_prefill="" if chunked is None else str(chunked).lower(),
             source=config.source or "")
-    for name, count in sorted((engine.intake or {}).items()):
+    for name, count in sorted((c.ENGINE_INTAKE.read(engine) or {}).items()):
         part, _, what = name.partition(".")
         out.add(c.ENGINE_INTAKE, count, part=part, what=what)
-    out.add(c.ENGINE_WINDOW, engine.window.span_s)
+    out.add_as_held(engine, (c.ENGINE_WINDOW,))
     health = engine.health    # None: not observable, so neither up nor down is said
     out.add(c.ENGINE_UP, health.failure is None if health is not None else None)
-    for phase, count in sorted(((health.step_errors if health else None) or {}).items()):
+    for phase, count in sorted((c.ENGINE_STEP_ERRORS.read(engine) or {}).items()):
         out.add(c.ENGINE_STEP_ERRORS, count, phase=phase)
-    for reason, count in sorted(((health.finish_reasons if health else None) or {}).items()):
+    for reason, count in sorted((c.ENGINE_REQUESTS_ENDED.read(engine) or {}).items()):
         out.add(c.ENGINE_REQUESTS_ENDED, count, reason=reason)
-    errors = engine.hook_errors
+    errors = c.HOOK_ERRORS.read(engine)
     # the hooks are the bundled engine's: a source without them leaves these out
     if errors is not None:
         for hook in sorted(set(HOOKS) | set(errors)):
             out.add(c.HOOK_ERRORS, errors.get(hook, 0), hook=hook)
-    dropped = engine.dropped
+    dropped = c.RECORDER_DROPPED.read(engine)
     for ring in ("events", "steps", "timelines") if dropped is not None else ():
         out.add(c.RECORDER_DROPPED, getattr(dropped, ring), ring=ring)

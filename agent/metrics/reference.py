@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import textwrap
 
-from stagelens.catalogue import FIGURES, FLAG, INFO, Figure
+from stagelens.catalogue import FIGURES, FLAG, INFO, STATE_DOC, Figure
 
 WIDTH = 116
 SHOWN_KIND = {FLAG: "gauge of 0 or 1", INFO: "gauge of 1, the labels its value"}
-HEADER = """# Metrics reference
+HEADER = f"""# Metrics reference
 
 Every series `stagelens serve` exports at `/metrics`, from its one declaration in `agent/catalogue.py`
 (this file is written from it: `python -m stagelens.metrics.reference > docs/metrics.md`). Base units, a
 `stagelens_` prefix, counters end in `_total`. "From" names the engine snapshot field a figure reads
 ([snapshot.md](snapshot.md)); "judged by" the signal of the diagnosis that judges it ([stages.md](stages.md)).
-States are encoded unknown -1, ok 0, warn 1, firing 2.
+States are encoded {STATE_DOC}.
 """
 
 

@@ -20,5 +20,5 @@ def collect(out: Scrape, frame, _diagnosis) -> None:
     if engine is None:
         return
     out.add_as_held(engine, AS_HELD)
-    for reason, seconds in sorted((engine.wait_seconds_by_reason or {}).items()):
+    for reason, seconds in sorted((c.CHARGED_WAIT.read(engine) or {}).items()):
         out.add(c.CHARGED_WAIT, seconds, reason=reason)

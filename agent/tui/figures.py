@@ -10,8 +10,7 @@ from stagelens.frame import Frame
 
 # the window's figures the TUI shows, keyed by their snapshot field's name (catalogue.Figure.key)
 SHOWN = (c.WAITING, c.RUNNING, c.DECIDED_WAIT_P50, c.DECIDED_WAIT_P99, c.BUSY, c.BUSY_WHILE_WAITING,
-         c.BUDGET_USE, c.HEAD_OF_LINE, c.KV_FRAGMENTATION, c.KV_ACCESS_EFFICIENCY,
-         c.KV_EFFECTIVE_BANDWIDTH, c.STEP_TIME_INFLATION, c.DECODE_RATE)
+         c.BUDGET_USE, c.HEAD_OF_LINE, c.KV_FRAGMENTATION, c.STEP_TIME_INFLATION, c.DECODE_RATE)
 # ... and over the requests that finished in it, by the names every surface gives them
 # (latency_summary)
 FINISHED, TTFT_P50, LATENCY_P99 = "finished", "ttft_p50_s", "latency_p99_s"
@@ -50,14 +49,9 @@ def period_figures(frames: list[Frame], timelines: list[RequestTimeline] = ()) -
     latency over every request that finished in it."""
     if not frames:
         return {}
-    out = frame_figures(frames[-1])
-    for frame in reversed(frames[:-1]):
-        missing = [k for k, v in out.items() if v is None]
-        if not missing:
-            break
-        older = frame_figures(frame)
-        for key in missing:
-            out[key] = older.get(key)
+    engines = [f.engine for f in reversed(frames) if f.engine is not None]
+    out = {figure.key: next((v for engine in engines if (v := figure.read(engine)) is not None), None)
+           for figure in SHOWN}
     start, end = frames[0].time_monotonic, frames[-1].time_monotonic
     done = _finished_within(timelines, start, end)
     out.update(_shown_latencies(done))

@@ -115,7 +115,9 @@ class ScaledProfile:
     other's slowdown. A step that prefills also costs the served engine a fixed time of its own
     (scheduling, sampling and the hooks around a prefill, which the bare forward the profile times
     lacks): left in the prefill's factor, it would price a prefill of 512 tokens by the slowdown
-    of the recorded chunks of 64, a third too slow."""
+    of the recorded chunks of 64, a third too slow. Past the recorded range a step is priced by how
+    much more it costs than the range's edge (agent/whatif/fit.py), which prefills too: the fixed
+    time cancels there, and what it changes is the prefill's factor fitted beside it."""
     profile: ProfileCost
     steady_scale: float
     prefill_scale: float

@@ -173,9 +173,7 @@ def parse_set(texts: list[str] | tuple[str, ...], option: str = "--set") -> dict
             raise UserError(f"{option} {name.strip()[:40]}: given twice ({given[key][:40]} and {text.strip()[:40]}): "
                             "give each flag once")
         given[key] = text.strip()
-        problem, out[key] = FLAG_VALUES[key].read(raw.strip())
-        if problem:
-            raise UserError(f"{option} {name.strip()[:40]}: {problem}")
+        out[key] = FLAG_VALUES[key].checked(f"{option} {name.strip()[:40]}", raw.strip())
     return out
 
 

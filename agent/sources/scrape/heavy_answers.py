@@ -66,5 +66,5 @@ class HeavyAnswers:
                                                           max(self.first_s, 2 * self._pause_s))
             self._until, self._last, self._why = now + self._pause_s, now, printable(why)[:200]
             self.counts["heavy_answers"] += 1
-        log.warning("engine at %s: %s; not read for %g s (counted in %s{what=\"metrics.heavy_answers\"})",
+        log.warning("engine at %s: %s; not read for %g s (counted in %s{part=\"metrics\",what=\"heavy_answers\"})",
                     self.url, self._why, self._pause_s, ENGINE_INTAKE.metric)
