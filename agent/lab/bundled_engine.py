@@ -9,6 +9,7 @@ from importlib import import_module
 from stagelens.engine_hooks.engine.allocator import make_allocator
 from stagelens.engine_hooks.engine.config import (
     ALLOCATORS,
+    CHOICES,
     DTYPES,
     MAX_TOKENS,
     POLICIES,
@@ -16,13 +17,14 @@ from stagelens.engine_hooks.engine.config import (
     EngineConfig,
     parse_bytes,
     read_size,
+    refused_choice,
 )
 from stagelens.engine_hooks.engine.presets import PRESETS
 from stagelens.engine_hooks.engine.request import SEED_RANGE, FinishReason, SamplingParams
 
-__all__ = ["ALLOCATORS", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError",
+__all__ = ["ALLOCATORS", "CHOICES", "DTYPES", "MAX_TOKENS", "POLICIES", "PRESETS", "SEED_RANGE", "ConfigError",
            "EngineConfig", "FinishReason", "SamplingParams", "make_allocator", "parse_bytes",
-           "read_size"]
+           "read_size", "refused_choice"]
 
 
 def __getattr__(name: str):

@@ -11,18 +11,21 @@ from __future__ import annotations
 import click
 
 from stagelens.engine_hooks.shared.quoting import shown
-from stagelens.lab.bundled_engine import ALLOCATORS, DTYPES, POLICIES, PRESETS, read_size
+from stagelens.lab.bundled_engine import CHOICES, read_size, refused_choice
 from stagelens.lab.settings import BOUNDS
 from stagelens.numbers import CheckedType, Number
 
 
 class OneOf(CheckedType, click.Choice):
-    """One of a few names, refused in the engine's own words (EngineConfig.validate)."""
+    """One of the names an engine setting takes, refused in the engine's own words
+    (engine_hooks/engine/config.py `refused_choice`)."""
+
+    def __init__(self, setting: str) -> None:
+        super().__init__(CHOICES[setting])
+        self.setting = setting
 
     def read(self, value) -> tuple[str | None, object]:
-        if value in self.choices:
-            return None, value
-        return f"{shown(value)} is not one of {', '.join(map(str, self.choices))}", value
+        return refused_choice(self.setting, value), value
 
 
 class Size(CheckedType):
@@ -54,10 +57,10 @@ class Switch(CheckedType):
 FLAG_VALUES: dict[str, CheckedType] = {
     **{name: Number(min=b.low, max=b.high, integer=b.integer, unit=b.unit, min_open=b.low_open)
        for name, b in BOUNDS.items()},
-    "model": OneOf(list(PRESETS)),
-    "allocator": OneOf(ALLOCATORS),
-    "policy": OneOf(POLICIES),
-    "dtype": OneOf(DTYPES),
+    "model": OneOf("model"),
+    "allocator": OneOf("allocator"),
+    "policy": OneOf("policy"),
+    "dtype": OneOf("dtype"),
     "kv_cache_memory": Size(),
     # `lab` spells this one as a pair of switches (--enable-chunked-prefill / --no-...): read here
     # where it comes with a value

@@ -76,6 +76,19 @@ def flag(name: str) -> str:
 ALLOCATORS = ("paged", "contiguous")
 POLICIES = ("fcfs", "short-first", "length-bucket")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+# the names each choice setting takes
+CHOICES = {"model": tuple(PRESETS), "allocator": ALLOCATORS, "dtype": DTYPES, "policy": POLICIES}
+
+
+def refused_choice(name: str, value) -> str | None:
+    """What is wrong with `value` for the choice setting `name`, naming no flag, or None: the one
+    wording, for the engine's config and every flag that takes one (the agent's flag table)."""
+    choices = CHOICES[name]
+    if value in choices:
+        return None
+    if name == "model":
+        return f"unknown preset {value!r} (choose from {', '.join(choices)})"
+    return f"{value!r} is not one of {', '.join(choices)}"
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -135,9 +148,13 @@ class EngineConfig:
             self.max_num_batched_tokens = 512 if self.enable_chunked_prefill else max(2048, longest)
         self.validate()
 
+    def _check_choice(self, name: str) -> None:
+        problem = refused_choice(name, getattr(self, name))
+        if problem:
+            raise ConfigError(f"{flag(name)}: {problem}")
+
     def validate(self) -> None:
-        if self.model not in PRESETS:
-            raise ConfigError(f"--model: unknown preset {self.model!r} (choose from {', '.join(PRESETS)})")
+        self._check_choice("model")
         for name, bound in ENGINE_BOUNDS.items():
             # None: all of them
             if not (name == "max_resident_models" and self.max_resident_models is None):
@@ -145,12 +162,8 @@ class EngineConfig:
         bs = self.block_size
         if bs & (bs - 1):
             raise ConfigError(f"--block-size: {bs} is not a power of two between 8 and 1024")
-        if self.allocator not in ALLOCATORS:
-            raise ConfigError(f"--allocator: {self.allocator!r} is not one of {', '.join(ALLOCATORS)}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"--dtype: {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        if self.policy not in POLICIES:
-            raise ConfigError(f"--policy: {self.policy!r} is not one of {', '.join(POLICIES)}")
+        for name in ("allocator", "dtype", "policy"):
+            self._check_choice(name)
         if self.max_num_batched_tokens < bs:
             raise ConfigError(f"--max-num-batched-tokens: {self.max_num_batched_tokens} is smaller "
                               f"than one block ({bs} tokens)")
