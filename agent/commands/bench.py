@@ -129,7 +129,7 @@ def sweep(ctx: click.Context, **options) -> int:
     given = {name: options.pop(name) for name in VARIABLES}
     variable, values, fixed = pick_swept(given)
     options.update(fixed)
-    run = BenchRun.checked(ctx, "sweep", options, swept=(variable.name, values[0]))
+    run = BenchRun.checked(ctx, "sweep", options, swept=variable.name)
     return run.execute(variable, values)
 
 

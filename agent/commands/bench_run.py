@@ -80,7 +80,7 @@ class BenchRun:
 
     @classmethod
     def checked(cls, ctx: click.Context, mode: str, options: dict, step: float = 0.10,
-                swept: tuple[str, object] | None = None) -> BenchRun:
+                swept: str | None = None) -> BenchRun:
         """`options` split into the engine and workload flags and the others, each checked;
         UserError on the first that cannot be."""
         flags = (*ENGINE_FIELDS, *WORKLOAD_FIELDS)
@@ -117,7 +117,7 @@ class BenchRun:
 
 
 def _refuse_against_url(url: str | None, scenario: str | None, flags: dict,
-                        swept: tuple[str, object] | None) -> None:
+                        swept: str | None) -> None:
     """UserError for what only the bundled engine takes, given with --url: a scenario, an engine
     flag other than those bounding the generated lengths, an engine setting swept."""
     if url and scenario:
@@ -127,12 +127,12 @@ def _refuse_against_url(url: str | None, scenario: str | None, flags: dict,
         return
     engine_given = [k for k, v in flags.items()
                     if v is not None and k in ENGINE_FIELDS and k not in REMOTE_ENGINE_FLAGS
-                    and k != "models" and (swept is None or k != swept[0])]
+                    and k != "models" and k != swept]
     if engine_given:
         raise UserError("--url: the remote endpoint's engine settings cannot be changed from here: "
                         + ", ".join("--" + k.replace("_", "-") for k in engine_given))
-    if swept and VARIABLES[swept[0]].engine:
-        raise UserError(f"--url: {VARIABLES[swept[0]].flag} is an engine setting of the remote "
+    if swept and VARIABLES[swept].engine:
+        raise UserError(f"--url: {VARIABLES[swept].flag} is an engine setting of the remote "
                         "endpoint; sweep --rate or --concurrency instead")
 
 
