@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import NoReturn
 
 import click
 
@@ -52,7 +53,11 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     engine_source = open_engine_source(engine_kind, outside)
     config = diagnosis_config(config_path, thresholds)
     if isinstance(target, Connect):
-        return _print(fetch_diagnosis(target.url), as_json)
+        served = fetch_diagnosis(target.url, unknown_too=True)
+        if served.verdict == "unknown":
+            why = served.unavailable or "nothing to diagnose yet"
+            _refuse_unknown(served, as_json, f"{target.url}: {why[:300]} (the server's verdict is 'unknown')")
+        return _print(served, as_json)
     timelines: list = []
     if isinstance(target, Replay):
         from stagelens.bundle import read_bundle_warned
@@ -72,7 +77,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     if result.unavailable or result.verdict == "unknown":
         hint = ("" if isinstance(target, Replay) or engine_source
                 else " (use --connect URL of a `stagelens serve`, or --replay FILE)")
-        raise CollectError(f"{result.unavailable or NOTHING_OBSERVED}{hint}")
+        _refuse_unknown(result, as_json, f"{result.unavailable or NOTHING_OBSERVED}{hint}")
     effect = None
     if isinstance(target, Replay):
         from stagelens.whatif.fix_effect import predicted_effect
@@ -80,6 +85,13 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
 
         effect = predicted_effect(lambda: observed_in(bundle), result)
     return _print(result, as_json, run if isinstance(target, Replay) else None, effect)
+
+
+def _refuse_unknown(result: Diagnosis, as_json: bool, why: str) -> NoReturn:
+    """A diagnosis that could not be judged: printed all the same (each stage, what could not be
+    judged and why), then refused in one line on stderr, exit 3."""
+    _print(result, as_json)
+    raise CollectError(why)
 
 
 def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = None) -> int:
@@ -105,8 +117,9 @@ def _print(result: Diagnosis, as_json: bool, run=None, effect: dict | None = Non
     return result.exit_code
 
 
-def fetch_diagnosis(url: str) -> Diagnosis:
-    """The server's diagnosis; CollectError when its answer is none, or has nothing to say."""
+def fetch_diagnosis(url: str, unknown_too: bool = False) -> Diagnosis:
+    """The server's diagnosis; CollectError when its answer is none, or (unless `unknown_too`)
+    has nothing to say."""
     from stagelens.http_client import get_json
 
     data = get_json(url, "/api/v1/diagnosis")
@@ -114,7 +127,7 @@ def fetch_diagnosis(url: str) -> Diagnosis:
         result = Diagnosis.from_dict(data)
     except DiagnosisError as exc:
         raise CollectError(f"{url}: the answer is not a stagelens diagnosis ({exc})") from None
-    if result.verdict == "unknown":
+    if result.verdict == "unknown" and not unknown_too:
         why = result.unavailable or "nothing to diagnose yet"
         raise CollectError(f"{url}: {why[:300]} (the server's verdict is 'unknown')")
     return result

@@ -23,6 +23,7 @@ from stagelens.diagnosis.signals import (
     Bounded,
     NotJudged,
     Signal,
+    Unresolved,
     window_tail,
 )
 from stagelens.diagnosis.tail import Tail
@@ -44,19 +45,37 @@ def threshold_level(value: float, warn: float | None, firing: float | None, dire
 
 
 def signal_state(signal: Signal, threshold: Threshold, value) -> str:
+    return judged(signal, threshold, value)[0]
+
+
+def judged(signal: Signal, threshold: Threshold, value) -> tuple[str, object]:
+    """(state, the value as judged) of a signal's reading. Bounds on the same side of every
+    threshold give their state; bounds straddling one are settled by their estimate, kept within
+    them (shown as a plain value where it is worse than the bounds guarantee), else judged by the
+    state they guarantee (the lower bound's where higher is worse) and marked Unresolved: a value
+    not known closer never makes a stage whose other evidence is healthy unknown."""
     if value is UNKNOWN:
-        return "unknown"
+        return "unknown", value
     if value is NOT_APPLICABLE:
-        return "ok"
+        return "ok", value
     if isinstance(value, NotJudged):
-        return "info"
-    # judged only where both bounds fall on the same side of every threshold
-    if isinstance(value, Bounded):
-        low = threshold_level(value.at_least, threshold.warn, threshold.firing, signal.direction)
-        high = (threshold_level(value.at_most, threshold.warn, threshold.firing, signal.direction)
-                if value.at_most is not None else "firing" if signal.direction == "above" else "ok")
-        return low if low == high else "unknown"
-    return threshold_level(value, threshold.warn, threshold.firing, signal.direction)
+        return "info", value
+    def level(v: float) -> str:
+        return threshold_level(v, threshold.warn, threshold.firing, signal.direction)
+    if not isinstance(value, Bounded):
+        return level(value), value
+    above = signal.direction == "above"
+    low = level(value.at_least)
+    high = level(value.at_most) if value.at_most is not None else "firing" if above else "ok"
+    if low == high:
+        return low, value
+    guaranteed = low if above else high
+    if value.estimate is None:
+        return guaranteed, Unresolved(value.at_least, value.at_most)
+    kept = max(value.at_least, value.estimate)
+    kept = kept if value.at_most is None else min(value.at_most, kept)
+    # an estimate that adds nothing to what the bounds guarantee leaves the bound shown
+    return (guaranteed, value) if level(kept) == guaranteed else (level(kept), kept)
 
 
 # the bound that decides each state
@@ -170,8 +189,8 @@ def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> 
     """(signal id -> (value, state), stage -> raw level) for one frame."""
     values = {}
     for signal in SIGNALS:
-        value = read_signal(signal, frame, window)
-        values[signal.id] = (value, signal_state(signal, config.threshold(signal.id), value))
+        state, value = judged(signal, config.threshold(signal.id), read_signal(signal, frame, window))
+        values[signal.id] = (value, state)
     raw = {}
     for stage in STAGES:
         known = [state for s in SIGNALS if s.stage == stage for state in [values[s.id][1]]
@@ -250,6 +269,16 @@ class LiveDiagnosis:
             d.disagreement = (f"the window's P99 tail blames {blamed}, the signals point at "
                               f"{root or 'no stage'}: {tail.sentence()}")
         return d
+
+
+def _unresolved(value: Unresolved, threshold: Threshold) -> str:
+    """Why a bounded value's state is only the one its bounds guarantee."""
+    lines = [t for t in (threshold.warn, threshold.firing)
+             if t is not None and value.at_least <= t and (value.at_most is None or t < value.at_most)]
+    line = " and ".join(f"{t:g}" for t in lines)
+    return (f"not resolved: the bounds straddle the line at {line}, and nothing else the engine "
+            f"publishes settles it (its traces, sent to the agent, would): judged by what the "
+            f"bounds guarantee")
 
 
 def _why_unknown(stages: list[StageDiagnosis], unjudged: list[str]) -> list[str]:
@@ -353,6 +382,8 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
         threshold = config.threshold(signal.id)
         number = shown_value(value, state)
         provenance, how = signal.provenance(frame, value)
+        if isinstance(value, Unresolved):
+            how = f"{how}; {_unresolved(value, threshold)}" if how else _unresolved(value, threshold)
         evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing,
                                  signal.unit, f"{span:.0f}s", state,
                                  applicable=value is not NOT_APPLICABLE, provenance=provenance,

@@ -40,9 +40,19 @@ NOT_APPLICABLE = _Marker("NOT_APPLICABLE")
 @dataclass(frozen=True)
 class Bounded:
     """A value known only to lie between two bounds (an engine's coarse histogram): judged where
-    both fall on the same side of each threshold, else unknown; `at_most` None: no upper bound."""
+    both fall on the same side of each threshold; where they straddle one, by `estimate` (another
+    reading of the same figure, kept within the bounds) where there is one, else by the bound
+    that decides (the least it is known to be); `at_most` None: no upper bound."""
     at_least: float
     at_most: float | None
+    estimate: float | None = None
+
+
+@dataclass(frozen=True)
+class Unresolved(Bounded):
+    """Bounds that straddle a threshold with no estimate to settle them: judged by the state they
+    guarantee (an engine's first queue-time bucket, 0-300 ms, guarantees none: ok), shown with the
+    bound that state shows and why the value is not known closer."""
 
 
 @dataclass(frozen=True)
@@ -176,7 +186,8 @@ def _decided_wait_p99(w: Window):
         return s.decided_wait_p99_s
     if s.decided_wait_p99_at_least_s is None and s.decided_wait_p99_at_most_s is None:
         return None
-    return Bounded(s.decided_wait_p99_at_least_s or 0.0, s.decided_wait_p99_at_most_s)
+    return Bounded(s.decided_wait_p99_at_least_s or 0.0, s.decided_wait_p99_at_most_s,
+                   s.decided_wait_estimate_s)
 
 
 def kv_full_while_waiting(frame: Frame, _window) -> object:

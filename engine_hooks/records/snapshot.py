@@ -150,6 +150,9 @@ class SchedulerFigures(_Section):
     # where only bounds are known (coarse histograms)
     decided_wait_p99_at_least_s: float | None = None
     decided_wait_p99_at_most_s: float | None = None
+    # ... and the mean wait the queue's gauges give (Little's law), which settles bounds that
+    # straddle a threshold
+    decided_wait_estimate_s: float | None = None
     requests_finished: int | None = None
     head_of_line_share: float | None = None
     wait_seconds_by_reason: dict[str, float] | None = None

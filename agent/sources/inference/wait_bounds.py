@@ -7,8 +7,10 @@ only bounds are said: a bucket starting above zero bounds the P99 from below; th
 bounds it from above, and the mean (_sum/_count) tightens that: at most 1% of waits can exceed 100
 times the mean (Markov's inequality). Without observations in the window, Little's law on the
 queue's gauges: a queue present at every scrape, with so many requests a second leaving it, is
-waited on for its mean wait. The diagnosis judges a signal from its bounds only where both ends fall
-on the same side of a threshold (agent.diagnosis.signals.Bounded).
+waited on for its mean wait. The diagnosis judges a signal from its bounds where both ends fall on
+the same side of a threshold (agent.diagnosis.signals.Bounded); where they straddle one, the queue's
+gauges give an estimate that settles it: Little's law's mean wait, the requests seen waiting at the
+window's samples over those leaving the queue a second (0 where none waited at any sample).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class WaitBounds:
     at_least: float | None
     at_most: float | None
     how: str
+    # Little's law's mean wait on the queue's gauges, where the histogram leaves only bounds
+    estimate: float | None = None
 
 
 def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], left_per_s: float | None,
@@ -48,7 +52,8 @@ def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], le
             upper = MARKOV_FACTOR * mean
             how += (f"; its mean is {_said(mean)} and at most 1% of waits can exceed "
                     f"{MARKOV_FACTOR} times the mean (Markov's inequality): at most {_said(upper)}")
-        return WaitBounds(None, upper, how)
+        estimate, said = _little_estimate(waiting, left_per_s, step)
+        return WaitBounds(None, upper, how + said, estimate)
     if not waiting or min(waiting) <= 0 or left_per_s is None or span <= 0:
         return None
     queued = sum(waiting) / len(waiting)
@@ -62,6 +67,23 @@ def queue_wait_p99_bounds(queue: HistogramDelta | None, waiting: list[float], le
                       f"{left_per_s:.2f} a second leaving the queue: {_said(mean_wait)} of wait on "
                       f"average (Little's law), which a queue present throughout makes most "
                       f"requests wait{_less_step(step)}")
+
+
+def _little_estimate(waiting: list[float], left_per_s: float | None,
+                     step: float | None) -> tuple[float | None, str]:
+    """Little's law's mean wait from the requests seen waiting at the window's samples and those
+    leaving the queue a second, with how it was read; (None, "") where the gauges do not give it."""
+    if not waiting:
+        return None, ""
+    queued = sum(waiting) / len(waiting)
+    if queued == 0:
+        return 0.0, f"; no request was waiting at any of the window's {len(waiting)} samples"
+    if not left_per_s:
+        return None, ""
+    mean_wait = max(0.0, queued / left_per_s - (step or 0.0))
+    return mean_wait, (f"; {queued:.1f} requests waiting on average at the window's "
+                       f"{len(waiting)} samples, {left_per_s:.2f} a second leaving the queue: "
+                       f"{_said(mean_wait)} of wait on average (Little's law){_less_step(step)}")
 
 
 def _less_step(step: float | None) -> str:

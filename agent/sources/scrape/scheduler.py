@@ -122,6 +122,7 @@ def scheduler_figures(w: ScrapeWindow, waits: Waits, no_step_for_s: float | None
         decided_wait_p99_s=None if decided is None else decided.value,
         decided_wait_p99_at_least_s=None if bounds is None else bounds.at_least,
         decided_wait_p99_at_most_s=None if bounds is None else bounds.at_most,
+        decided_wait_estimate_s=None if bounds is None else bounds.estimate,
         head_of_line_share=infer(inferred, "window.scheduler.head_of_line_share",
                                  head_of_line_share(w.timelines, waits.step_period)),
         waiting_share=waits.waiting_share, wait_seconds_by_reason=waits.by_reason,
