@@ -56,7 +56,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
         served = fetch_diagnosis(target.url, unknown_too=True)
         if served.verdict == "unknown":
             why = served.unavailable or "nothing to diagnose yet"
-            _refuse_unknown(served, as_json, f"{target.url}: {why[:300]} (the server's verdict is 'unknown')")
+            _refuse_unknown(served, as_json,
+                            f"{target.url}: {why[:300]} (the server's verdict is 'unknown')")
         return _print(served, as_json)
     timelines: list = []
     if isinstance(target, Replay):

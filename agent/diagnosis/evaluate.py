@@ -189,7 +189,8 @@ def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> 
     """(signal id -> (value, state), stage -> raw level) for one frame."""
     values = {}
     for signal in SIGNALS:
-        state, value = judged(signal, config.threshold(signal.id), read_signal(signal, frame, window))
+        reading = read_signal(signal, frame, window)
+        state, value = judged(signal, config.threshold(signal.id), reading)
         values[signal.id] = (value, state)
     raw = {}
     for stage in STAGES:
@@ -274,7 +275,8 @@ class LiveDiagnosis:
 def _unresolved(value: Unresolved, threshold: Threshold) -> str:
     """Why a bounded value's state is only the one its bounds guarantee."""
     lines = [t for t in (threshold.warn, threshold.firing)
-             if t is not None and value.at_least <= t and (value.at_most is None or t < value.at_most)]
+             if t is not None and value.at_least <= t
+             and (value.at_most is None or t < value.at_most)]
     line = " and ".join(f"{t:g}" for t in lines)
     return (f"not resolved: the bounds straddle the line at {line}, and nothing else the engine "
             f"publishes settles it (its traces, sent to the agent, would): judged by what the "
@@ -383,7 +385,8 @@ def _stage_result(stage: str, tracker: StageTracker, values: dict, frame: Frame 
         number = shown_value(value, state)
         provenance, how = signal.provenance(frame, value)
         if isinstance(value, Unresolved):
-            how = f"{how}; {_unresolved(value, threshold)}" if how else _unresolved(value, threshold)
+            why = _unresolved(value, threshold)
+            how = f"{how}; {why}" if how else why
         evidence.append(Evidence(signal.id, signal.label, number, threshold.warn, threshold.firing,
                                  signal.unit, f"{span:.0f}s", state,
                                  applicable=value is not NOT_APPLICABLE, provenance=provenance,

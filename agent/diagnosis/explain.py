@@ -16,6 +16,13 @@ from stagelens.frame import Frame
 from stagelens.vocabulary import COLD_PATH, COMPONENT_NAMES, KV_CACHE, SCHEDULER, STAGE_NAMES, stage_of
 
 BLOCK_SIZES = (8, 16, 32, 64, 128)
+OUTSIDE = ("vllm", "sglang")
+# the signals that say an outside engine's KV pool ran out
+KV_WALL_SIGNALS = {"kv_full_while_waiting", "kv_wall_preemptions"}
+# a batch cap below what the pool holds by the mean request: room for the longer ones
+CAP_HEADROOM = 0.05
+# vLLM's share of device memory past which nothing is left for activations and the CUDA graphs
+MAX_MEMORY_SHARE = 0.95
 BLOCK_SIGNALS = {"kv_fragmentation_ratio", "kv_access_efficiency"}   # what a block size changes
 TARGET_BLOCK_WASTE = 0.10
 
@@ -129,7 +136,10 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
                 f"{ctx.mean_length:.0f} tokens) it leaves "
                 f"{block_waste(ctx.lengths, best):.0%} of KV slots empty, "
                 f"against {waste_now:.0%} at {cfg.block_size}", {"block_size": best}))
-    if any(e.signal == "kv_full_while_waiting" for e in bad):
+    wall = any(e.signal in KV_WALL_SIGNALS for e in bad)
+    if wall and cfg.source in OUTSIDE:
+        out.extend(pool_advice(ctx))
+    elif wall:
         out.append(Recommendation("the KV cache is full while requests queue: give it more memory "
                                   "(--kv-cache-memory), or admit fewer requests at once "
                                   "(--max-num-seqs) so the running ones are not preempted; the "
@@ -147,6 +157,59 @@ def _kv_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]:
                                   f"(the report's min(8, 32 / "
                                   f"(context_len / 4096) ** 0.6))", {"max_num_seqs": batch}))
     return out
+
+
+def pool_advice(ctx: _Context) -> list[Recommendation]:
+    """An outside engine at its KV wall: the pool's arithmetic from its own scrape (its tokens,
+    what a request holds, how many ran at once) and the levers it gives, each with the sum; where
+    the arithmetic is not published, what is missing."""
+    pool, per, most = ctx.cfg.kv_capacity_tokens, ctx.kv.tokens_per_request, ctx.kv.most_running
+    if not pool or not per or not most:
+        missing = [what for what, known in (("the pool's size (cache_config_info)", pool),
+                                            ("the requests' lengths (prompt and generation "
+                                             "histograms)", per), ("the running gauge", most))
+                   if not known]
+        return [Recommendation(f"the KV pool ran out while requests queued; its arithmetic needs "
+                               f"{' and '.join(missing)}, which the scrape does not give: give "
+                               f"the KV cache more memory or admit fewer requests at once")]
+    fits = pool / per
+    sums = (f"pool {pool:,} tokens ÷ ~{per:,.0f} a request ≈ {fits:.0f} at once; {most} ran at "
+            f"once")
+    out = []
+    cap = max(1, int(fits * (1 - CAP_HEADROOM)))
+    if most > cap:
+        out.append(Recommendation(f"--max-num-seqs {cap}: {sums}, so admit at most {cap} (a "
+                                  f"{CAP_HEADROOM:.0%} margin for requests longer than the mean) "
+                                  f"and none is preempted", {"max_num_seqs": cap}))
+    grow = most * per / pool - 1
+    share = _memory_share(ctx.cfg.kv_capacity_lever)
+    if ctx.cfg.source == "sglang":
+        out.append(Recommendation(f"raise --mem-fraction-static: {sums}; the pool must grow "
+                                  f"{max(grow, 0):.0%} to hold them all"))
+    elif share is not None and share < MAX_MEMORY_SHARE:
+        target = min(MAX_MEMORY_SHARE, round(share + 0.10, 2))
+        out.append(Recommendation(f"--gpu-memory-utilization {target:g} (now {share:g}): {sums}; "
+                                  f"the pool must grow {max(grow, 0):.0%} to hold them all, and "
+                                  f"it takes all the memory the weights leave, so {target:g} adds "
+                                  f"{target - share:.2f} of each GPU's memory to it"))
+    elif share is None and ctx.cfg.kv_capacity_lever:
+        # a block count or a memory size set the pool: the flag that set it
+        out.append(Recommendation(f"raise {ctx.cfg.kv_capacity_lever.split()[0]}: {sums}; the "
+                                  f"pool must grow {max(grow, 0):.0%} to hold them all"))
+    dtype = "fp8_e5m2" if ctx.cfg.source == "sglang" else "fp8"
+    out.append(Recommendation(f"--kv-cache-dtype {dtype}: a 16-bit KV cache in 8 bits holds twice "
+                              f"the tokens in the same memory, ≈ {2 * fits:.0f} requests of "
+                              f"~{per:,.0f} tokens at once ({sums})"))
+    return out
+
+
+def _memory_share(lever: str | None) -> float | None:
+    """The share of device memory in vLLM's `--gpu-memory-utilization X` lever, if that is it."""
+    flag, _, value = (lever or "").partition(" ")
+    try:
+        return float(value) if flag == "--gpu-memory-utilization" else None
+    except ValueError:
+        return None
 
 
 def block_waste(lengths: list[int], block_size: int) -> float:
@@ -211,16 +274,44 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
         out.append(Recommendation("--policy short-first: admit short contexts first (the report: P99 swing -35%)",
                                   {"policy": "short-first"}))
     if main and main[0] == MAX_NUM_SEQS and cfg.max_num_seqs:
-        more = cfg.max_num_seqs * 2
-        out.append(Recommendation(f"--max-num-seqs {more}: the batch is held at its limit of "
-                                  f"{cfg.max_num_seqs} while requests wait, and neither the token "
-                                  f"budget nor the KV cache holds it",
-                                  {"max_num_seqs": more}))
-    if not out:   # no lever the evidence points at: the report's profiles
+        out.append(_raise_batch(cfg.max_num_seqs, ctx))
+    if not out and cfg.source in OUTSIDE:
+        out.append(Recommendation(_no_lever_found(ctx)))
+    if not out or cfg.source in OUTSIDE and len(out) == 1 and not out[0].text.startswith("--"):
+        # no lever the evidence points at: the report's profiles
         out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: "
                                   "batch 8, chunked prefill on (balanced: batch 12; aggressive: "
                                   "batch 16 with FP8, offline only)"))
     return out
+
+
+def _raise_batch(limit: int, ctx: _Context) -> Recommendation:
+    """Twice the batch that holds the queue, within what the KV pool holds where its arithmetic
+    is published."""
+    more, why = limit * 2, ""
+    pool, per = ctx.cfg.kv_capacity_tokens, ctx.kv.tokens_per_request
+    if pool and per:
+        fits = int(pool / per * (1 - CAP_HEADROOM))
+        more = max(limit + 1, min(more, fits))
+        why = (f"; the pool holds {pool:,} tokens ÷ ~{per:,.0f} a request ≈ {pool / per:.0f} at "
+               f"once, so {more} fit")
+    return Recommendation(f"--max-num-seqs {more}: the batch is held at its limit of {limit} while "
+                          f"requests wait, and neither the token budget nor the KV cache holds "
+                          f"it{why}", {"max_num_seqs": more})
+
+
+def _no_lever_found(ctx: _Context) -> str:
+    """What was checked for an outside engine's queue, and what evidence would find its lever."""
+    checked = ["no batch limit held the queue (the running count varied while requests waited)",
+               "no preemption said the KV pool ran out"]
+    missing = []
+    if ctx.tail is None:
+        missing.append("the engine's traces (its llm_request spans sent to this agent: "
+                       "head-of-line blocking behind long prefills, each request's wait)")
+    if ctx.cfg.enable_chunked_prefill is None:
+        missing.append("whether chunked prefill is on (not published)")
+    said = f"; missing: {'; '.join(missing)}" if missing else ""
+    return f"no lever found in the scrape: {', '.join(checked)}{said}"
 
 
 # --- cold path ------------------------------------------------------------------------------------

@@ -201,6 +201,18 @@ def kv_full_while_waiting(frame: Frame, _window) -> object:
     return UNKNOWN if share is None else share
 
 
+def kv_wall_preemptions(frame: Frame, _window) -> object:
+    """An outside engine's preemptions (SGLang: retractions) per request finished in the window,
+    where requests queued; none preempted with a queue is 0, no queue is no wall to judge. The
+    hooks count preemptions with their cause (preemption_with_free_memory), so not theirs."""
+    w = frame.window
+    if w is None or _hooked(frame):
+        return UNKNOWN
+    if w.kv.preemptions_per_request is not None:
+        return w.kv.preemptions_per_request
+    return NOT_APPLICABLE if _engine_of(frame).counters.preemptions_total is not None else UNKNOWN
+
+
 def _kv(frame: Frame, figure: Callable[[Window], object]):
     return _figure(frame, figure, _no_step)      # no step: no KV reserved, none read
 
@@ -440,6 +452,12 @@ SIGNALS: tuple[Signal, ...] = (
            label="KV cache full with requests queued or preempted", direction="above", warn=0.2,
            firing=0.5, unit="share of samples", read=kv_full_while_waiting,
            reads=("window.kv.full_while_waiting_share",), says=wording.kv_full_while_waiting),
+    # from outside, over a window of any length: preemptions per request while a queue waits (the
+    # pool ran out; vLLM V1 and SGLang preempt only then)
+    Signal(id="kv_wall_preemptions", stage=KV_CACHE,
+           label="preemptions per request with requests queued", direction="above", warn=0.0,
+           firing=0.01, unit="per request", read=kv_wall_preemptions,
+           reads=("window.kv.preemptions_per_request",), says=wording.kv_wall),
     Signal(id=TAIL_SHARE.format(KV_CACHE), stage=KV_CACHE, label=_TAIL_LABEL, direction="above",
            warn=0.30, firing=0.50, unit="ratio", read=tail_share(KV_CACHE), reads=("window.tail",)),
     Signal(id="scheduler_wait_p99", stage=SCHEDULER, label="scheduler wait p99", direction="above",

@@ -52,6 +52,10 @@ def kv_full_while_waiting(e, ctx) -> str:
     return ": the KV cache had no room for one more request while requests queued or were preempted"
 
 
+def kv_wall(e, ctx) -> str:
+    return ": the pool ran out of KV blocks while requests queued (a preemption comes only then)"
+
+
 # --- scheduler ------------------------------------------------------------------------------------
 def scheduler_wait(e, ctx) -> str:
     main = main_wait_reason(ctx)

@@ -126,6 +126,13 @@ class KvFigures(_Section):
     sequence_lengths: list[int] | None = None
     # share of samples: no room for one more request, and a queue
     full_while_waiting_share: float | None = None
+    # from outside: preempted (SGLang: retracted) in the window per request finished, where requests
+    # queued: the pool ran out
+    preemptions_per_request: float | None = None
+    # from outside: the KV tokens a finished request held (prompt + output, less prefix-cache
+    # hits), and the most requests seen running at once: the pool's arithmetic
+    tokens_per_request: float | None = None
+    most_running: int | None = None
     # block-level, from an engine's KV events (vLLM's --kv-events-config); None where none are
     # received
     blocks_stored: int | None = None

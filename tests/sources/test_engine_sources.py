@@ -106,7 +106,14 @@ def test_vllm_new_names_fill_the_snapshot_from_deltas_summed_over_engines(engine
     assert snap.window.kv.fragmentation_ratio == pytest.approx(1 - (4000 + 8 * 3500 / 2 - 4500 + 8 * 15) / 25568)
     assert set(snap.inferred) == {"window.scheduler.decided_wait_p99_s", "window.scheduler.wait_seconds_by_reason",
                                   "window.scheduler.waiting_share", "window.kv.fragmentation_ratio",
-                                  "window.scheduler.wait_p50_s", "window.kv.full_while_waiting_share"}
+                                  "window.scheduler.wait_p50_s", "window.kv.full_while_waiting_share",
+                                  "window.kv.preemptions_per_request", "window.kv.tokens_per_request"}
+    # the KV wall over the window: 4 preemptions against the 10 requests finished in it, with 6 waiting; and what
+    # a request finished in it held: 22,000 prompt and 7,000 output tokens over those 10 (no prefix-cache query in
+    # the window: nothing shared)
+    assert snap.window.kv.preemptions_per_request == pytest.approx(4 / 10)
+    assert snap.window.kv.tokens_per_request == pytest.approx((22000 + 7000) / 10)
+    assert snap.window.kv.most_running == 8
     assert "(0.3, 0.5]" in snap.inferred["window.scheduler.decided_wait_p99_s"]
     assert "25,568 KV slots in use on average" in snap.inferred["window.kv.fragmentation_ratio"]
     assert snap.engine.generation == "vLLM V1 (0.11+ names), 2 data-parallel engines"

@@ -295,6 +295,31 @@ def full_while_waiting(scrapes: list[Gauges]) -> Inferred | None:
     return Inferred(sum(seen) / len(seen), how)
 
 
+def kv_wall(preempted: float | None, finished: float | None, samples: list[Gauges],
+            queued_past_first_bucket: bool, kind: str) -> Inferred | None:
+    """Preemptions (SGLang: retractions) in the window per request finished in it, where requests
+    queued: the KV wall, read from counters, so from a window of any length and whatever the usage
+    at the scrapes. vLLM V1 preempts a running request only when it cannot allocate it a block, and
+    SGLang retracts a decoding one only when its token pool cannot hold the next step: either way
+    the pool ran out, and while it is out no waiting request is admitted. "Queued": a sample found
+    requests waiting, the queue grew across the window, or the queue-time histogram holds waits
+    past its first bucket. None where the counters are not published or nothing queued."""
+    if preempted is None or finished is None:
+        return None
+    waiting = [g.waiting for g in samples if g.waiting is not None]
+    grew = len(waiting) > 1 and waiting[-1] > waiting[0]
+    if not (any(w > 0 for w in waiting) or grew or queued_past_first_bucket):
+        return None
+    what = "retractions" if kind == "sglang" else "preemptions"
+    why = ("SGLang retracts a decoding request only when its token pool cannot hold the next step"
+           if kind == "sglang" else "vLLM preempts a running request only when it cannot allocate "
+           "it a KV block")
+    per_request = preempted / max(finished, 1.0)
+    return Inferred(per_request, f"{preempted:.0f} {what} in the window against {finished:.0f} "
+                                 f"requests finished ({per_request:.3g} each), with requests "
+                                 f"queued: {why}, so the pool ran out")
+
+
 def _full_while_pressed(before: Gauges, g: Gauges) -> float | None:
     """How much of a sample (against the one before) found the KV cache full while requests were
     pressed: all of it where its usage left no room while requests waited or were preempted, else

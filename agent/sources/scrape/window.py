@@ -36,6 +36,7 @@ from stagelens.sources.inference.figures import (
     fragmentation,
     full_while_waiting,
     held_tokens,
+    kv_wall,
     mark_preemptions,
     pinned_batch,
 )
@@ -207,11 +208,52 @@ def kv_figures(w: ScrapeWindow, blocks: KvEventFigures | None = None,
                                   fragmentation(w.gauges, w.capacity)),
         full_while_waiting_share=infer(inferred, "window.kv.full_while_waiting_share",
                                        full_while_waiting(w.samples)),
+        preemptions_per_request=infer(inferred, "window.kv.preemptions_per_request",
+                                      _kv_wall(w)),
+        tokens_per_request=infer(inferred, "window.kv.tokens_per_request", request_tokens(w)),
+        most_running=whole(max((g.running for g in w.samples if g.running is not None),
+                               default=None)),
         sequence_lengths=w.lengths)
     if blocks is not None:
         kv.blocks_stored, kv.blocks_removed = blocks.blocks_stored, blocks.blocks_removed
         kv.blocks_restored, kv.block_lifetime_p50_s = blocks.restored_blocks, blocks.lifetime_p50_s
     return kv, inferred
+
+
+def _kv_wall(w: ScrapeWindow) -> Inferred | None:
+    """The window's preemptions per request finished, where requests queued (figures.kv_wall)."""
+    if w.before is None:
+        return None
+    queue, e2e = w.histogram("queue_time"), w.histogram("e2e")
+    finished = e2e.count if e2e is not None else w.delta_total("finished")
+    past_first = queue is not None and bool(queue.buckets) and queue.count > queue.buckets[0][1]
+    return kv_wall(w.delta_total("preemptions"), finished, w.samples, past_first, w.kind)
+
+
+def request_tokens(w: ScrapeWindow) -> Inferred | None:
+    """The KV tokens a request holds at its end, on average over the window's finished requests:
+    its prompt and output (vLLM's request histograms' sums, else the token counters over the
+    requests finished), less the prompt share found in the prefix cache, whose blocks are shared."""
+    prompts = w.histogram("request_prompt_tokens")
+    outputs = w.histogram("request_generation_tokens")
+    if prompts is not None and outputs is not None and prompts.count > 0:
+        finished, prompt, output = prompts.count, prompts.sum, outputs.sum
+        said = "the request prompt and generation histograms' sums"
+    else:
+        e2e = w.histogram("e2e")
+        finished = e2e.count if e2e is not None else 0.0
+        prompt, output = w.delta_total("prompt_tokens"), w.delta_total("generation_tokens")
+        if not finished or prompt is None or output is None:
+            return None
+        said = "the prompt and generation token counters"
+    hits, queries = w.delta_total("prefix_hits"), w.delta_total("prefix_queries")
+    shared = min(1.0, hits / queries) if hits is not None and queries else 0.0
+    per_request = (prompt * (1 - shared) + output) / finished
+    less = f", less the {shared:.0%} of prompt tokens found in the prefix cache" if shared else ""
+    return Inferred(per_request,
+                    f"{per_request:,.0f} tokens a request: {prompt / finished:,.0f} of prompt and "
+                    f"{output / finished:,.0f} of output over the {finished:,.0f} requests finished "
+                    f"in the window ({said}){less}")
 
 
 # --- the rest of the snapshot -----------------------------------------------------------------
