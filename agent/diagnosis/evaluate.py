@@ -194,8 +194,8 @@ def frame_levels(frame: Frame, window: list[Frame], config: DiagnosisConfig) -> 
         values[signal.id] = (value, state)
     raw = {}
     for stage in STAGES:
-        known = [state for s in SIGNALS if s.stage == stage for state in [values[s.id][1]]
-                 if state not in ("unknown", "info")]
+        known = [state for s in SIGNALS if s.stage == stage and not s.advisory
+                 for state in [values[s.id][1]] if state not in ("unknown", "info")]
         raw[stage] = max(known, key=severity) if known else "unknown"
     return values, raw
 

@@ -30,8 +30,21 @@ TARGET_BLOCK_WASTE = 0.10
 def explain(stage: str, state: str, evidence: list[Evidence], frame: Frame | None) -> tuple[str, list[Recommendation]]:
     if state == "unknown":
         return _unknown_sentence(stage, frame), []
-    bad = [e for e in evidence if e.state in ("warn", "firing")]
+    troubled = [e for e in evidence if e.state in ("warn", "firing")]
     ctx = _Context(frame)
+    advised = [e for e in troubled if SIGNALS_BY_ID[e.signal].advisory]
+    bad = [e for e in troubled if e not in advised]
+    sentence, recommendations = _judged(stage, bad, evidence, ctx)
+    if advised:
+        # checks that never set the stage's state: said after it, each with its lever
+        sentence += "; also " + "; ".join(_sentence(e, ctx) for e in advised)
+        recommendations += [Recommendation(_sentence(e, ctx)) for e in advised]
+    return sentence, recommendations
+
+
+def _judged(stage: str, bad: list[Evidence], evidence: list[Evidence],
+            ctx: _Context) -> tuple[str, list[Recommendation]]:
+    """The stage's sentence and recommendations from its troubled evidence (`bad`)."""
     if not bad:
         rows = ", ".join(_fmt_row(e) for e in evidence if e.value is not None and e.applicable)[:200] or "no data"
         unseen = [e.signal for e in evidence if e.provenance == "not observable"]
@@ -181,26 +194,31 @@ def pool_advice(ctx: _Context) -> list[Recommendation]:
         out.append(Recommendation(f"--max-num-seqs {cap}: {sums}, so admit at most {cap} (a "
                                   f"{CAP_HEADROOM:.0%} margin for requests longer than the mean) "
                                   f"and none is preempted", {"max_num_seqs": cap}))
-    grow = most * per / pool - 1
+    grow = _growth(most * per / pool - 1)
     share = _memory_share(ctx.cfg.kv_capacity_lever)
     if ctx.cfg.source == "sglang":
-        out.append(Recommendation(f"raise --mem-fraction-static: {sums}; the pool must grow "
-                                  f"{max(grow, 0):.0%} to hold them all"))
+        out.append(Recommendation(f"raise --mem-fraction-static: {sums}; {grow}"))
     elif share is not None and share < MAX_MEMORY_SHARE:
         target = min(MAX_MEMORY_SHARE, round(share + 0.10, 2))
         out.append(Recommendation(f"--gpu-memory-utilization {target:g} (now {share:g}): {sums}; "
-                                  f"the pool must grow {max(grow, 0):.0%} to hold them all, and "
-                                  f"it takes all the memory the weights leave, so {target:g} adds "
-                                  f"{target - share:.2f} of each GPU's memory to it"))
+                                  f"{grow}, and it takes all the memory the weights leave, so "
+                                  f"{target:g} adds {target - share:.2f} of each GPU's memory to it"))
     elif share is None and ctx.cfg.kv_capacity_lever:
         # a block count or a memory size set the pool: the flag that set it
-        out.append(Recommendation(f"raise {ctx.cfg.kv_capacity_lever.split()[0]}: {sums}; the "
-                                  f"pool must grow {max(grow, 0):.0%} to hold them all"))
+        out.append(Recommendation(f"raise {ctx.cfg.kv_capacity_lever} (it sets the pool now): "
+                                  f"{sums}; {grow}"))
     dtype = "fp8_e5m2" if ctx.cfg.source == "sglang" else "fp8"
     out.append(Recommendation(f"--kv-cache-dtype {dtype}: a 16-bit KV cache in 8 bits holds twice "
                               f"the tokens in the same memory, ≈ {2 * fits:.0f} requests of "
                               f"~{per:,.0f} tokens at once ({sums})"))
     return out
+
+
+def _growth(short: float) -> str:
+    """What the pool lacks for the most that ran at once, `short` of it (a share)."""
+    if short > 0.05:
+        return f"the pool must grow {short:.0%} to hold them all"
+    return "at the mean request they just fit, and the longer ones do not"
 
 
 def _memory_share(lever: str | None) -> float | None:

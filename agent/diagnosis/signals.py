@@ -90,6 +90,9 @@ class Signal:
     reads: tuple[str, ...] = ()
     # (evidence, context): its sentence after its value
     says: Callable[[object, object], str] | None = None
+    # a check with its lever that never sets the stage's state by itself (what the peer tools
+    # check: outputs cut at their length, failed requests, speculative decoding's acceptance)
+    advisory: bool = False
 
     def published(self, frame: Frame) -> bool:
         """Whether the engine `frame` observes gives every figure this signal reads (published)."""
@@ -211,6 +214,27 @@ def kv_wall_preemptions(frame: Frame, _window) -> object:
     if w.kv.preemptions_per_request is not None:
         return w.kv.preemptions_per_request
     return NOT_APPLICABLE if _engine_of(frame).counters.preemptions_total is not None else UNKNOWN
+
+
+def _outside_only(figure: Callable[[Window], float | None]):
+    """A figure only an engine read from outside publishes (how its requests finished, its
+    prefix cache, its speculative decoding): None is none of them in the window."""
+    def read(frame: Frame, _window) -> object:
+        w = frame.window
+        if w is None or _hooked(frame):
+            return UNKNOWN
+        value = figure(w)
+        return NOT_APPLICABLE if value is None else value
+    return read
+
+
+PREFIX_HITS_SHOWN = ("shown, not judged: a low share is prompts that share no prefix, not a "
+                     "fault")
+
+
+def _prefix_hit_share(frame: Frame, window) -> object:
+    value = _outside_only(lambda w: w.kv.prefix_hit_share)(frame, window)
+    return NotJudged(value, PREFIX_HITS_SHOWN) if isinstance(value, float) else value
 
 
 def _kv(frame: Frame, figure: Callable[[Window], object]):
@@ -458,6 +482,15 @@ SIGNALS: tuple[Signal, ...] = (
            label="preemptions per request with requests queued", direction="above", warn=0.0,
            firing=0.01, unit="per request", read=kv_wall_preemptions,
            reads=("window.kv.preemptions_per_request",), says=wording.kv_wall),
+    Signal(id="prefix_cache_hit_rate", stage=KV_CACHE,
+           label="prompt tokens found in the prefix cache", direction="above", warn=None,
+           firing=None, unit="ratio", read=_prefix_hit_share, reads=("window.kv.prefix_hit_share",),
+           advisory=True),
+    Signal(id="outputs_cut_at_length", stage=KV_CACHE,
+           label="requests cut at their length limit", direction="above", warn=0.10, firing=0.50,
+           unit="ratio", read=_outside_only(lambda w: w.scheduler.cut_at_length_share),
+           reads=("window.scheduler.cut_at_length_share",), says=wording.cut_at_length,
+           advisory=True),
     Signal(id=TAIL_SHARE.format(KV_CACHE), stage=KV_CACHE, label=_TAIL_LABEL, direction="above",
            warn=0.30, firing=0.50, unit="ratio", read=tail_share(KV_CACHE), reads=("window.tail",)),
     Signal(id="scheduler_wait_p99", stage=SCHEDULER, label="scheduler wait p99", direction="above",
@@ -476,6 +509,15 @@ SIGNALS: tuple[Signal, ...] = (
            direction="below", warn=0.50, firing=None, unit="ratio", read=token_budget_use,
            reads=("window.scheduler.waiting_share", "window.scheduler.budget_use_while_waiting"),
            says=wording.token_budget_use),
+    Signal(id="requests_failed_share", stage=SCHEDULER,
+           label="requests aborted or failed", direction="above", warn=0.01, firing=0.05,
+           unit="ratio", read=_outside_only(lambda w: w.scheduler.failed_share),
+           reads=("window.scheduler.failed_share",), says=wording.requests_failed, advisory=True),
+    Signal(id="spec_decode_acceptance", stage=SCHEDULER,
+           label="speculative draft tokens accepted", direction="below", warn=0.50, firing=0.30,
+           unit="ratio", read=_outside_only(lambda w: w.scheduler.spec_acceptance),
+           reads=("window.scheduler.spec_acceptance",), says=wording.spec_acceptance,
+           advisory=True),
     Signal(id=TAIL_SHARE.format(SCHEDULER), stage=SCHEDULER, label=_TAIL_LABEL, direction="above",
            warn=0.30, firing=0.50, unit="ratio", read=tail_share(SCHEDULER), reads=("window.tail",)),
     Signal(id="pcie_backpressure", stage=COLD_PATH, label="PCIe backpressure", direction="above",

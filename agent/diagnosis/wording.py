@@ -56,6 +56,12 @@ def kv_wall(e, ctx) -> str:
     return ": the pool ran out of KV blocks while requests queued (a preemption comes only then)"
 
 
+def cut_at_length(e, ctx) -> str:
+    return (": those answers ended at max_tokens or --max-model-len, not on their own: raise the "
+            "clients' max_tokens (or --max-model-len where prompts fill it); a cut answer is not "
+            "a latency problem")
+
+
 # --- scheduler ------------------------------------------------------------------------------------
 def scheduler_wait(e, ctx) -> str:
     main = main_wait_reason(ctx)
@@ -75,6 +81,18 @@ def compute_idle(e, ctx) -> str:
 
 def token_budget_use(e, ctx) -> str:
     return f": steps fill {e.value:.0%} of the {ctx.cfg.max_num_batched_tokens}-token budget while requests wait"
+
+
+def requests_failed(e, ctx) -> str:
+    return (": clients gave up (abort) or the engine refused them; a queue slower than the "
+            "clients' timeout shows first as aborts: read it with the wait above, and the engine's "
+            "log for errors")
+
+
+def spec_acceptance(e, ctx) -> str:
+    return (": most draft tokens are computed and thrown away: lower --num-speculative-tokens "
+            "(in --speculative-config) or use a draft model closer to the target, or turn "
+            "speculation off at this batch size")
 
 
 # --- cold path ------------------------------------------------------------------------------------

@@ -133,6 +133,8 @@ class KvFigures(_Section):
     # hits), and the most requests seen running at once: the pool's arithmetic
     tokens_per_request: float | None = None
     most_running: int | None = None
+    # from outside: prompt tokens found in the prefix cache / queried, in the window
+    prefix_hit_share: float | None = None
     # block-level, from an engine's KV events (vLLM's --kv-events-config); None where none are
     # received
     blocks_stored: int | None = None
@@ -170,6 +172,12 @@ class SchedulerFigures(_Section):
     step_time_mean_s: float | None = None
     # from outside: no step finished for this long while requests ran
     no_step_for_s: float | None = None
+    # from outside, of the requests finished in the window: the share cut at their length limit
+    # (finished_reason=length) and the share that failed (abort, error)
+    cut_at_length_share: float | None = None
+    failed_share: float | None = None
+    # speculative decoding: draft tokens accepted / proposed in the window
+    spec_acceptance: float | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -24,6 +24,9 @@ GPU_PREFIX_CACHE_HITS = "vllm:gpu_prefix_cache_hits"              # its name bef
 PROMPT_TOKENS = "vllm:prompt_tokens"
 GENERATION_TOKENS = "vllm:generation_tokens"
 REQUEST_SUCCESS = "vllm:request_success"                          # ... to here
+# speculative decoding's counters (V1), read only: the bundled engine does not speculate
+SPEC_DECODE_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_DECODE_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"              # histograms from here ...
 REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"

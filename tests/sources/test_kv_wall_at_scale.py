@@ -143,3 +143,17 @@ def test_a_queue_with_no_lever_in_the_scrape_says_what_was_checked():
 def test_an_idle_pair_at_scale_reads_ok():
     result, _ = window(0, 0, 0, queued_s=0.0)
     assert result.verdict == "ok" and result.exit_code == 0, result.unavailable
+
+
+def test_outputs_cut_at_their_length_are_said_with_their_lever_never_raising_the_stage():
+    """An idle window in which 240 requests ended on their own and 240 at their length limit: the KV cache stage
+    stays ok (a cut answer is no latency problem), and says so, with the lever, after its own account."""
+    before = at_scale(0, 0, 0.0, queued_s=0.0)
+    after = _set(at_scale(0, 0, 0.0, finished=FINISHED, queued_s=0.0), "vllm:request_success_total",
+                 float(FINISHED), 'finished_reason="length"')
+    result, _ = judged_pair(before, after, GAP_S, "vllm")
+    kv = result.stage("kv_cache")
+    cut = next(e for e in kv.evidence if e.signal == "outputs_cut_at_length")
+    assert cut.state == "warn" and cut.value == pytest.approx(0.5)
+    assert kv.state == "ok" and result.verdict == "ok"
+    assert "; also requests cut at their length limit" in kv.explanation and "max_tokens" in kv.explanation

@@ -126,7 +126,8 @@ def scheduler_figures(w: ScrapeWindow, waits: Waits, no_step_for_s: float | None
         head_of_line_share=infer(inferred, "window.scheduler.head_of_line_share",
                                  head_of_line_share(w.timelines, waits.step_period)),
         waiting_share=waits.waiting_share, wait_seconds_by_reason=waits.by_reason,
-        step_time_mean_s=waits.step_period, no_step_for_s=no_step_for_s)
+        step_time_mean_s=waits.step_period, no_step_for_s=no_step_for_s,
+        **_outcomes(w))
     if busy is not None:
         inferred["window.scheduler.busy_ratio_while_waiting"] = (
             f"GPU execution {busy:.0%} of the window "
@@ -164,6 +165,24 @@ def _delta_by_label(w: ScrapeWindow, figure: str, name: str) -> dict[str, float]
     if a is None or b is None:
         return None
     return {k: v - b.get(k, 0.0) if v >= b.get(k, 0.0) else v for k, v in a.items()}
+
+
+# vLLM's finished_reason values: ended by the model or at the length limit; any other failed
+ENDED_ON_ITS_OWN, CUT_AT_LENGTH = "stop", "length"
+
+
+def _outcomes(w: ScrapeWindow) -> dict[str, float | None]:
+    """How the window's requests finished (the share cut at their length limit, the share failed:
+    aborted by their client or an error) and speculative decoding's acceptance in it."""
+    ended = _delta_by_label(w, "finished", "finished_reason")
+    total = sum(ended.values()) if ended else 0.0
+    drafted, accepted = w.delta_total("spec_draft_tokens"), w.delta_total("spec_accepted_tokens")
+    return {
+        "cut_at_length_share": (ended or {}).get(CUT_AT_LENGTH, 0.0) / total if total else None,
+        "failed_share": (total - (ended or {}).get(ENDED_ON_ITS_OWN, 0.0)
+                         - (ended or {}).get(CUT_AT_LENGTH, 0.0)) / total if total else None,
+        "spec_acceptance": min(1.0, accepted / drafted) if drafted and accepted is not None else None,
+    }
 
 
 def _count(h: HistogramDelta | None) -> int | None:

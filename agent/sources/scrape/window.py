@@ -213,6 +213,7 @@ def kv_figures(w: ScrapeWindow, blocks: KvEventFigures | None = None,
         tokens_per_request=infer(inferred, "window.kv.tokens_per_request", request_tokens(w)),
         most_running=whole(max((g.running for g in w.samples if g.running is not None),
                                default=None)),
+        prefix_hit_share=_prefix_hit_share(w),
         sequence_lengths=w.lengths)
     if blocks is not None:
         kv.blocks_stored, kv.blocks_removed = blocks.blocks_stored, blocks.blocks_removed
@@ -230,24 +231,29 @@ def _kv_wall(w: ScrapeWindow) -> Inferred | None:
     return kv_wall(w.delta_total("preemptions"), finished, w.samples, past_first, w.kind)
 
 
+def _prefix_hit_share(w: ScrapeWindow) -> float | None:
+    """The prompt tokens the prefix cache served in the window over those it was asked for; None
+    where it was asked for none (caching off, or no prompt)."""
+    hits, queries = w.delta_total("prefix_hits"), w.delta_total("prefix_queries")
+    return min(1.0, hits / queries) if hits is not None and queries else None
+
+
 def request_tokens(w: ScrapeWindow) -> Inferred | None:
     """The KV tokens a request holds at its end, on average over the window's finished requests:
     its prompt and output (vLLM's request histograms' sums, else the token counters over the
     requests finished), less the prompt share found in the prefix cache, whose blocks are shared."""
     prompts = w.histogram("request_prompt_tokens")
     outputs = w.histogram("request_generation_tokens")
+    e2e = w.histogram("e2e")
+    finished = e2e.count if e2e is not None else 0.0
+    prompt, output = w.delta_total("prompt_tokens"), w.delta_total("generation_tokens")
+    said = "the prompt and generation token counters"
     if prompts is not None and outputs is not None and prompts.count > 0:
         finished, prompt, output = prompts.count, prompts.sum, outputs.sum
         said = "the request prompt and generation histograms' sums"
-    else:
-        e2e = w.histogram("e2e")
-        finished = e2e.count if e2e is not None else 0.0
-        prompt, output = w.delta_total("prompt_tokens"), w.delta_total("generation_tokens")
-        if not finished or prompt is None or output is None:
-            return None
-        said = "the prompt and generation token counters"
-    hits, queries = w.delta_total("prefix_hits"), w.delta_total("prefix_queries")
-    shared = min(1.0, hits / queries) if hits is not None and queries else 0.0
+    if not finished or prompt is None or output is None:
+        return None
+    shared = _prefix_hit_share(w) or 0.0
     per_request = (prompt * (1 - shared) + output) / finished
     less = f", less the {shared:.0%} of prompt tokens found in the prefix cache" if shared else ""
     return Inferred(per_request,
