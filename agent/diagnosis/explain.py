@@ -207,6 +207,11 @@ def pool_advice(ctx: _Context) -> list[Recommendation]:
         # a block count or a memory size set the pool: the flag that set it
         out.append(Recommendation(f"raise {ctx.cfg.kv_capacity_lever} (it sets the pool now): "
                                   f"{sums}; {grow}"))
+    if ctx.cfg.enable_prefix_caching is False:
+        out.append(Recommendation(f"--enable-prefix-caching: off now; where prompts share long "
+                                  f"prefixes (a system prompt, a chat's history) their blocks are "
+                                  f"held once, and each request needs fewer than ~{per:,.0f} "
+                                  f"tokens of its own (the scrape cannot tell whether they do)"))
     dtype = "fp8_e5m2" if ctx.cfg.source == "sglang" else "fp8"
     out.append(Recommendation(f"--kv-cache-dtype {dtype}: a 16-bit KV cache in 8 bits holds twice "
                               f"the tokens in the same memory, ≈ {2 * fits:.0f} requests of "

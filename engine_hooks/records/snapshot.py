@@ -89,6 +89,8 @@ class EngineInfo(_Section):
     kv_capacity_lever: str | None = None
     # the model sets the block size (hybrid attention + mamba)
     block_size_forced: bool | None = None
+    # an engine read from outside: whether it shares prompts' KV blocks (vLLM's cache_config_info)
+    enable_prefix_caching: bool | None = None
     resident_models: list[str] | None = None
     loading_models: list[str] | None = None
     # as hooks/calibrate.py measured it; hooks/reference.py reads it

@@ -110,6 +110,18 @@ def test_preemptions_while_requests_queue_are_the_kv_wall(running, preempted):
     assert "conservative profile" not in advice
 
 
+def test_prefix_caching_off_is_named_at_the_wall():
+    result, _ = window(160, 16, 37)
+    advice = " | ".join(r.text for r in result.stage("kv_cache").recommendations)
+    assert "--enable-prefix-caching" not in advice           # the capture has it on
+    off = {k: v.replace('enable_prefix_caching="True"', 'enable_prefix_caching="False"')
+           for k, v in (("before", at_scale(160, 16, 100.0)), ("after", at_scale(160, 16, 137.0, finished=FINISHED)))}
+    result, frame = judged_pair(off["before"], off["after"], GAP_S, "vllm")
+    assert frame.engine.engine.enable_prefix_caching is False
+    advice = " | ".join(r.text for r in result.stage("kv_cache").recommendations)
+    assert "--enable-prefix-caching: off now" in advice
+
+
 def test_a_pool_already_given_its_memory_is_not_told_to_take_more():
     result, _ = window(160, 16, 37, memory_share="0.95")
     advice = " | ".join(r.text for r in result.stage("kv_cache").recommendations)

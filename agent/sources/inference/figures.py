@@ -186,6 +186,8 @@ class KvCapacity:
     # a hybrid model's block holds a mamba state: the block size is not a choice
     forced_block_size: bool = False
     lever: str | None = None         # the engine's flag that set the size, with its value
+    # whether prompts' blocks are shared (vLLM's enable_prefix_caching label); None: not published
+    prefix_caching: bool | None = None
 
     @property
     def tokens_per_block(self) -> float:

@@ -310,7 +310,8 @@ def engine_info(w: ScrapeWindow, generation: str | None,
         kv_capacity_tokens=None if c is None else c.tokens,
         kv_capacity_lever=None if c is None else c.lever,
         max_num_seqs=infer(inferred, "engine.max_num_seqs", pinned_batch(w.gauges)),
-        block_size_forced=None if c is None else c.forced_block_size), inferred
+        block_size_forced=None if c is None else c.forced_block_size,
+        enable_prefix_caching=None if c is None else c.prefix_caching), inferred
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +370,8 @@ def _cache_config(family: Family | None, v1: bool) -> KvCapacity | None:
     forced = tokens != num_blocks * block_size or mamba
     return KvCapacity(num_blocks=num_blocks, tokens=tokens, block_size=block_size,
                       reserved_blocks=len(samples) if v1 else 0, forced_block_size=forced,
-                      lever=_capacity_lever(samples[0].labels))
+                      lever=_capacity_lever(samples[0].labels),
+                      prefix_caching=_flag(samples[0].labels.get("enable_prefix_caching")))
 
 
 def _every_int(samples: list, name: str) -> list[int] | None:
@@ -404,6 +406,11 @@ def _sum_or_none(*parts: float | None) -> float | None:
 
 def _share(part: float | None, whole: float | None) -> float | None:
     return min(1.0, part / whole) if part is not None and whole else None
+
+
+def _flag(text: str | None) -> bool | None:
+    """A label's Python boolean ("True", "False"); None for anything else."""
+    return {"True": True, "False": False}.get(text or "")
 
 
 def _int(text) -> int | None:
