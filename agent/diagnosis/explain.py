@@ -19,6 +19,7 @@ BLOCK_SIZES = (8, 16, 32, 64, 128)
 OUTSIDE = ("vllm", "sglang")
 # the signals that say an outside engine's KV pool ran out
 KV_WALL_SIGNALS = {"kv_full_while_waiting", "kv_wall_preemptions"}
+NO_LEVER = "no lever found in the scrape"
 # a batch cap below what the pool holds by the mean request: room for the longer ones
 CAP_HEADROOM = 0.05
 # vLLM's share of device memory past which nothing is left for activations and the CUDA graphs
@@ -299,8 +300,9 @@ def _sched_recommend(bad: list[Evidence], ctx: _Context) -> list[Recommendation]
     if main and main[0] == MAX_NUM_SEQS and cfg.max_num_seqs:
         out.append(_raise_batch(cfg.max_num_seqs, ctx))
     if not out and cfg.source in OUTSIDE:
+        # never the report's profile alone: what was looked for, and what would find more
         out.append(Recommendation(_no_lever_found(ctx)))
-    if not out or cfg.source in OUTSIDE and len(out) == 1 and not out[0].text.startswith("--"):
+    if not out or len(out) == 1 and out[0].text.startswith(NO_LEVER):
         # no lever the evidence points at: the report's profiles
         out.append(Recommendation("for SLA-sensitive serving, the report's conservative profile: "
                                   "batch 8, chunked prefill on (balanced: batch 12; aggressive: "
@@ -334,7 +336,7 @@ def _no_lever_found(ctx: _Context) -> str:
     if ctx.cfg.enable_chunked_prefill is None:
         missing.append("whether chunked prefill is on (not published)")
     said = f"; missing: {'; '.join(missing)}" if missing else ""
-    return f"no lever found in the scrape: {', '.join(checked)}{said}"
+    return f"{NO_LEVER}: {', '.join(checked)}{said}"
 
 
 # --- cold path ------------------------------------------------------------------------------------

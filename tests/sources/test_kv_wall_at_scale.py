@@ -108,6 +108,10 @@ def test_preemptions_while_requests_queue_are_the_kv_wall(running, preempted):
     assert "--gpu-memory-utilization 0.9 (now 0.8)" in advice
     assert "--kv-cache-dtype fp8" in advice
     assert "conservative profile" not in advice
+    # the queue is the wall's consequence, and its advice says so, without the report's profile beside it
+    scheduler = result.stage("scheduler")
+    assert scheduler.consequence_of == "kv_cache"
+    assert not any("conservative profile" in r.text for r in scheduler.recommendations)
 
 
 def test_prefix_caching_off_is_named_at_the_wall():
