@@ -66,7 +66,9 @@ def exported_metric_names(model_dir) -> set[str]:
     engine["inferred"] = None                 # words, not figures (an engine read from outside has them)
     engine["intake"] = {"traces.spans": 1.0, "kv_events.messages": 1.0}   # what an outside engine sent
     engine["engine"]["source"] = "hooks"
-    engine["engine"]["generation"] = engine["engine"]["block_size_forced"] = None   # words and a flag, not figures
+    # words and flags, not figures
+    engine["engine"]["generation"] = engine["engine"]["block_size_forced"] = None
+    engine["engine"]["enable_prefix_caching"] = None
     engine["engine"]["kv_capacity_lever"] = None
     engine["window"]["cold_path"]["loads_in_progress"] = [{"model": "model-1", "since": 0.0, "seconds": 2.0}]
     full.engine = EngineSnapshot.from_dict(engine)
