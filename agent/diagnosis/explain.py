@@ -203,7 +203,8 @@ def pool_advice(ctx: _Context) -> list[Recommendation]:
         target = min(MAX_MEMORY_SHARE, round(share + 0.10, 2))
         out.append(Recommendation(f"--gpu-memory-utilization {target:g} (now {share:g}): {sums}; "
                                   f"{grow}, and it takes all the memory the weights leave, so "
-                                  f"{target:g} adds {target - share:.2f} of each GPU's memory to it"))
+                                  f"{target:g} adds {target - share:.2f} of each GPU's memory "
+                                  f"to it"))
     elif share is None and ctx.cfg.kv_capacity_lever:
         # a block count or a memory size set the pool: the flag that set it
         out.append(Recommendation(f"raise {ctx.cfg.kv_capacity_lever} (it sets the pool now): "

@@ -181,7 +181,8 @@ def _outcomes(w: ScrapeWindow) -> dict[str, float | None]:
         "cut_at_length_share": (ended or {}).get(CUT_AT_LENGTH, 0.0) / total if total else None,
         "failed_share": (total - (ended or {}).get(ENDED_ON_ITS_OWN, 0.0)
                          - (ended or {}).get(CUT_AT_LENGTH, 0.0)) / total if total else None,
-        "spec_acceptance": min(1.0, accepted / drafted) if drafted and accepted is not None else None,
+        "spec_acceptance": (min(1.0, accepted / drafted)
+                            if drafted and accepted is not None else None),
     }
 
 

@@ -258,7 +258,8 @@ def request_tokens(w: ScrapeWindow) -> Inferred | None:
     less = f", less the {shared:.0%} of prompt tokens found in the prefix cache" if shared else ""
     return Inferred(per_request,
                     f"{per_request:,.0f} tokens a request: {prompt / finished:,.0f} of prompt and "
-                    f"{output / finished:,.0f} of output over the {finished:,.0f} requests finished "
+                    f"{output / finished:,.0f} of output over the {finished:,.0f} requests "
+                    f"finished "
                     f"in the window ({said}){less}")
 
 
