@@ -113,12 +113,14 @@ def test_every_recorded_bundle_reads_and_writes_back_as_recorded(name):
         assert again["engine"].pop("intake") is None
         kv = again["engine"]["window"]["kv"]
         assert [kv.pop(k) for k in ("blocks_stored", "blocks_removed", "blocks_restored", "block_lifetime_p50_s",
-                                    "full_while_waiting_share")] == [None] * 5
+                                    "full_while_waiting_share", "preemptions_per_request", "tokens_per_request",
+                                    "most_running", "prefix_hit_share")] == [None] * 9
         scheduler, info = again["engine"]["window"]["scheduler"], again["engine"]["engine"]
         assert [scheduler.pop(k) for k in ("decided_wait_p99_at_least_s", "decided_wait_p99_at_most_s",
-                                           "no_step_for_s")] == [None] * 3
-        assert [info.pop(k) for k in ("generation", "kv_capacity_tokens", "kv_capacity_lever", "block_size_forced")
-                ] == [None] * 4
+                                           "no_step_for_s", "decided_wait_estimate_s", "cut_at_length_share",
+                                           "failed_share", "spec_acceptance")] == [None] * 7
+        assert [info.pop(k) for k in ("generation", "kv_capacity_tokens", "kv_capacity_lever", "block_size_forced",
+                                      "enable_prefix_caching")] == [None] * 5
         assert again == original
 
 
