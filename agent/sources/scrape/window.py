@@ -225,10 +225,15 @@ def _kv_wall(w: ScrapeWindow) -> Inferred | None:
     """The window's preemptions per request finished, where requests queued (figures.kv_wall)."""
     if w.before is None:
         return None
-    queue, e2e = w.histogram("queue_time"), w.histogram("e2e")
-    finished = e2e.count if e2e is not None else w.delta_total("finished")
+    queue = w.histogram("queue_time")
     past_first = queue is not None and bool(queue.buckets) and queue.count > queue.buckets[0][1]
-    return kv_wall(w.delta_total("preemptions"), finished, w.samples, past_first, w.kind)
+    return kv_wall(w.delta_total("preemptions"), _finished_in(w), w.samples, past_first, w.kind)
+
+
+def _finished_in(w: ScrapeWindow) -> float | None:
+    """The requests finished in the window: the e2e histogram's count, else the success counter."""
+    e2e = w.histogram("e2e")
+    return e2e.count if e2e is not None else w.delta_total("finished")
 
 
 def _prefix_hit_share(w: ScrapeWindow) -> float | None:
@@ -244,8 +249,7 @@ def request_tokens(w: ScrapeWindow) -> Inferred | None:
     requests finished), less the prompt share found in the prefix cache, whose blocks are shared."""
     prompts = w.histogram("request_prompt_tokens")
     outputs = w.histogram("request_generation_tokens")
-    e2e = w.histogram("e2e")
-    finished = e2e.count if e2e is not None else 0.0
+    finished = _finished_in(w)
     prompt, output = w.delta_total("prompt_tokens"), w.delta_total("generation_tokens")
     said = "the prompt and generation token counters"
     if prompts is not None and outputs is not None and prompts.count > 0:
@@ -259,8 +263,7 @@ def request_tokens(w: ScrapeWindow) -> Inferred | None:
     return Inferred(per_request,
                     f"{per_request:,.0f} tokens a request: {prompt / finished:,.0f} of prompt and "
                     f"{output / finished:,.0f} of output over the {finished:,.0f} requests "
-                    f"finished "
-                    f"in the window ({said}){less}")
+                    f"finished in the window ({said}){less}")
 
 
 # --- the rest of the snapshot -----------------------------------------------------------------
