@@ -13,7 +13,7 @@ import math
 from collections import deque
 
 from stagelens.diagnosis.config import DiagnosisConfig, Threshold
-from stagelens.diagnosis.explain import consequence_advice, explain
+from stagelens.diagnosis.explain import KV_WALL_SIGNALS, consequence_advice, explain
 from stagelens.diagnosis.model import Diagnosis, Evidence, StageDiagnosis, severity
 from stagelens.diagnosis.signals import (
     NOT_APPLICABLE,
@@ -79,6 +79,8 @@ def judged(signal: Signal, threshold: Threshold, value) -> tuple[str, object]:
 
 
 # the bound that decides each state
+# the KV signals that say requests could not get memory (kv_cache_tail_share is charged by reasons)
+KV_PRESSURE_SIGNALS = KV_WALL_SIGNALS | {"preemption_with_free_memory"}
 _BOUND_SHOWN = {"ok": "at_most", "warn": "at_least", "firing": "at_least"}
 
 
@@ -333,10 +335,11 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
     by_reason = frame.window.scheduler.wait_seconds_by_reason or {}
     reasons = {k: v for k, v in by_reason.items() if stage_of(k) is not None and v > 0}
     if not reasons:
-        # An engine read from outside does not say why its queue waited: with KV memory in trouble,
-        # the chain's order (memory feeds queueing) is the best account there is, and is said to be
-        # one.
-        if by_reason.get(QUEUED, 0.0) > 0 and by_name[KV_CACHE].state in ("warn", "firing"):
+        # An engine read from outside does not say why its queue waited: with KV memory pressed
+        # (full, or preempting), the chain's order (memory feeds queueing) is the best account there
+        # is, and is said to be one. Fragmentation alone holds no request back: vLLM and SGLang
+        # admit a waiting request whenever a free block takes it.
+        if by_reason.get(QUEUED, 0.0) > 0 and _kv_pressed(by_name[KV_CACHE]):
             scheduler.consequence_of = KV_CACHE
             scheduler.explanation += ("; taken as the KV cache's consequence by the chain's order "
                                       "(the engine does not say why requests waited)")
@@ -345,6 +348,12 @@ def _mark_consequences(stages: list[StageDiagnosis], frame: Frame | None) -> Non
     assert cause is not None   # reasons keeps those of a stage
     if cause != SCHEDULER and by_name[cause].state in ("warn", "firing"):
         scheduler.consequence_of = cause
+
+
+def _kv_pressed(kv: StageDiagnosis) -> bool:
+    """Whether the KV stage's trouble is the kind that holds requests in the queue: the cache full
+    while they waited, or running requests preempted for its want of room."""
+    return any(e.signal in KV_PRESSURE_SIGNALS and e.state in ("warn", "firing") for e in kv.evidence)
 
 
 def blamed_stage(tail: Tail | None, config: DiagnosisConfig) -> str | None:

@@ -221,3 +221,18 @@ def test_a_malformed_config_names_the_file_and_what_is_wrong(tmp_path, text, wor
 def test_a_bad_threshold_flag_is_refused():
     with pytest.raises(UserError, match="SIGNAL=WARN:FIRING"):
         load_config(None, ["kv_fragmentation_ratio=lots"])
+
+
+@pytest.mark.parametrize("kv, root", [
+    ({"fragmentation_ratio": 0.25}, "scheduler"),          # KV warns, but nothing held a request back
+    ({"full_while_waiting_share": 0.3}, "kv_cache"),       # the cache had no room while they waited
+])
+def test_an_outside_queue_is_the_kv_caches_only_where_the_cache_was_pressed(kv, root):
+    """An outside engine does not say why its queue waited. The chain's order charges the queue to the KV cache
+    where the cache was full or preempting; fragmentation alone holds nothing back (vLLM admits a request whenever
+    a free block takes it): a real vLLM with 3,072-token prompts chunked 32 a step read fragmentation 0.2 from its
+    long partial prefills and its head-of-line blocking was called the KV cache's consequence (before)."""
+    waits = {"decided_wait_p99_s": 0.4, "head_of_line_share": 0.99, "wait_seconds_by_reason": {"queued": 2.7}}
+    d = diagnose(series([{"kv": kv, "scheduler": waits, "source": "vllm"}] * 4))
+    assert d.stage("kv_cache").state == "warn" and d.stage("scheduler").state == "firing"
+    assert d.root_stage == root
