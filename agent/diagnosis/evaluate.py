@@ -79,7 +79,7 @@ def judged(signal: Signal, threshold: Threshold, value) -> tuple[str, object]:
 
 
 # the bound that decides each state
-# the KV signals that say requests could not get memory (kv_cache_tail_share is charged by reasons)
+# the KV signals that say requests could not get memory
 KV_PRESSURE_SIGNALS = KV_WALL_SIGNALS | {"preemption_with_free_memory"}
 _BOUND_SHOWN = {"ok": "at_most", "warn": "at_least", "firing": "at_least"}
 
