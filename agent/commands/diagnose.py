@@ -171,8 +171,10 @@ def engine_frames(frames: list, engine_source) -> list:
         return frames
     failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
     answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
+    # the last answer refused says what was refused; the pauses after it say only that they follow it
+    causes = [e for e in failed if not e.startswith("ReadPaused: ")] or failed
     # the reason without the exception's type
-    kind, _, reason = (failed[-1] if failed else "").partition(": ")
+    kind, _, reason = (causes[-1] if causes else "").partition(": ")
     refused_kinds = _answered_kinds()
     # it answered, with none of the engine's metrics
     if not answered and kind == "EngineMismatchError":
