@@ -200,13 +200,13 @@ def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config:
     return out
 
 
-def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], first: Frame | None,
+def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], first_frame: Frame | None,
                    episodes: list[Episode]) -> list[int]:
     """The episodes the tail's requests arrived in or waited through (monotonic times made
     wall-clock by the first frame's clocks)."""
-    if tail is None or first is None or not episodes:
+    if tail is None or first_frame is None or not episodes:
         return []
-    to_unix = first.time_unix - first.time_monotonic
+    to_unix = first_frame.time_unix - first_frame.time_monotonic
     members = [(t.arrival, first) for t in timelines
                if (first := t.first_token) is not None and first - t.arrival >= tail.threshold_s]
     hit = set()
