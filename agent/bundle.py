@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from stagelens.errors import UserError
@@ -136,22 +137,48 @@ def read_bundle(path: str) -> Bundle:
     """Every whole record of the bundle. A last line cut short is what a crash leaves: it is left
     out, said in `torn_tail` (`read_bundle_warned` prints it); any other line that cannot be read
     is a UserError."""
-    if os.path.isdir(path):
-        raise UserError(f"{path}: is a directory, not a bundle")
+    bundle, frames = stream_bundle(path)
+    bundle.frames.extend(frames)
+    return bundle
+
+
+def stream_bundle(path: str) -> tuple[Bundle, Iterator[Frame]]:
+    """The bundle's header read now, and its frames as they are read: a replay holds the frames it
+    still needs, not the file. The Bundle fills with the other records (timelines, settings, steps)
+    and `torn_tail` as the frames go by, and is whole once they are all read; its `frames` stay
+    empty. Errors as `read_bundle`'s."""
+    f = _open(path)
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the bundle: {exc.strerror}") from None
-    with f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_BUNDLE_BYTES:
-            raise UserError(_too_large(path, f"a bundle of {size / 2**20:,.0f} MiB"))
         lines = _lines(f, path)
-        number, line, whole = next(lines, (1, b"", True))
+        number, line, _ = next(lines, (1, b"", True))
         header = _parse(path, number, line)
         if header.get("format") != BUNDLE_FORMAT:
             raise UserError(f"{path}:1: not a stagelens bundle (expected format {BUNDLE_FORMAT!r})")
-        bundle = Bundle(path, str(header.get("source", "")))
+    except BaseException:
+        f.close()
+        raise
+    bundle = Bundle(path, str(header.get("source", "")))
+    return bundle, _frames(bundle, f, lines)
+
+
+def _open(path: str):
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a directory, not a bundle")
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the bundle: {exc.strerror}") from None
+    size = os.fstat(f.fileno()).st_size
+    if size > MAX_BUNDLE_BYTES:
+        f.close()
+        raise UserError(_too_large(path, f"a bundle of {size / 2**20:,.0f} MiB"))
+    return f
+
+
+def _frames(bundle: Bundle, f, lines) -> Iterator[Frame]:
+    """Each frame of the rest of the file, the other records added to `bundle`."""
+    path, count = bundle.path, 0
+    with f:
         for number, line, whole in lines:
             if not line.strip():
                 continue
@@ -160,10 +187,13 @@ def read_bundle(path: str) -> Bundle:
             except UserError:
                 if whole:
                     raise
-                bundle.torn_tail = _torn(path, number, line, len(bundle.frames))
-                break
-            _add(bundle, path, number, record)
-    return bundle
+                bundle.torn_tail = _torn(path, number, line, count)
+                return
+            if record.get("kind") == "frame":
+                count += 1
+                yield _frame(path, number, record)
+            else:
+                _add(bundle, path, number, record)
 
 
 def _lines(f, path: str):
@@ -188,14 +218,17 @@ def _lines(f, path: str):
         yield number, line, whole
 
 
+def _frame(path: str, number: int, record: dict) -> Frame:
+    try:
+        return Frame.from_dict(record.get("frame"))
+    except (FrameError, TypeError) as exc:
+        raise UserError(f"{path}:{number}: bad frame: {exc}") from None
+
+
 def _add(bundle: Bundle, path: str, number: int, record: dict) -> None:
+    """A record other than a frame."""
     kind = record.get("kind")
-    if kind == "frame":
-        try:
-            bundle.frames.append(Frame.from_dict(record.get("frame")))
-        except (FrameError, TypeError) as exc:
-            raise UserError(f"{path}:{number}: bad frame: {exc}") from None
-    elif kind == "timeline":
+    if kind == "timeline":
         problem = timeline_problem(record.get("timeline"))
         if problem:
             raise UserError(f"{path}:{number}: bad timeline: {problem}")

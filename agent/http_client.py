@@ -85,6 +85,15 @@ class AnswerTooLarge(Exception):
     """An answer past the size its caller allows."""
 
 
+class AnswerUnfinished(TimeoutError):
+    """The deadline came while the answer's body was still coming (`read` bytes of it): the
+    server answered, with a body it did not end in time (a drip, or bytes forever)."""
+
+    def __init__(self, read: int) -> None:
+        super().__init__(read)
+        self.read = read
+
+
 # what `request` raises (TimeoutError: OSError)
 EXCHANGE_ERRORS = (AnswerTooLarge, OSError, http.client.HTTPException)
 
@@ -94,6 +103,9 @@ def exchange_reason(exc: Exception, timeout_s: float, max_bytes: int, os_error: 
     a socket error's own reason is put ("could not connect: {}")."""
     if isinstance(exc, AnswerTooLarge):
         return f"the answer is larger than {max_bytes} bytes"
+    if isinstance(exc, AnswerUnfinished):
+        return (f"no complete answer within {timeout_s:g} s: its body was still coming after "
+                f"{exc.read:,} bytes")
     if isinstance(exc, TimeoutError):
         return f"no complete answer within {timeout_s:g} s"
     if isinstance(exc, http.client.HTTPException):   # before OSError: RemoteDisconnected is both
@@ -170,17 +182,26 @@ def request(method: str, parts: urllib.parse.SplitResult, target: str, headers: 
         length = response.getheader("Content-Length", "")
         if length.isdigit() and int(length) > max_bytes:
             raise AnswerTooLarge
-        answer = bytearray()
-        while chunk := response.read1(_CHUNK):
-            answer += chunk
-            if len(answer) > max_bytes:
-                raise AnswerTooLarge
         # not bytes(answer): a copy doubled the cap's cost
-        return response.status, response.reason, answer
+        return response.status, response.reason, _body(response, max_bytes)
     finally:
         if response is not None:
             response.close()
         conn.close()
+
+
+def _body(response: http.client.HTTPResponse, max_bytes: int) -> bytearray:
+    """The answer's body, at most `max_bytes` (AnswerTooLarge past them), by the deadline its reader
+    keeps (AnswerUnfinished at it, with the bytes read)."""
+    answer = bytearray()
+    try:
+        while chunk := response.read1(_CHUNK):
+            answer += chunk
+            if len(answer) > max_bytes:
+                raise AnswerTooLarge
+    except TimeoutError:
+        raise AnswerUnfinished(len(answer)) from None
+    return answer
 
 
 def basic_auth(parts: urllib.parse.SplitResult) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import NoReturn
 
 import click
@@ -59,21 +60,14 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
             _refuse_unknown(served, as_json,
                             f"{target.url}: {why[:300]} (the server's verdict is 'unknown')")
         return _print(served, as_json)
-    timelines: list = []
     if isinstance(target, Replay):
-        from stagelens.bundle import read_bundle_warned
-        from stagelens.engine_hooks.records.timeline import RequestTimeline
-
-        bundle = read_bundle_warned(target.path)
-        if not bundle.frames:
-            raise UserError(f"{target.path}: the bundle holds no frames")
-        frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
+        run, bundle, digest = _judge_bundle(target.path, config)
     else:
         from stagelens.node_sampling import sample_for
 
         frames = engine_frames(sample_for((ctx.obj or {}).get("nvml_snapshot"), duration,
                                           engine_source=engine_source), engine_source)
-    run = judge_run(frames, timelines, config)
+        run = judge_run(frames, [], config)
     result = run.diagnosis
     if result.unavailable or result.verdict == "unknown":
         hint = ("" if isinstance(target, Replay) or engine_source
@@ -84,8 +78,30 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
         from stagelens.whatif.fix_effect import predicted_effect
         from stagelens.whatif.workload import observed_in
 
-        effect = predicted_effect(lambda: observed_in(bundle), result)
+        effect = predicted_effect(lambda: observed_in(bundle, digest), result)
     return _print(result, as_json, run if isinstance(target, Replay) else None, effect)
+
+
+def _judge_bundle(path: str, config):
+    """(the run judged, the bundle's records but its frames, its frames' digest for the fix's
+    prediction): the frames streamed through the judgment as they are read, so that a replay
+    holds its diagnosis window, not the file (a 400 MB bundle once peaked at 1 GB)."""
+    from stagelens.bundle import stream_bundle
+    from stagelens.diagnosis.whole_run import RunJudge
+    from stagelens.engine_hooks.records.timeline import RequestTimeline
+    from stagelens.whatif.workload import FrameDigest
+
+    bundle, frames = stream_bundle(path)
+    judge, digest = RunJudge(config), FrameDigest()
+    for frame in frames:
+        judge.add(frame)
+        digest.add(frame)
+    if bundle.torn_tail:
+        print(f"stagelens: warning: {bundle.torn_tail}", file=sys.stderr)
+    if not judge.frames:
+        raise UserError(f"{path}: the bundle holds no frames")
+    run = judge.finish([RequestTimeline.from_dict(t) for t in bundle.timelines])
+    return run, bundle, digest
 
 
 def _refuse_unknown(result: Diagnosis, as_json: bool, why: str) -> NoReturn:
@@ -155,8 +171,10 @@ def engine_frames(frames: list, engine_source) -> list:
         return frames
     failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
     answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
+    # the last answer refused says what was refused; the pauses after it say only that they follow it
+    causes = [e for e in failed if not e.startswith("ReadPaused: ")] or failed
     # the reason without the exception's type
-    kind, _, reason = (failed[-1] if failed else "").partition(": ")
+    kind, _, reason = (causes[-1] if causes else "").partition(": ")
     refused_kinds = _answered_kinds()
     # it answered, with none of the engine's metrics
     if not answered and kind == "EngineMismatchError":

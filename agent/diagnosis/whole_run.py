@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from stagelens.diagnosis.config import DiagnosisConfig
@@ -66,50 +67,98 @@ class RunDiagnosis:
                 "tail_episodes": self.tail_episodes, "at_end": self.at_end.to_dict()}
 
 
-def judge_run(frames: list[Frame], timelines: list[RequestTimeline],
-              config: DiagnosisConfig | None = None,) -> RunDiagnosis:
-    config = config or DiagnosisConfig()
-    live = LiveDiagnosis(config)
-    seen: list[Diagnosis] = []
+def judge_run(frames: Iterable[Frame], timelines: list[RequestTimeline],
+              config: DiagnosisConfig | None = None) -> RunDiagnosis:
+    judge = RunJudge(config)
     for frame in frames:
-        live.add(frame)
-        seen.append(live.result())
-    at_end = seen[-1] if seen else live.result()
-    episodes = find_episodes(seen, config.window_s)
-    tail = Tail.from_figures("ttft", tail_figures(timelines, "ttft", TAIL_QUANTILE))
-    in_tail = _tail_episodes(tail, timelines, frames, episodes)
-    blamed = blamed_stage(tail, config)
-    if blamed is None or tail is None:   # no tail blames no stage
-        return RunDiagnosis(at_end, at_end, "end", tail, episodes, in_tail)
-    base_index = _peak_index(seen, episodes, blamed)
-    verdict = _blame(seen[base_index] if base_index is not None else at_end,
-                     frames[base_index] if base_index is not None else (frames[-1] if frames else None),
-                     blamed, tail, config)
-    return RunDiagnosis(verdict, at_end, "tail", tail, episodes, in_tail)
+        judge.add(frame)
+    return judge.finish(timelines)
 
 
-def find_episodes(diagnoses: list[Diagnosis], window_s: float = 0.0) -> list[Episode]:
-    out: list[Episode] = []
-    current: dict[str, Episode] = {}
+class RunJudge:
+    """A run judged a frame at a time (`judge_run`), so that a replay streams its bundle: it keeps
+    the diagnosis window, each stage's episodes, the first and last frame and, per stage, the frame
+    and diagnosis at the peak of its worst episode (where the tail may base the verdict) — never
+    every frame."""
+
+    def __init__(self, config: DiagnosisConfig | None = None) -> None:
+        self.config = config or DiagnosisConfig()
+        self.live = LiveDiagnosis(self.config)
+        self.episodes = Episodes(self.config.window_s)
+        self.frames = 0
+        self.first: Frame | None = None
+        self.last: tuple[Diagnosis, Frame] | None = None
+        # stage -> (peak key, the diagnosis and frame there) of its worst episode so far
+        self.peaks: dict[str, tuple[tuple, Diagnosis, Frame]] = {}
+
+    def add(self, frame: Frame) -> None:
+        self.live.add(frame)
+        diagnosis = self.live.result()
+        self.frames += 1
+        self.first = self.first or frame
+        self.last = (diagnosis, frame)
+        for ep in self.episodes.add(diagnosis):
+            best = self.peaks.get(ep.stage)
+            # the first episode to reach a peak keeps it, as max() over them would
+            if best is None or ep.peak_key > best[0]:
+                self.peaks[ep.stage] = (ep.peak_key, diagnosis, frame)
+
+    def finish(self, timelines: list[RequestTimeline]) -> RunDiagnosis:
+        at_end = self.last[0] if self.last else self.live.result()
+        episodes = self.episodes.closed()
+        tail = Tail.from_figures("ttft", tail_figures(timelines, "ttft", TAIL_QUANTILE))
+        in_tail = _tail_episodes(tail, timelines, self.first, episodes)
+        blamed = blamed_stage(tail, self.config)
+        if blamed is None or tail is None:   # no tail blames no stage
+            return RunDiagnosis(at_end, at_end, "end", tail, episodes, in_tail)
+        peak = self.peaks.get(blamed)
+        base, frame = (peak[1], peak[2]) if peak else (at_end, self.last[1] if self.last else None)
+        verdict = _blame(base, frame, blamed, tail, self.config)
+        return RunDiagnosis(verdict, at_end, "tail", tail, episodes, in_tail)
+
+
+def find_episodes(diagnoses: Iterable[Diagnosis], window_s: float = 0.0) -> list[Episode]:
+    found = Episodes(window_s)
     for d in diagnoses:
+        found.add(d)
+    return found.closed()
+
+
+class Episodes:
+    """Each stage's episodes, a diagnosis at a time."""
+
+    def __init__(self, window_s: float = 0.0) -> None:
+        self.window_s = window_s
+        self.found: list[Episode] = []
+        self.current: dict[str, Episode] = {}
+
+    def add(self, d: Diagnosis) -> list[Episode]:
+        """Take the next diagnosis; returns the episodes whose peak is at it."""
         t = d.time_unix or 0.0
+        peaked = []
         for s in d.stages:
-            ep = current.get(s.stage)
+            ep = self.current.get(s.stage)
             if s.state in ("warn", "firing"):
                 peak = _worst_evidence(s)
                 key = (severity(s.state), _pressure(peak))
                 if ep is None:
-                    ep = current[s.stage] = Episode(s.stage, s.state, t, t, t, peak,
-                                                    window_s=window_s, peak_key=key)
-                    out.append(ep)
+                    ep = self.current[s.stage] = Episode(s.stage, s.state, t, t, t, peak,
+                                                         window_s=self.window_s, peak_key=key)
+                    self.found.append(ep)
+                    peaked.append(ep)
                 ep.end_unix = t
                 if key > ep.peak_key:
                     ep.state, ep.peak_unix, ep.peak, ep.peak_key = s.state, t, peak, key
+                    peaked.append(ep)
             elif ep is not None:
-                del current[s.stage]
-    for ep in current.values():
-        ep.open = True
-    return out
+                del self.current[s.stage]
+        return peaked
+
+    def closed(self) -> list[Episode]:
+        """Every episode, those still on marked open (at the end of the run)."""
+        for ep in self.current.values():
+            ep.open = True
+        return self.found
 
 
 def _worst_evidence(stage: StageDiagnosis) -> Evidence | None:
@@ -125,15 +174,6 @@ def _pressure(e: Evidence | None) -> float:
     if signal is not None and signal.direction == "below":
         return e.warn / e.value if e.value > 0 else float("inf")
     return e.value / e.warn if e.warn > 0 else (float("inf") if e.value > 0 else 0.0)
-
-
-def _peak_index(seen: list[Diagnosis], episodes: list[Episode], stage: str) -> int | None:
-    """The sample at the peak of the stage's worst episode, or None if it never left ok."""
-    mine = [e for e in episodes if e.stage == stage]
-    if not mine:
-        return None
-    worst = max(mine, key=lambda e: e.peak_key)
-    return next(i for i, d in enumerate(seen) if d.time_unix == worst.peak_unix)
 
 
 def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config: DiagnosisConfig) -> Diagnosis:
@@ -160,13 +200,13 @@ def _blame(base: Diagnosis, frame: Frame | None, stage: str, tail: Tail, config:
     return out
 
 
-def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], frames: list[Frame],
+def _tail_episodes(tail: Tail | None, timelines: list[RequestTimeline], first_frame: Frame | None,
                    episodes: list[Episode]) -> list[int]:
     """The episodes the tail's requests arrived in or waited through (monotonic times made
-    wall-clock)."""
-    if tail is None or not frames or not episodes:
+    wall-clock by the first frame's clocks)."""
+    if tail is None or first_frame is None or not episodes:
         return []
-    to_unix = frames[0].time_unix - frames[0].time_monotonic
+    to_unix = first_frame.time_unix - first_frame.time_monotonic
     members = [(t.arrival, first) for t in timelines
                if (first := t.first_token) is not None and first - t.arrival >= tail.threshold_s]
     hit = set()

@@ -57,13 +57,28 @@ def today_settings(observed: Observed, today: dict | None = None) -> Settings:
     """The settings recorded with the bundle; for an engine read from outside, its defaults with
     what its snapshot published and `today` (`--today FLAG=VALUE`: what the operator knows of its
     flags) on top."""
+    today = today or {}
     if observed.engine_config:
-        return Settings.recorded(observed.engine_config).changed(today or {})
+        return _with_today(Settings.recorded(observed.engine_config), today)
     if not _spans(observed):
         raise UserError(f"{observed.source}: the bundle holds neither the engine's steps nor its "
                         f"requests' prefill intervals (recorded by an older stagelens?): record it "
                         f"again with `stagelens lab --record` or `stagelens record`")
-    return Settings.assumed(*observed.engine_info(), longest=observed.longest_request).changed(today or {})
+    assumed = Settings.assumed(*observed.engine_info(), longest=observed.longest_request,
+                               told=today.get("max_model_len"))
+    return _with_today(assumed, today)
+
+
+def _with_today(settings: Settings, today: dict) -> Settings:
+    """`settings` with `--today`'s flags, refused in words that name `--today`: the flag the engine
+    names (`--kv-cache-memory` too small for a max_model_len) is not one the user gave."""
+    try:
+        return settings.changed(today)
+    except UserError as exc:
+        if not today:
+            raise
+        given = ",".join(f"{k}={v}" for k, v in as_set_flags(today).items())
+        raise UserError(f"--today {given}: {exc}") from None
 
 
 def _spans(observed: Observed) -> list[RequestTimeline]:

@@ -66,12 +66,13 @@ class Settings:
         return cls(**{f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name in cfg and f.name in _RECORDED})
 
     @classmethod
-    def assumed(cls, info, num_blocks: int | None, longest: int | None = None) -> Settings:
+    def assumed(cls, info, num_blocks: int | None, longest: int | None = None,
+                told: int | None = None) -> Settings:
         """For an engine whose settings were not recorded (read from outside): the bundled
         engine's defaults, with what its snapshot says (`EngineInfo`: block size, batch and
-        budget where published; the KV blocks). Its longest request, unless published: `longest`
-        (the longest recorded, prompt and output), as far as its KV cache and a step's budget
-        (without chunked prefill) hold one."""
+        budget where published; the KV blocks). Its longest request: `told` (`--today
+        max-model-len=N`), else as published, else `longest` (the longest recorded, prompt and
+        output) as far as its KV cache and a step's budget (without chunked prefill) hold one."""
         base = EngineConfig(device="cpu", dtype="float32")
         values = {f.name: getattr(base, f.name) for f in dataclasses.fields(cls) if hasattr(base, f.name)}
         values["kv_bytes_per_token"] = base.kv_bytes_per_token()
@@ -83,12 +84,15 @@ class Settings:
                 values[key] = value
         if num_blocks:
             values["kv_cache_memory"] = num_blocks * values["block_size"] * values["kv_bytes_per_token"]
-        if longest and getattr(info, "max_model_len", None) is None:
+        if told is not None:
+            values["max_model_len"] = told
+        elif longest and getattr(info, "max_model_len", None) is None:
             room = [longest, MAX_TOKENS] + ([num_blocks * values["block_size"]] if num_blocks else [])
             if not values["enable_chunked_prefill"] and isinstance(values["max_num_batched_tokens"], int):
                 room.append(values["max_num_batched_tokens"])
             values["max_model_len"] = max(2, min(room))
-        # its KV cache unknown: at least the one request of max_model_len any engine holds
+        # its KV cache unknown: at least the one request of max_model_len any engine holds (the
+        # one told too: it holds what its operator says it takes)
         if not num_blocks:
             blocks = -(-values["max_model_len"] // values["block_size"])
             values["kv_cache_memory"] = max(values["kv_cache_memory"],

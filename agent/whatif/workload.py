@@ -119,20 +119,60 @@ def observed_from_window(source: str, window: dict, frames: list) -> Observed:
                      window.get("steps") or [], window.get("loads") or [], frames)
 
 
-def observed_in(bundle) -> Observed:
-    """What replay needs of a bundle already read (agent.bundle.Bundle)."""
+class FrameDigest:
+    """What replay reads of the frames, taken a frame at a time (a bundle streamed: see
+    agent/bundle.py `stream_bundle`): the KV blocks in use over the run, the last frame that holds
+    the engine (its settings and KV blocks, `Observed.engine_info`) and the last that names the
+    node's GPUs (the prior's, agent/whatif/wider.py)."""
+
+    def __init__(self) -> None:
+        self.used_sum, self.used_count = 0.0, 0
+        self.last_engine = self.last_node = None
+
+    def add(self, frame) -> None:
+        usage = frame.engine.usage if frame.engine is not None else None
+        if usage is not None and usage.num_blocks and usage.used_blocks is not None:
+            self.used_sum += usage.used_blocks / usage.num_blocks
+            self.used_count += 1
+        if frame.engine is not None:
+            self.last_engine = frame
+        if frame.gpus():
+            self.last_node = frame
+
+    @property
+    def frames(self) -> list:
+        """The frames kept: what Observed reads of a bundle's frames besides the KV mean."""
+        kept = [f for f in (self.last_node, self.last_engine) if f is not None]
+        return list({id(f): f for f in kept}.values())
+
+    @property
+    def kv_used_ratio_mean(self) -> float | None:
+        return self.used_sum / self.used_count if self.used_count else None
+
+
+def observed_in(bundle, digest: FrameDigest | None = None) -> Observed:
+    """What replay needs of a bundle already read (agent.bundle.Bundle); of a bundle streamed, its
+    frames' `digest` (the bundle holds none)."""
+    frames = bundle.frames if digest is None else digest.frames
+    digest = digest or _digest(frames)
     return _observed(bundle.path, read_timelines(bundle.timelines), bundle.engine_config,
-                     bundle.steps, bundle.loads, bundle.frames)
+                     bundle.steps, bundle.loads, frames, digest)
+
+
+def _digest(frames: list) -> FrameDigest:
+    digest = FrameDigest()
+    for frame in frames:
+        digest.add(frame)
+    return digest
 
 
 def _observed(source: str, timelines: list[RequestTimeline], engine_config: dict | None,
-              steps: list[dict], loads: list[dict], frames: list) -> Observed:
+              steps: list[dict], loads: list[dict], frames: list,
+              digest: FrameDigest | None = None) -> Observed:
     _check_bounds(source, timelines)
-    used = [f.engine.usage.used_blocks / f.engine.usage.num_blocks for f in frames
-            if f.engine is not None and f.engine.usage is not None and f.engine.usage.num_blocks
-            and f.engine.usage.used_blocks is not None]
+    digest = digest or _digest(frames)
     return Observed(source, from_timelines(source, timelines), engine_config, steps, loads,
-                    sum(used) / len(used) if used else None, frames, timelines)
+                    digest.kv_used_ratio_mean, frames, timelines)
 
 
 def _check_bounds(source: str, timelines: list[RequestTimeline]) -> None:

@@ -93,3 +93,18 @@ def drip_headers(server: ScriptedServer, conn: socket.socket) -> None:
     server.read_head(conn)
     conn.sendall(b"HTTP/1.1 200 OK\r\n")
     drip(server, conn, b"X-Slow: " + b"a" * 200 + b"\r\n")
+
+
+def endless_chunked(chunk: bytes = b"# endless\n", every_s: float = 0.0, per_write: int = 1000):
+    """A script: headers at once, then a chunked body that never ends, `per_write` chunks of `chunk` a write
+    every `every_s` (0: as fast as the reader takes them), until the reader leaves or the server closes."""
+    frame = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+
+    def script(server: ScriptedServer, conn: socket.socket) -> None:
+        server.read_head(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while not server.closed.is_set():
+            conn.sendall(frame * per_write)
+            if every_s:
+                time.sleep(every_s)
+    return script

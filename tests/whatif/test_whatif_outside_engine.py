@@ -111,3 +111,69 @@ def test_an_outside_engine_whose_kv_cache_is_not_known_holds_its_longest_request
     assert settings.max_model_len == 50_884 and settings.num_blocks * settings.block_size >= 50_884
     published = Settings.assumed(None, 1024, longest=50_884)     # 1,024 blocks of 16: the longest it could hold
     assert published.max_model_len == 16_384 and published.changed({}).num_blocks == 1024
+
+
+def test_todays_max_model_len_is_taken_past_the_kv_cache_assumed_when_none_is_published():
+    """No KV blocks published: the cache assumed grew to hold the longest request recorded, not the max_model_len
+    `--today` gives, and `--today max-model-len=32768` was refused in words about --kv-cache-memory, a flag the user
+    never gave (issue 49 item 1)."""
+    observed = _spans_only([*_requests("m"), LONG])
+    settings = today_settings(observed, parse_set(["max-model-len=32768"], "--today"))
+    assert settings.max_model_len == 32768 and settings.num_blocks * settings.block_size >= 32768
+    prediction = predict(settings, fit_steps(synthetic_steps(200, noise=0.0)), observed.requests)
+    assert prediction.figures["requests_cut_at_max_model_len"] == prediction.figures["requests_never_run"] == 0
+
+
+def test_todays_max_model_len_past_a_published_kv_cache_is_refused_naming_today():
+    published = dataclasses.replace(_spans_only([*_requests("m"), LONG]), frames=[_vllm_frame(num_blocks=1024)])
+    with pytest.raises(UserError, match=r"^--today max-model-len=32768: --kv-cache-memory: .* hold 16384 tokens"):
+        today_settings(published, parse_set(["max-model-len=32768"], "--today"))
+
+
+def _vllm_frame(num_blocks: int | None = None):
+    """A frame of a vLLM read from outside: its block size and KV blocks, not its max_model_len."""
+    from tests.helpers.frame_builders import engine_snapshot, frame
+
+    snapshot = engine_snapshot(source="vllm", model="tiny-llama", max_model_len=None, max_num_batched_tokens=None,
+                               enable_chunked_prefill=None, policy=None, models=None, max_num_seqs=None)
+    snapshot["usage"] = None if num_blocks is None else {"num_blocks": num_blocks, "used_blocks": 10}
+    return frame(0.0, snapshot)
+
+
+def _long_prompts_bundle(path, count: int = 300) -> int:
+    """A bundle as `record --engine vllm` writes it: vLLM's frames, its spans' timelines, `count` requests of
+    3,000-token prompts; the output tokens served."""
+    import json
+
+    lines = [{"format": "stagelens-bundle/1", "created_unix": 0, "source": "record vllm http://e:8000"}]
+    served = 0
+    for i in range(count):
+        arrival, outputs = i * 0.2, 20 + i % 31
+        first = arrival + 0.3
+        served += outputs
+        timeline = RequestTimeline(f"r{i}", "tiny-llama", 3000, outputs, arrival, first + outputs * 0.02,
+                                   first_token=first, finish_reason="length",
+                                   chunks=[PrefillChunk(arrival + 0.01, first, 3000, 0)])
+        lines.append({"kind": "timeline", "timeline": timeline.to_dict()})
+    lines += [{"kind": "frame", "frame": _vllm_frame(num_blocks=4096).to_dict()}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return served
+
+
+@pytest.mark.parametrize("today, longest", [([], 3050), (["--today", "max-model-len=8192"], 8192)])
+def test_whatif_on_an_outside_recording_of_long_prompts_predicts_what_was_served(tmp_path, capsys, today, longest):
+    """The issue's recording: 300 requests of 3,000-token prompts from a vLLM (which publishes no max_model_len).
+    Under the bundled engine's 2,048 tokens none would run: 0 output tokens predicted against those served, TPOT
+    none. The limit is the longest request served, or --today's."""
+    import json
+
+    from stagelens.cli import run
+
+    path = tmp_path / "vllm.jsonl"
+    served = _long_prompts_bundle(path)
+    assert run(["whatif", "--replay", str(path), "--json", *today]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    predicted = doc["today"]["predicted"]
+    assert doc["today"]["settings"]["max_model_len"] == longest
+    assert predicted["output_tokens"] == served and predicted["tpot_p50_s"] is not None
+    assert predicted["requests_never_run"] == predicted["requests_cut_at_max_model_len"] == 0

@@ -57,7 +57,14 @@ from stagelens.engine_hooks.records.vllm_names import (
     total_name,
 )
 from stagelens.errors import CollectError, UserError
-from stagelens.http_client import EXCHANGE_ERRORS, AnswerTooLarge, exchange_reason, redact_url, request
+from stagelens.http_client import (
+    EXCHANGE_ERRORS,
+    AnswerTooLarge,
+    AnswerUnfinished,
+    exchange_reason,
+    redact_url,
+    request,
+)
 from stagelens.printable import printable
 from stagelens.sources.inference.figures import Gauges, Inferred, charge_queued, kv_full
 from stagelens.sources.inference.step_stall import StepWatch, growing_wait, stalled_wait
@@ -114,7 +121,8 @@ class EngineScrapeError(CollectError):
 
 
 class EngineAnswerRefused(EngineScrapeError):
-    """The engine answered, with what is not read: an HTTP error, or more than MAX_BODY_BYTES."""
+    """The engine answered, with what is not read: an HTTP error, more than MAX_BODY_BYTES, or a body
+    still coming at the scrape's deadline."""
 
 
 # with agent.sources.scrape.heavy_answers.ReadPaused: it answered
@@ -361,7 +369,9 @@ class VllmSource:
         try:
             status, reason, body = request("GET", self._parts, target, {"Accept": "text/plain"},
                                            time.monotonic() + self.timeout_s, MAX_BODY_BYTES)
-        except AnswerTooLarge as exc:
+        # an answer that never ends costs the deadline's reading every time, as a body past the cap
+        # costs its bytes: both pause the reads
+        except (AnswerTooLarge, AnswerUnfinished) as exc:
             why = _reason(exc, self.timeout_s)
             self.heavy.heavy(why)
             raise EngineAnswerRefused(f"{self.metrics_url}: {why}") from None
