@@ -50,8 +50,11 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
                         "settings (give them to `stagelens serve`; `tui --connect` accepts them on "
                         "top)")
     live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
-    engine_source = open_engine_source(engine_kind, outside)
+    live_only(target, ["--engine-url"] if outside.engine_urls else [], "an engine is read live")
     config = diagnosis_config(config_path, thresholds)
+    if len(outside.engine_urls) > 1:
+        return _diagnose_engines(ctx, engine_kind, outside, duration, config, as_json)
+    engine_source = open_engine_source(engine_kind, outside)
     if isinstance(target, Connect):
         served = fetch_diagnosis(target.url, unknown_too=True)
         if served.verdict == "unknown":
@@ -86,6 +89,21 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
 
         effect = predicted_effect(lambda: observed_in(bundle), result)
     return _print(result, as_json, run if isinstance(target, Replay) else None, effect)
+
+
+def _diagnose_engines(ctx: click.Context, kind: str, outside: OutsideFlags, duration: float,
+                      config, as_json: bool) -> int:
+    """Several engines named: each judged on its own, the node's verdict the worst judged; exit 3
+    with a one-line reason only when none could be."""
+    from stagelens.commands.diagnose_engines import diagnose_engines, named_engines, render_node
+
+    engines = named_engines(kind, outside)
+    node = diagnose_engines(engines, (ctx.obj or {}).get("nvml_snapshot"), duration, config)
+    click.echo(json.dumps(node.to_dict(), indent=2) if as_json else render_node(node))
+    if node.worst is None:
+        raise CollectError(f"none of the {len(engines)} engines could be judged: "
+                           + "; ".join(f"{e.name}: {e.error}" for e in node.engines)[:400])
+    return node.exit_code
 
 
 def _refuse_unknown(result: Diagnosis, as_json: bool, why: str) -> NoReturn:

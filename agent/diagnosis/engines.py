@@ -31,7 +31,7 @@ class EngineDiagnosis:
         return "unknown" if self.diagnosis is None else self.diagnosis.verdict
 
     def to_dict(self) -> dict:
-        judged = {} if self.diagnosis is None else self.diagnosis.to_dict()
+        judged = {"stages": []} if self.diagnosis is None else self.diagnosis.to_dict()
         out = {"name": self.name, "kind": self.kind, "url": self.url, "gpus": self.gpus,
                **judged, "verdict": self.verdict, "root_stage": judged.get("root_stage")}
         if self.error:

@@ -1,0 +1,144 @@
+"""`stagelens diagnose` with `--engine-url` given more than once: every engine sampled on a thread
+of its own for the same duration, each judged on its own window, the node's verdict the worst
+(agent/diagnosis/engines.py).
+
+One engine never delays or changes another's reading: each has its own source, scrape deadline,
+window and diagnosis, and one that does not answer is said with its reason while the others are
+judged.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from stagelens.commands.flags import OUTSIDE_ENGINES, OutsideFlags, check_http_url, engine_spec
+from stagelens.diagnosis.engines import EngineDiagnosis, NodeDiagnosis
+from stagelens.errors import CollectError, UserError
+from stagelens.http_client import redact_url
+
+MAX_ENGINES = 64   # what one agent judges at once: each is a thread and a scrape a tick
+# the receivers that listen for one engine's traces and events: per engine, not per node
+ONE_ENGINE_ONLY = ("otlp_receiver", "otlp_receiver_grpc", "otlp_forward", "kv_events")
+
+
+@dataclass(frozen=True)
+class NamedEngine:
+    name: str
+    kind: str
+    url: str
+
+
+def named_engines(kind: str, outside: OutsideFlags) -> list[NamedEngine]:
+    """The engines `--engine-url` names, each with a name unique on the node (as given, else
+    KIND-PORT, else KIND-HOST-PORT); UserError for a URL given twice, a name given twice, too
+    many engines, or a receiver flag, which listens for one engine only."""
+    given = [f"--{f.replace('_', '-')}" for f in ONE_ENGINE_ONLY if getattr(outside, f)]
+    if given:
+        raise UserError(f"{', '.join(given)}: one engine's receivers, given with several "
+                        f"--engine-url (diagnose them one at a time to read their traces)")
+    if len(outside.engine_urls) > MAX_ENGINES:
+        raise UserError(f"--engine-url {len(outside.engine_urls)} times: at most {MAX_ENGINES} "
+                        f"engines at once")
+    specs = []
+    for text in outside.engine_urls:
+        name, engine_kind, url = engine_spec(text, kind)
+        if engine_kind not in OUTSIDE_ENGINES:
+            raise UserError(f"--engine-url {redact_url(url)}: its kind is not known: give --engine "
+                            f"{' or '.join(OUTSIDE_ENGINES)}, or KIND=URL")
+        check_http_url("--engine-url", url)
+        specs.append((name, engine_kind, url.rstrip("/")))
+    _refuse_twice([_where(url) for _, _, url in specs], "two engines on one URL")
+    engines = [NamedEngine(name or _default_name(kind, url, specs), kind, url)
+               for name, kind, url in specs]
+    _refuse_twice([e.name for e in engines], "two engines with one name")
+    return engines
+
+
+def _where(url: str) -> str:
+    parts = urlsplit(url)
+    host = {"localhost": "127.0.0.1", "::1": "127.0.0.1"}.get(parts.hostname or "", parts.hostname)
+    return f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}{parts.path}"
+
+
+def _default_name(kind: str, url: str, specs: list) -> str:
+    parts = urlsplit(url)
+    port = str(parts.port or "")
+    same_port = [u for _, _, u in specs if str(urlsplit(u).port or "") == port]
+    host = (parts.hostname or "").replace(":", "-")
+    return f"{kind}-{port}" if len(same_port) == 1 and port else f"{kind}-{host}-{port}".rstrip("-")
+
+
+def _refuse_twice(values: list[str], what: str) -> None:
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise UserError(f"--engine-url: {what}: {', '.join(twice)}")
+
+
+def diagnose_engines(engines: list[NamedEngine], nvml_snapshot: str | None, duration: float,
+                     config) -> NodeDiagnosis:
+    """Each engine sampled with this node for `duration` on a thread of its own, then judged."""
+    results: list[EngineDiagnosis | None] = [None] * len(engines)
+
+    def watch(i: int, engine: NamedEngine) -> None:
+        results[i] = _diagnosed(engine, nvml_snapshot, duration, config)
+
+    threads = [threading.Thread(target=watch, args=(i, e), name=f"engine-{e.name}", daemon=True)
+               for i, e in enumerate(engines)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done = [r or EngineDiagnosis(e.name, e.kind, redact_url(e.url), None, "its reading stopped")
+            for r, e in zip(results, engines, strict=True)]
+    notes = [f"{len(done) - len([d for d in done if d.diagnosis])} of {len(done)} engines not "
+             f"judged"] if any(d.diagnosis is None for d in done) else []
+    return NodeDiagnosis(done, notes)
+
+
+def _diagnosed(engine: NamedEngine, nvml_snapshot: str | None, duration: float,
+               config) -> EngineDiagnosis:
+    """One engine's diagnosis, or its reason for none: what stops its reading stays with it."""
+    from stagelens.commands.diagnose import engine_frames
+    from stagelens.diagnosis.whole_run import judge_run
+    from stagelens.node_sampling import sample_for
+    from stagelens.sources.scrape.engine_source import SCRAPE_TIMEOUT_S, VllmSource
+    from stagelens.sources.scrape.gauge_poll import POLL_S
+
+    shown = redact_url(engine.url)
+    found = "named on the command line"
+    try:
+        source = VllmSource(engine.url, timeout_s=SCRAPE_TIMEOUT_S, kind=engine.kind, poll_s=POLL_S)
+        frames = engine_frames(sample_for(nvml_snapshot, duration, engine_source=source), source)
+        diagnosis = judge_run(frames, [], config).diagnosis
+    except (CollectError, UserError) as exc:
+        return EngineDiagnosis(engine.name, engine.kind, shown, None, str(exc), found=found)
+    except Exception as exc:   # noqa: BLE001 - one engine's failure is its own, said, never the node's
+        return EngineDiagnosis(engine.name, engine.kind, shown, None,
+                               f"internal error reading it: {type(exc).__name__}: {exc}"[:300],
+                               found=found)
+    error = diagnosis.unavailable if diagnosis.verdict == "unknown" else None
+    return EngineDiagnosis(engine.name, engine.kind, shown, diagnosis, error, found=found)
+
+
+def render_node(node: NodeDiagnosis) -> str:
+    """The node's verdict and the engine it comes from, then each engine's diagnosis."""
+    from stagelens.diagnosis_text import render_diagnosis
+    from stagelens.printable import printable, printable_lines
+
+    worst = node.worst
+    head = f"node: {node.verdict}"
+    if worst is not None and node.verdict != "ok":
+        head += f", worst engine {worst.name}" + (f" (root stage: {worst.diagnosis.root_stage})"
+                                                   if worst.diagnosis and worst.diagnosis.root_stage
+                                                   else "")
+    lines = [head, *(f"note: {n}" for n in node.notes)]
+    for e in node.engines:
+        lines.append(f"\n== {e.name} ({e.kind}, {e.url}): {e.verdict}")
+        if e.diagnosis is None:
+            lines.append(printable(f"not judged: {e.error}"))
+        else:
+            # an engine's text is the engine's: printable only
+            lines.append(printable_lines(render_diagnosis(e.diagnosis)))
+    return "\n".join(lines)
