@@ -18,6 +18,7 @@ from stagelens.discovery.pod_resources import DEFAULT_SOCKET, list_pod_resources
 from stagelens.discovery.processes import Candidate, Scan, scan_processes
 
 Identity = tuple[str, str, tuple[str, ...] | None]
+LOOPBACK = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
 MAX_NOTES = 200       # notes said once are remembered; a node's churn past this starts over
 
 
@@ -64,11 +65,15 @@ class Discovery:
         return self.report
 
     def agent_url(self, url: str) -> str | None:
-        """The line refusing `url` when a stagelens agent (this one or another) listens there."""
-        pid = self.agent_urls.get(url.rstrip("/"))
-        if pid is None:
-            return None
-        return f"{url} is the stagelens agent itself (process {pid}), not an engine"
+        """The line refusing `url` when a stagelens agent (this one or another) listens there: the
+        same port on the same host, or on loopback or any address for a loopback URL."""
+        url = url.rstrip("/")
+        host, port = _host_port(url)
+        for agent, pid in self.agent_urls.items():
+            agent_host, agent_port = _host_port(agent)
+            if port == agent_port and (host == agent_host or {host, agent_host} <= LOOPBACK):
+                return f"{url} is the stagelens agent itself (process {pid}), not an engine"
+        return None
 
     def _refuse_the_agent(self, scan: Scan, notes: list[str]) -> list[Candidate]:
         kept = []
@@ -170,3 +175,10 @@ def _join_pod(engine: DiscoveredEngine, candidate: Candidate, pods: list[PodDevi
     matches = [p for p in pods if p.name == candidate.hostname]
     if len(matches) == 1:
         engine.pod, engine.pod_devices = matches[0].pod, matches[0].devices
+
+
+def _host_port(url: str) -> tuple[str, int | None]:
+    """HOST and PORT of http://HOST:PORT[/...] (brackets off an IPv6 host; None for no port)."""
+    where = url.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = where.rpartition(":")
+    return host.strip("[]").lower(), int(port) if port.isdigit() else None
