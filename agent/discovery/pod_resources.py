@@ -24,7 +24,7 @@ MAX_PODS = 1024
 # (message, [(field, number, type, label, message type)]): the podresources v1 messages we read
 _STRING, _INT64, _MESSAGE = 9, 3, 11
 _OPTIONAL, _REPEATED = 1, 3
-_MESSAGES = [
+_MESSAGES: list[tuple[str, list[tuple[str, int, int, int, str | None]]]] = [
     ("ListPodResourcesRequest", []),
     ("ListPodResourcesResponse", [("pod_resources", 1, _MESSAGE, _REPEATED, "PodResources")]),
     ("PodResources", [("name", 1, _STRING, _OPTIONAL, None), ("namespace", 2, _STRING, _OPTIONAL, None),

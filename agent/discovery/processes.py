@@ -105,7 +105,7 @@ def _under_same_kind(seen: _Seen, table: dict[int, _Seen]) -> bool:
 
 def _tree(pid: int, children: dict[int, list[int]]) -> list[int]:
     """`pid` and its descendants, the top first."""
-    found, queue = [], [pid]
+    found, queue = list[int](), [pid]
     while queue and len(found) < 1024:
         top = queue.pop(0)
         found.append(top)
@@ -116,7 +116,7 @@ def _tree(pid: int, children: dict[int, list[int]]) -> list[int]:
 def _listening(pids: list[int], notes: list[str]) -> list[tuple[int, str, int]]:
     """(pid, address, port) of each LISTEN socket of `pids`, in their order; a note for a process
     whose sockets cannot be read."""
-    found = []
+    found: list[tuple[int, str, int]] = []
     for pid in pids:
         try:
             conns = psutil.Process(pid).net_connections(kind="inet")
@@ -131,7 +131,7 @@ def _listening(pids: list[int], notes: list[str]) -> list[tuple[int, str, int]]:
 
 def _resolve(seen: _Seen, tree: list[int]) -> Candidate:
     assert seen.recognised is not None
-    rec, notes = seen.recognised, []
+    rec, notes = seen.recognised, list[str]()
     sockets = _listening(tree, notes)
     address, port, how = _choose_port(rec, sockets, seen.pid, notes)
     host = "127.0.0.1" if address in ANY_ADDRESS else address
