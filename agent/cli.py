@@ -29,7 +29,8 @@ def _register() -> None:
     from stagelens.commands import bench, diagnose, fleet, lab, probe, record, runbook, serve, topo, tui, whatif
 
     for command in (lab.lab, diagnose.diagnose, serve.serve, tui.tui, record.record, runbook.runbook, topo.topo,
-                    probe.probe, bench.bench, fleet.fleet, whatif.whatif, engines.engines):
+                    probe.probe, bench.bench, fleet.fleet, whatif.whatif,
+                    engines.engines):
         cli.add_command(command)
 
 

@@ -19,7 +19,8 @@ COLUMNS = ("name", "kind", "url", "pid", "gpus", "how")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"engines": [...], "pods": [...], "notes": [...], "left_out": N}.')
 @click.option("--pod-resources-socket", metavar="PATH", default=DEFAULT_SOCKET, show_default=True,
-              help="The kubelet's pod-resources socket (the GPUs each pod holds); absent off Kubernetes.")
+              help="The kubelet's pod-resources socket (the GPUs each pod holds); absent off "
+              "Kubernetes.")
 def engines(as_json: bool, pod_resources_socket: str) -> int:
     """List the vLLM and SGLang servers on this node: their URL, process, GPUs, and how each was
     found (its LISTEN socket or its --port)."""
@@ -32,7 +33,8 @@ def render_text(report: DiscoveryReport) -> str:
     """The engines as a table, then the pods holding devices, then the notes."""
     lines = []
     if report.engines:
-        rows = [[e.name, e.kind, e.url, str(e.pid or "-"), _gpus(e.gpus), e.how] for e in report.engines]
+        rows = [[e.name, e.kind, e.url, str(e.pid or "-"), _gpus(e.gpus), e.how]
+                for e in report.engines]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS[:-1])]
         for row in [list(COLUMNS), *rows]:
             cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]

@@ -8,7 +8,8 @@ url, pid, gpus, how it was found), `pods`, `notes`, `left_out`."""
 from stagelens.discovery.model import MAX_ENGINES, DiscoveredEngine, DiscoveryReport, PodDevices
 from stagelens.discovery.tracker import Discovery
 
-__all__ = ["MAX_ENGINES", "DiscoveredEngine", "Discovery", "DiscoveryReport", "PodDevices", "discover"]
+__all__ = ["MAX_ENGINES", "DiscoveredEngine", "Discovery", "DiscoveryReport", "PodDevices",
+           "discover"]
 
 
 def discover(pod_resources_socket: str | None = None) -> DiscoveryReport:

@@ -16,7 +16,8 @@ class DiscoveredEngine:
 
     `name` stays the same across refreshes (the served model's name, else KIND-PORT at first sight);
     `gpus` is the process's CUDA_VISIBLE_DEVICES as a list, None when unset or not readable (a note
-    says which); `how` says how it was found, one line; `pod` is NAMESPACE/NAME when a pod holds it."""
+    says which); `how` says how it was found, one line; `pod` is NAMESPACE/NAME when a pod holds
+    it."""
 
     name: str
     kind: str
@@ -98,7 +99,8 @@ class DiscoveryReport:
         return next((e for e in self.engines if e.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"engines": [e.to_dict() for e in self.engines], "pods": [p.to_dict() for p in self.pods],
+        return {"engines": [e.to_dict() for e in self.engines],
+                "pods": [p.to_dict() for p in self.pods],
                 "notes": list(self.notes), "left_out": self.left_out, "scanned": self.scanned}
 
     @classmethod
@@ -112,7 +114,8 @@ class DiscoveryReport:
         for key, value in (("left_out", left_out), ("scanned", scanned)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"discovery.{key}: {value!r} is not a count")
-        return cls([DiscoveredEngine.from_dict(e) for e in engines], [PodDevices.from_dict(p) for p in pods],
+        return cls([DiscoveredEngine.from_dict(e) for e in engines],
+                   [PodDevices.from_dict(p) for p in pods],
                    _texts(data, "notes") or [], left_out, scanned)
 
 

@@ -27,7 +27,8 @@ _OPTIONAL, _REPEATED = 1, 3
 _MESSAGES: list[tuple[str, list[tuple[str, int, int, int, str | None]]]] = [
     ("ListPodResourcesRequest", []),
     ("ListPodResourcesResponse", [("pod_resources", 1, _MESSAGE, _REPEATED, "PodResources")]),
-    ("PodResources", [("name", 1, _STRING, _OPTIONAL, None), ("namespace", 2, _STRING, _OPTIONAL, None),
+    ("PodResources", [("name", 1, _STRING, _OPTIONAL, None),
+                      ("namespace", 2, _STRING, _OPTIONAL, None),
                       ("containers", 3, _MESSAGE, _REPEATED, "ContainerResources")]),
     ("ContainerResources", [("name", 1, _STRING, _OPTIONAL, None),
                             ("devices", 2, _MESSAGE, _REPEATED, "ContainerDevices"),
@@ -62,11 +63,12 @@ def message_classes() -> dict[str, Any]:
             for name, _ in _MESSAGES}
 
 
-def list_pod_resources(socket_path: str = DEFAULT_SOCKET, timeout_s: float = TIMEOUT_S) -> PodResourcesAnswer:
+def list_pod_resources(socket_path: str = DEFAULT_SOCKET,
+                       timeout_s: float = TIMEOUT_S) -> PodResourcesAnswer:
     """The pods on this node with the devices each holds, or the line saying why not."""
     if not os.path.exists(socket_path):
-        return PodResourcesAnswer(error=f"no kubelet pod-resources socket at {socket_path} "
-                                        "(not on Kubernetes, or the socket is not mounted): pods not read")
+        return PodResourcesAnswer(error=f"no kubelet pod-resources socket at {socket_path} (not on "
+                                        "Kubernetes, or the socket is not mounted): pods not read")
     try:
         import grpc
     except ImportError:
@@ -80,8 +82,9 @@ def list_pod_resources(socket_path: str = DEFAULT_SOCKET, timeout_s: float = TIM
         try:
             raw = call(classes["ListPodResourcesRequest"](), timeout=timeout_s)
         except grpc.RpcError as exc:
-            return PodResourcesAnswer(error=f"the kubelet pod-resources socket {socket_path} did not answer "
-                                            f"List: {_status(exc)}: pods not read")
+            why = f"did not answer List: {_status(exc)}"
+            said = f"the kubelet pod-resources socket {socket_path} {why}: pods not read"
+            return PodResourcesAnswer(error=said)
     return parse_response(raw, response_type, socket_path)
 
 
@@ -93,8 +96,9 @@ def parse_response(raw: bytes, response_type: Any, socket_path: str) -> PodResou
     try:
         response.ParseFromString(raw)
     except (DecodeError, RuntimeError, ValueError) as exc:
-        return PodResourcesAnswer(error=f"the kubelet pod-resources socket {socket_path} answered what is not "
-                                        f"a ListPodResourcesResponse ({len(raw)} bytes: {exc}): pods not read")
+        why = f"answered what is not a ListPodResourcesResponse ({len(raw)} bytes: {exc})"
+        return PodResourcesAnswer(error=f"the kubelet pod-resources socket {socket_path} {why}: "
+                                        "pods not read")
     answer = PodResourcesAnswer()
     for pod in list(response.pod_resources)[:MAX_PODS]:
         devices: dict[str, list[str]] = {}

@@ -14,14 +14,15 @@ from stagelens.discovery.cmdline import DEFAULT_PORT, Recognised, recognise, sum
 from stagelens.printable import printable
 
 # sockets and environments are read for this many engine processes at most (the rest is left out
-# before any of that work: a node with thousands of look-alikes costs one pass over the process table)
+# before any of that work: a node with thousands of look-alikes costs one pass over the process
+# table)
 MAX_RESOLVED = 256
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 @dataclass
 class Candidate:
-    """One engine process (the top of its process tree) with where it serves and how that was read."""
+    """One engine process (the top of its process tree), where it serves and how that was read."""
 
     pid: int
     kind: str
@@ -42,7 +43,7 @@ class Scan:
     agent_urls: dict[str, int] = field(default_factory=dict)    # a stagelens agent's URL -> its pid
     scanned: int = 0
     left_out: int = 0          # engine processes past MAX_RESOLVED
-    unreadable: int = 0        # processes whose command line could not be read (hidepid, another user)
+    unreadable: int = 0        # processes whose command line could not be read (hidepid)
 
 
 @dataclass
@@ -79,7 +80,8 @@ def scan_processes(processes: Iterable[psutil.Process] | None = None) -> Scan:
 
 
 def _read(proc: psutil.Process) -> _Seen | None:
-    """The process's pid, parent and command line; None for one gone or a zombie (nothing to say)."""
+    """The process's pid, parent and command line; None for one gone or a zombie (nothing to
+    say)."""
     try:
         with proc.oneshot():
             argv = proc.cmdline()
@@ -87,7 +89,7 @@ def _read(proc: psutil.Process) -> _Seen | None:
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
     except psutil.AccessDenied:
-        # its command line is not ours to read (hidepid): it cannot be recognised, nor said to be an engine
+        # its command line is not ours to read (hidepid): it cannot be recognised as an engine
         return _Seen(proc.pid, 0, [], 0.0, None, denied=True)
 
 
@@ -125,7 +127,8 @@ def _listening(pids: list[int], notes: list[str]) -> list[tuple[int, str, int]]:
             continue
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
-        found += sorted((pid, c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN)
+        found += sorted((pid, c.laddr.ip, c.laddr.port) for c in conns
+                        if c.status == psutil.CONN_LISTEN)
     return found
 
 
@@ -169,7 +172,8 @@ def _environment(pid: int, notes: list[str]) -> tuple[list[str] | None, str | No
     try:
         env = psutil.Process(pid).environ()
     except psutil.AccessDenied:
-        notes.append(f"process {pid}: environment not readable (permission denied): its GPUs unknown")
+        notes.append(f"process {pid}: environment not readable (permission denied): "
+                     "its GPUs unknown")
         return None, None
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None, None

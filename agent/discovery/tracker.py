@@ -52,7 +52,8 @@ class Discovery:
         for engine, candidate in engines:
             _join_pod(engine, candidate, pods)
         if left_out:
-            notes.append(f"{left_out} more engine processes left out: at most {self.max_engines} are listed")
+            notes.append(f"{left_out} more engine processes left out: "
+                         f"at most {self.max_engines} are listed")
         if scan.unreadable:
             notes.append(f"{scan.unreadable} processes' command lines not readable: not looked at")
         if pod_note:
@@ -60,8 +61,8 @@ class Discovery:
         # what a process or a URL is (unreadable, shared) is said at its first refresh, not at each
         once = [n for n in [n for e, _ in engines for n in e.notes] + merged if self._first_time(n)]
         listed = sorted((e for e, _ in engines), key=lambda e: (e.port, e.url, e.name))
-        self.report = DiscoveryReport(listed, [p for p in pods if p.devices], once + notes, left_out,
-                                      scan.scanned)
+        holding = [p for p in pods if p.devices]
+        self.report = DiscoveryReport(listed, holding, once + notes, left_out, scan.scanned)
         return self.report
 
     def agent_url(self, url: str) -> str | None:
@@ -91,7 +92,8 @@ class Discovery:
         answer = list_pod_resources(self.pod_resources_socket)
         return answer.pods, answer.error
 
-    def _follow(self, candidates: list[Candidate], notes: list[str]) -> list[tuple[DiscoveredEngine, Candidate]]:
+    def _follow(self, candidates: list[Candidate],
+                notes: list[str]) -> list[tuple[DiscoveredEngine, Candidate]]:
         """Each candidate as the entry it was last time (updated) or a new one; the entries not seen
         again are gone, said so with what took their URL."""
         keys = _identities(candidates)
@@ -103,8 +105,10 @@ class Discovery:
         for key, old in self._known.items():
             if key not in found:
                 taker = next((e for e, _ in found.values() if e.url == old.url), None)
-                after = f"; a {taker.kind} engine ({taker.name}) now serves {old.url}" if taker else ""
-                notes.append(f"{old.name} ({old.kind} at {old.url}, process {old.pid}) is gone{after}")
+                after = f"; a {taker.kind} engine ({taker.name}) now serves {old.url}" \
+                    if taker else ""
+                notes.append(f"{old.name} ({old.kind} at {old.url}, process {old.pid}) "
+                             f"is gone{after}")
         self._known = {key: engine for key, (engine, _) in found.items()}
         return list(found.values())
 
@@ -114,9 +118,10 @@ class Discovery:
         old = self._known.get(key)
         taken = {e.name for e, _ in found.values()}
         name = old.name if old else _new_name(candidate, taken)
-        engine = DiscoveredEngine(name=name, kind=candidate.kind, url=candidate.url, pid=candidate.pid,
-                                  command=" ".join(candidate.argv)[:400], model=rec.served_name or rec.model,
-                                  gpus=candidate.gpus, how=candidate.how, notes=list(candidate.notes))
+        engine = DiscoveredEngine(
+            name=name, kind=candidate.kind, url=candidate.url, pid=candidate.pid,
+            command=" ".join(candidate.argv)[:400], model=rec.served_name or rec.model,
+            gpus=candidate.gpus, how=candidate.how, notes=list(candidate.notes))
         if old and old.pid != engine.pid:
             notes.append(f"{name} restarted: process {old.pid} -> {engine.pid}")
         if old and old.url != engine.url:
@@ -162,7 +167,8 @@ def _merge_urls(candidates: list[Candidate], notes: list[str]) -> list[Candidate
         kept.append(group[0])
         if len(group) > 1:
             others = ", ".join(f"process {c.pid} ({c.kind})" for c in group[1:])
-            notes.append(f"{len(group)} engines on one URL {url}: process {group[0].pid} ({group[0].kind}) "
+            notes.append(f"{len(group)} engines on one URL {url}: "
+                         f"process {group[0].pid} ({group[0].kind}) "
                          f"listed, {others} merged into it")
     kept.sort(key=lambda c: (c.create_time, c.pid))
     return kept
