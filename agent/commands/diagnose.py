@@ -35,11 +35,14 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
               default="none", show_default=True,
               help="Without --replay or --connect: also read this engine at --engine-url.")
 @engine_url_option
+@click.option("--discover", is_flag=True,
+              help="Without --replay or --connect: also judge every vLLM and SGLang server found "
+              "on this node (`stagelens engines`), each on its own, with the GPUs it holds.")
 @diagnosis_options
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.pass_context
 def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, engine_kind: str,
-             outside: OutsideFlags, config_path, thresholds, as_json: bool) -> int:
+             outside: OutsideFlags, discover: bool, config_path, thresholds, as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from stagelens.diagnosis.evaluate import NOTHING_OBSERVED
     from stagelens.diagnosis.whole_run import judge_run
@@ -50,10 +53,11 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
                         "settings (give them to `stagelens serve`; `tui --connect` accepts them on "
                         "top)")
     live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
-    live_only(target, ["--engine-url"] if outside.engine_urls else [], "an engine is read live")
+    live_only(target, [f for f, given in (("--engine-url", outside.engine_urls), ("--discover", discover))
+                       if given], "an engine is read live")
     config = diagnosis_config(config_path, thresholds)
-    if len(outside.engine_urls) > 1:
-        return _diagnose_engines(ctx, engine_kind, outside, duration, config, as_json)
+    if len(outside.engine_urls) > 1 or discover:
+        return _diagnose_engines(ctx, engine_kind, outside, discover, duration, config, as_json)
     engine_source = open_engine_source(engine_kind, outside)
     if isinstance(target, Connect):
         served = fetch_diagnosis(target.url, unknown_too=True)
@@ -91,14 +95,23 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     return _print(result, as_json, run if isinstance(target, Replay) else None, effect)
 
 
-def _diagnose_engines(ctx: click.Context, kind: str, outside: OutsideFlags, duration: float,
-                      config, as_json: bool) -> int:
-    """Several engines named: each judged on its own, the node's verdict the worst judged; exit 3
-    with a one-line reason only when none could be."""
-    from stagelens.commands.diagnose_engines import diagnose_engines, named_engines, render_node
+def _diagnose_engines(ctx: click.Context, kind: str, outside: OutsideFlags, discover: bool,
+                      duration: float, config, as_json: bool) -> int:
+    """Several engines named, or found: each judged on its own, the node's verdict the worst
+    judged; exit 3 with a one-line reason only when none could be."""
+    from stagelens.commands.diagnose_engines import (
+        diagnose_engines,
+        discovered_engines,
+        named_engines,
+        render_node,
+    )
 
-    engines = named_engines(kind, outside)
-    node = diagnose_engines(engines, (ctx.obj or {}).get("nvml_snapshot"), duration, config)
+    engines, notes = named_engines(kind, outside), []
+    if discover:
+        engines, notes = discovered_engines(engines)
+    if not engines:
+        raise CollectError(f"nothing to diagnose: {'; '.join(notes)} (name one with --engine-url)")
+    node = diagnose_engines(engines, (ctx.obj or {}).get("nvml_snapshot"), duration, config, notes)
     click.echo(json.dumps(node.to_dict(), indent=2) if as_json else render_node(node))
     if node.worst is None:
         raise CollectError(f"none of the {len(engines)} engines could be judged: "

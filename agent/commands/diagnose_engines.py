@@ -9,6 +9,7 @@ judged.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -28,6 +29,38 @@ class NamedEngine:
     name: str
     kind: str
     url: str
+    gpus: tuple[str, ...] | None = None      # CUDA_VISIBLE_DEVICES where discovery read it
+    found: str = "named on the command line"
+
+
+def discovered_engines(named: list[NamedEngine]) -> tuple[list[NamedEngine], list[str]]:
+    """The engines `named`, each with the GPUs its process holds where one on this node serves
+    its URL, then those found on this node and not named (agent/discovery); and what discovery
+    said. UserError for a named URL that is a stagelens agent."""
+    from stagelens.discovery import Discovery
+
+    discovery = Discovery(pod_resources_socket=None)
+    report = discovery.refresh()
+    for engine in named:
+        refusal = discovery.agent_url(engine.url)
+        if refusal:
+            raise UserError(f"--engine-url: {refusal}")
+    by_url = {_where(e.url): e for e in report.engines}
+    out = []
+    for engine in named:
+        seen = by_url.pop(_where(engine.url), None)
+        gpus = tuple(seen.gpus) if seen is not None and seen.gpus is not None else None
+        out.append(dataclasses.replace(engine, gpus=gpus))
+    taken = {e.name for e in out}
+    for found in by_url.values():
+        name = found.name if found.name not in taken else f"{found.name}-{found.port}"
+        taken.add(name)
+        out.append(NamedEngine(name, found.kind, found.url,
+                               None if found.gpus is None else tuple(found.gpus), found.how))
+    notes = list(report.notes)
+    if not report.engines:
+        notes.append(f"discovery found no vLLM or SGLang server among {report.scanned} processes")
+    return out[:MAX_ENGINES], notes
 
 
 def named_engines(kind: str, outside: OutsideFlags) -> list[NamedEngine]:
@@ -77,7 +110,7 @@ def _refuse_twice(values: list[str], what: str) -> None:
 
 
 def diagnose_engines(engines: list[NamedEngine], nvml_snapshot: str | None, duration: float,
-                     config) -> NodeDiagnosis:
+                     config, notes: list[str] | None = None) -> NodeDiagnosis:
     """Each engine sampled with this node for `duration` on a thread of its own, then judged."""
     results: list[EngineDiagnosis | None] = [None] * len(engines)
 
@@ -90,11 +123,12 @@ def diagnose_engines(engines: list[NamedEngine], nvml_snapshot: str | None, dura
         t.start()
     for t in threads:
         t.join()
-    done = [r or EngineDiagnosis(e.name, e.kind, redact_url(e.url), None, "its reading stopped")
+    done = [r or EngineDiagnosis(e.name, e.kind, redact_url(e.url), None, "its reading stopped",
+                                 found=e.found)
             for r, e in zip(results, engines, strict=True)]
-    notes = [f"{len(done) - len([d for d in done if d.diagnosis])} of {len(done)} engines not "
-             f"judged"] if any(d.diagnosis is None for d in done) else []
-    return NodeDiagnosis(done, notes)
+    unjudged = sum(1 for d in done if d.diagnosis is None)
+    said = [f"{unjudged} of {len(done)} engines not judged"] if unjudged else []
+    return NodeDiagnosis(done, [*(notes or []), *said])
 
 
 def _diagnosed(engine: NamedEngine, nvml_snapshot: str | None, duration: float,
@@ -107,19 +141,19 @@ def _diagnosed(engine: NamedEngine, nvml_snapshot: str | None, duration: float,
     from stagelens.sources.scrape.gauge_poll import POLL_S
 
     shown = redact_url(engine.url)
-    found = "named on the command line"
+    found, gpus = engine.found, None if engine.gpus is None else list(engine.gpus)
     try:
         source = VllmSource(engine.url, timeout_s=SCRAPE_TIMEOUT_S, kind=engine.kind, poll_s=POLL_S)
         frames = engine_frames(sample_for(nvml_snapshot, duration, engine_source=source), source)
         diagnosis = judge_run(frames, [], config).diagnosis
     except (CollectError, UserError) as exc:
-        return EngineDiagnosis(engine.name, engine.kind, shown, None, str(exc), found=found)
+        return EngineDiagnosis(engine.name, engine.kind, shown, None, str(exc), gpus, found)
     except Exception as exc:   # noqa: BLE001 - one engine's failure is its own, said, never the node's
         return EngineDiagnosis(engine.name, engine.kind, shown, None,
                                f"internal error reading it: {type(exc).__name__}: {exc}"[:300],
-                               found=found)
+                               gpus, found)
     error = diagnosis.unavailable if diagnosis.verdict == "unknown" else None
-    return EngineDiagnosis(engine.name, engine.kind, shown, diagnosis, error, found=found)
+    return EngineDiagnosis(engine.name, engine.kind, shown, diagnosis, error, gpus, found)
 
 
 def render_node(node: NodeDiagnosis) -> str:

@@ -3,7 +3,8 @@
 `stagelens` console script) from a package tree written under a test's tmp_path, each listening on
 its --port (unless `--no-listen`) and sleeping until stopped. `--fork-listener` forks a child with the
 same command line listening on a port of its own (vLLM's forked engine core and workers);
-`--listen-in-child` has only that child listen on --port (an API server the parent starts)."""
+`--listen-in-child` has only that child listen on --port (an API server the parent starts).
+`--serve-metrics FILE` answers /metrics on --port with FILE's text (a published capture)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,28 @@ if "--no-listen" not in args and "--listen-in-child" not in args:
     kept.append(listen(host, port))
 for extra in value("--also-listen", "").split(",") if "--also-listen" in args else []:
     kept.append(listen("127.0.0.1", int(extra)))
+if "--serve-metrics" in args:
+    # answer /metrics with a capture's text, as the engine would (kept[-1] is the --port socket)
+    import http.server
+
+    body = open(value("--serve-metrics", ""), "rb").read()
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer((host, port), Metrics, bind_and_activate=False)
+    server.socket.close()
+    server.socket = kept[-1]
+    print("ready", flush=True)
+    server.serve_forever()
 print("ready", flush=True)
 time.sleep(3600)
 '''
