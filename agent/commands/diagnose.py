@@ -53,8 +53,8 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
                         "settings (give them to `stagelens serve`; `tui --connect` accepts them on "
                         "top)")
     live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
-    live_only(target, [f for f, given in (("--engine-url", outside.engine_urls), ("--discover", discover))
-                       if given], "an engine is read live")
+    engines_given = (("--engine-url", outside.engine_urls), ("--discover", discover))
+    live_only(target, [f for f, given in engines_given if given], "an engine is read live")
     config = diagnosis_config(config_path, thresholds)
     if len(outside.engine_urls) > 1 or discover:
         return _diagnose_engines(ctx, engine_kind, outside, discover, duration, config, as_json)
@@ -76,6 +76,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
             raise UserError(f"{target.path}: the bundle holds no frames")
         frames, timelines = bundle.frames, [RequestTimeline.from_dict(t) for t in bundle.timelines]
     else:
+        from stagelens.commands.engine_frames import engine_frames
         from stagelens.node_sampling import sample_for
 
         frames = engine_frames(sample_for((ctx.obj or {}).get("nvml_snapshot"), duration,
@@ -163,44 +164,3 @@ def fetch_diagnosis(url: str, unknown_too: bool = False) -> Diagnosis:
         why = result.unavailable or "nothing to diagnose yet"
         raise CollectError(f"{url}: {why[:300]} (the server's verdict is 'unknown')")
     return result
-
-
-def _answered_kinds() -> frozenset[str]:
-    """The collector errors of an engine that answered, with what is not read (a frame keeps the
-    error's type by name): an HTTP error, a gzip body, an HTML page, too many series, a parse
-    past its deadline, a pause after such an answer."""
-    from stagelens.sources.scrape.engine_source import ANSWER_REFUSED
-    from stagelens.sources.scrape.heavy_answers import ReadPaused
-    from stagelens.sources.scrape.prometheus_text import ExpositionTooCostly
-
-    return frozenset(c.__name__ for c in (*ANSWER_REFUSED, ExpositionTooCostly, ReadPaused))
-
-
-def engine_frames(frames: list, engine_source) -> list:
-    """The frames to judge: with an engine named on the command line, those in which it answered.
-    A busy engine past the scrape's deadline now and then leaves its window to the scrapes it
-    answered (a frame without it would read "no engine is observed"). An engine that never
-    answered is a failure to collect, said as such, and so is one that answered once: a window is
-    the change between two of its scrapes."""
-    if engine_source is None:
-        return frames
-    failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
-    answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
-    # the reason without the exception's type
-    kind, _, reason = (failed[-1] if failed else "").partition(": ")
-    refused_kinds = _answered_kinds()
-    # it answered, with none of the engine's metrics
-    if not answered and kind == "EngineMismatchError":
-        raise CollectError(f"the engine at {engine_source.url} is not read as --engine "
-                           f"{engine_source.kind}: {reason}")
-    # it answered, with what is not read: say what and why
-    if not answered and kind in refused_kinds:
-        raise CollectError(f"the engine at {engine_source.url} answered, but its answer was "
-                           f"refused: {reason or kind}")
-    if not answered:
-        raise CollectError(f"the engine at {engine_source.url} did not answer: {reason or kind}")
-    if len(answered) < 2:
-        raise CollectError(f"the engine at {engine_source.url} answered {len(answered)} of {len(frames)} scrapes: "
-                           f"a window needs two (its counters and histograms are read as their change); give "
-                           f"--duration longer" + (f" (the others: {reason or kind})" if failed else ""))
-    return answered

@@ -134,7 +134,7 @@ def diagnose_engines(engines: list[NamedEngine], nvml_snapshot: str | None, dura
 def _diagnosed(engine: NamedEngine, nvml_snapshot: str | None, duration: float,
                config) -> EngineDiagnosis:
     """One engine's diagnosis, or its reason for none: what stops its reading stays with it."""
-    from stagelens.commands.diagnose import engine_frames
+    from stagelens.commands.engine_frames import engine_frames
     from stagelens.diagnosis.whole_run import judge_run
     from stagelens.node_sampling import sample_for
     from stagelens.sources.scrape.engine_source import SCRAPE_TIMEOUT_S, VllmSource
@@ -148,7 +148,8 @@ def _diagnosed(engine: NamedEngine, nvml_snapshot: str | None, duration: float,
         diagnosis = judge_run(frames, [], config).diagnosis
     except (CollectError, UserError) as exc:
         return EngineDiagnosis(engine.name, engine.kind, shown, None, str(exc), gpus, found)
-    except Exception as exc:   # noqa: BLE001 - one engine's failure is its own, said, never the node's
+    # one engine's failure is its own, said, never the node's
+    except Exception as exc:   # noqa: BLE001
         return EngineDiagnosis(engine.name, engine.kind, shown, None,
                                f"internal error reading it: {type(exc).__name__}: {exc}"[:300],
                                gpus, found)

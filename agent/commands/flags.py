@@ -210,7 +210,8 @@ _ENGINE_URL_OPTIONS = (
 
 
 # the command's parameters the options above fill
-_OPTION_NAMES = ("engine_urls", *(f.name for f in fields(OutsideFlags) if not f.name.startswith("engine_url")))
+_OPTION_NAMES = ("engine_urls", *(f.name for f in fields(OutsideFlags)
+                                  if not f.name.startswith("engine_url")))
 
 
 def outside_flags(params: dict) -> OutsideFlags:

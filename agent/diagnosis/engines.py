@@ -73,7 +73,8 @@ class NodeDiagnosis:
                "engines": [e.to_dict() for e in self.engines]}
         if worst is None:
             out["stages"] = []
-            out["unavailable"] = "; ".join(f"{e.name}: {e.error or 'not judged'}" for e in self.engines)
+            out["unavailable"] = "; ".join(f"{e.name}: {e.error or 'not judged'}"
+                                           for e in self.engines)
         if self.notes:
             out["notes"] = list(self.notes)
         return out

@@ -309,7 +309,6 @@ def test_three_engines_at_once_each_judged_and_found(batch_capped, tiny_kv, mode
     finally:
         lab.stop()
     assert done.stdout, done.stderr[-2000:]
-    open("/tmp/three.json", "w").write(done.stdout)
     doc = json.loads(done.stdout)
     by_name = {e["name"]: e for e in doc["engines"]}
     capped, kv, bundled = by_name["capped"], by_name["tiny-kv"], by_name["bundled"]
