@@ -25,10 +25,12 @@ def cli(ctx: click.Context, nvml_snapshot: str | None) -> None:
 
 
 def _register() -> None:
+    import stagelens.commands.engines as engines
     from stagelens.commands import bench, diagnose, fleet, lab, probe, record, runbook, serve, topo, tui, whatif
 
     for command in (lab.lab, diagnose.diagnose, serve.serve, tui.tui, record.record, runbook.runbook, topo.topo,
-                    probe.probe, bench.bench, fleet.fleet, whatif.whatif):
+                    probe.probe, bench.bench, fleet.fleet, whatif.whatif,
+                    engines.engines):
         cli.add_command(command)
 
 

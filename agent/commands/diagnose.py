@@ -36,11 +36,14 @@ EXIT_STATUS = ("Exit status, as a monitoring check's: "
               default="none", show_default=True,
               help="Without --replay or --connect: also read this engine at --engine-url.")
 @engine_url_option
+@click.option("--discover", is_flag=True,
+              help="Without --replay or --connect: also judge every vLLM and SGLang server found "
+              "on this node (`stagelens engines`), each on its own, with the GPUs it holds.")
 @diagnosis_options
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnosis as JSON.")
 @click.pass_context
 def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, duration: float, engine_kind: str,
-             outside: OutsideFlags, config_path, thresholds, as_json: bool) -> int:
+             outside: OutsideFlags, discover: bool, config_path, thresholds, as_json: bool) -> int:
     """Say which stage is firing, with its evidence, recommendations and runbook."""
     from stagelens.diagnosis.evaluate import NOTHING_OBSERVED
     from stagelens.diagnosis.whole_run import judge_run
@@ -51,8 +54,12 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
                         "settings (give them to `stagelens serve`; `tui --connect` accepts them on "
                         "top)")
     live_only(target, ["--engine"] if engine_kind != "none" else [], "an engine is read live")
-    engine_source = open_engine_source(engine_kind, outside)
+    engines_given = (("--engine-url", outside.engine_urls), ("--discover", discover))
+    live_only(target, [f for f, given in engines_given if given], "an engine is read live")
     config = diagnosis_config(config_path, thresholds)
+    if len(outside.engine_urls) > 1 or discover:
+        return _diagnose_engines(ctx, engine_kind, outside, discover, duration, config, as_json)
+    engine_source = open_engine_source(engine_kind, outside)
     if isinstance(target, Connect):
         served = fetch_diagnosis(target.url, unknown_too=True)
         if served.verdict == "unknown":
@@ -63,6 +70,7 @@ def diagnose(ctx: click.Context, replay_path: str | None, url: str | None, durat
     if isinstance(target, Replay):
         run, bundle, digest = _judge_bundle(target.path, config)
     else:
+        from stagelens.commands.engine_frames import engine_frames
         from stagelens.node_sampling import sample_for
 
         frames = engine_frames(sample_for((ctx.obj or {}).get("nvml_snapshot"), duration,
@@ -102,6 +110,30 @@ def _judge_bundle(path: str, config):
         raise UserError(f"{path}: the bundle holds no frames")
     run = judge.finish([RequestTimeline.from_dict(t) for t in bundle.timelines])
     return run, bundle, digest
+
+
+def _diagnose_engines(ctx: click.Context, kind: str, outside: OutsideFlags, discover: bool,
+                      duration: float, config, as_json: bool) -> int:
+    """Several engines named, or found: each judged on its own, the node's verdict the worst
+    judged; exit 3 with a one-line reason only when none could be."""
+    from stagelens.commands.diagnose_engines import (
+        diagnose_engines,
+        discovered_engines,
+        named_engines,
+        render_node,
+    )
+
+    engines, notes = named_engines(kind, outside), []
+    if discover:
+        engines, notes = discovered_engines(engines)
+    if not engines:
+        raise CollectError(f"nothing to diagnose: {'; '.join(notes)} (name one with --engine-url)")
+    node = diagnose_engines(engines, (ctx.obj or {}).get("nvml_snapshot"), duration, config, notes)
+    click.echo(json.dumps(node.to_dict(), indent=2) if as_json else render_node(node))
+    if node.worst is None:
+        raise CollectError(f"none of the {len(engines)} engines could be judged: "
+                           + "; ".join(f"{e.name}: {e.error}" for e in node.engines)[:400])
+    return node.exit_code
 
 
 def _refuse_unknown(result: Diagnosis, as_json: bool, why: str) -> NoReturn:
@@ -148,46 +180,3 @@ def fetch_diagnosis(url: str, unknown_too: bool = False) -> Diagnosis:
         why = result.unavailable or "nothing to diagnose yet"
         raise CollectError(f"{url}: {why[:300]} (the server's verdict is 'unknown')")
     return result
-
-
-def _answered_kinds() -> frozenset[str]:
-    """The collector errors of an engine that answered, with what is not read (a frame keeps the
-    error's type by name): an HTTP error, a gzip body, an HTML page, too many series, a parse
-    past its deadline, a pause after such an answer."""
-    from stagelens.sources.scrape.engine_source import ANSWER_REFUSED
-    from stagelens.sources.scrape.heavy_answers import ReadPaused
-    from stagelens.sources.scrape.prometheus_text import ExpositionTooCostly
-
-    return frozenset(c.__name__ for c in (*ANSWER_REFUSED, ExpositionTooCostly, ReadPaused))
-
-
-def engine_frames(frames: list, engine_source) -> list:
-    """The frames to judge: with an engine named on the command line, those in which it answered.
-    A busy engine past the scrape's deadline now and then leaves its window to the scrapes it
-    answered (a frame without it would read "no engine is observed"). An engine that never
-    answered is a failure to collect, said as such, and so is one that answered once: a window is
-    the change between two of its scrapes."""
-    if engine_source is None:
-        return frames
-    failed = [c.error or "" for f in frames for c in f.failed_collectors() if c.name == "engine"]
-    answered = [f for f in frames if (c := f.collector("engine")) is not None and c.success]
-    # the last answer refused says what was refused; the pauses after it say only that they follow it
-    causes = [e for e in failed if not e.startswith("ReadPaused: ")] or failed
-    # the reason without the exception's type
-    kind, _, reason = (causes[-1] if causes else "").partition(": ")
-    refused_kinds = _answered_kinds()
-    # it answered, with none of the engine's metrics
-    if not answered and kind == "EngineMismatchError":
-        raise CollectError(f"the engine at {engine_source.url} is not read as --engine "
-                           f"{engine_source.kind}: {reason}")
-    # it answered, with what is not read: say what and why
-    if not answered and kind in refused_kinds:
-        raise CollectError(f"the engine at {engine_source.url} answered, but its answer was "
-                           f"refused: {reason or kind}")
-    if not answered:
-        raise CollectError(f"the engine at {engine_source.url} did not answer: {reason or kind}")
-    if len(answered) < 2:
-        raise CollectError(f"the engine at {engine_source.url} answered {len(answered)} of {len(frames)} scrapes: "
-                           f"a window needs two (its counters and histograms are read as their change); give "
-                           f"--duration longer" + (f" (the others: {reason or kind})" if failed else ""))
-    return answered

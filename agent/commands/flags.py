@@ -4,7 +4,9 @@ comes with it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
@@ -169,6 +171,8 @@ def _read_token_file(path: str) -> str:
 # (`--kv-events`).
 
 OUTSIDE_ENGINES = ("vllm", "sglang")
+# an engine's name: a Prometheus label value and a path segment as it is
+ENGINE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -179,11 +183,16 @@ class OutsideFlags:
     otlp_receiver_grpc: str | None = None
     otlp_forward: str | None = None
     kv_events: str | None = None
+    # every --engine-url given, as given (`diagnose` reads several; the first is `engine_url`)
+    engine_urls: tuple[str, ...] = ()
 
 
 _ENGINE_URL_OPTIONS = (
-    click.option("--engine-url", help="With --engine vllm or sglang: the engine's base URL (its "
-                 "/metrics is read each tick), e.g. http://127.0.0.1:8000."),
+    click.option("--engine-url", "engine_urls", multiple=True, metavar="[[NAME=]KIND=]URL",
+                 help="With --engine vllm or sglang: the engine's base URL (its /metrics is read "
+                 "each tick), e.g. http://127.0.0.1:8000; KIND=URL names its kind, NAME=KIND=URL "
+                 "its name too. `diagnose` takes it more than once: each engine judged on its "
+                 "own."),
     click.option("--otlp-receiver", metavar="HOST:PORT", help="With --engine-url: receive the "
                  "engine's OTLP traces over HTTP here (vLLM: --otlp-traces-endpoint "
                  "http://HOST:PORT/v1/traces with "
@@ -200,12 +209,26 @@ _ENGINE_URL_OPTIONS = (
 )
 
 
+# the command's parameters the options above fill
+_OPTION_NAMES = ("engine_urls", *(f.name for f in fields(OutsideFlags)
+                                  if not f.name.startswith("engine_url")))
+
+
+def outside_flags(params: dict) -> OutsideFlags:
+    """The OutsideFlags of a command's parsed parameters (click's, by the options' names)."""
+    urls = tuple(params["engine_urls"])
+    given = {name: params[name] for name in _OPTION_NAMES if name != "engine_urls"}
+    return OutsideFlags(urls[0] if urls else None, **given, engine_urls=urls)
+
+
 def engine_url_option(func):
     """The options of an engine read from outside, handed to the command as one `outside:
     OutsideFlags`."""
     @functools.wraps(func)
     def command(*args, **kwargs):
-        kwargs["outside"] = OutsideFlags(**{f.name: kwargs.pop(f.name) for f in fields(OutsideFlags)})
+        kwargs["outside"] = outside_flags(kwargs)
+        for name in _OPTION_NAMES:
+            del kwargs[name]
         return func(*args, **kwargs)
 
     for option in reversed(_ENGINE_URL_OPTIONS):
@@ -220,7 +243,13 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
     deadline of its own, fit for a busy engine
     (agent.sources.scrape.engine_source.SCRAPE_TIMEOUT_S), not the sampling interval: a frame
     waits for the engine's answer, at most that long."""
+    if len(outside.engine_urls) > 1:
+        raise UserError("--engine-url more than once: this command watches one engine (`stagelens "
+                        "diagnose` judges several)")
     o = outside
+    if o.engine_url:
+        _name, kind, url = engine_spec(o.engine_url, kind)
+        o = dataclasses.replace(o, engine_url=url)
     if kind not in OUTSIDE_ENGINES:
         for flag, value in (("--engine-url", o.engine_url), ("--otlp-receiver", o.otlp_receiver),
                             ("--otlp-receiver-grpc", o.otlp_receiver_grpc),
@@ -253,6 +282,30 @@ def open_engine_source(kind: str, outside: OutsideFlags = OutsideFlags()):
 
     return VllmSource(o.engine_url, timeout_s=SCRAPE_TIMEOUT_S, kind=kind, spans=spans,
                       kv_events=subscriber, poll_s=POLL_S)
+
+
+def engine_spec(text: str, kind: str) -> tuple[str | None, str, str]:
+    """(name or None, kind, URL) of an `--engine-url [[NAME=]KIND=]URL`; the kind is `kind`
+    (--engine's) where the flag names none. UserError for a kind no engine has or a name that
+    is not a label value."""
+    head, sep, rest = text.partition("://")
+    if not sep or "=" not in head:
+        return None, kind, text
+    *names, scheme = head.split("=")
+    url = f"{scheme}://{rest}"
+    if len(names) > 2:
+        raise UserError(f"--engine-url: expected [[NAME=]KIND=]URL, got {redact_url(text)!r}")
+    named_kind = names[-1]
+    if named_kind not in OUTSIDE_ENGINES:
+        raise UserError(f"--engine-url: {named_kind!r} is no engine kind "
+                        f"({', '.join(OUTSIDE_ENGINES)})")
+    if kind in OUTSIDE_ENGINES and kind != named_kind:
+        raise UserError(f"--engine-url {named_kind}=...: --engine says {kind}")
+    name = names[0] if len(names) == 2 else None
+    if name is not None and not ENGINE_NAME.fullmatch(name):
+        raise UserError(f"--engine-url: the name {name!r} must be letters, digits, '.', '_' or "
+                        f"'-' (1 to 63 of them): it becomes a label value")
+    return name, named_kind, url
 
 
 def _receiver(http: str | None, grpc: str | None, forward: str | None):

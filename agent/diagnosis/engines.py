@@ -31,7 +31,7 @@ class EngineDiagnosis:
         return "unknown" if self.diagnosis is None else self.diagnosis.verdict
 
     def to_dict(self) -> dict:
-        judged = {} if self.diagnosis is None else self.diagnosis.to_dict()
+        judged = {"stages": []} if self.diagnosis is None else self.diagnosis.to_dict()
         out = {"name": self.name, "kind": self.kind, "url": self.url, "gpus": self.gpus,
                **judged, "verdict": self.verdict, "root_stage": judged.get("root_stage")}
         if self.error:
@@ -73,7 +73,8 @@ class NodeDiagnosis:
                "engines": [e.to_dict() for e in self.engines]}
         if worst is None:
             out["stages"] = []
-            out["unavailable"] = "; ".join(f"{e.name}: {e.error or 'not judged'}" for e in self.engines)
+            out["unavailable"] = "; ".join(f"{e.name}: {e.error or 'not judged'}"
+                                           for e in self.engines)
         if self.notes:
             out["notes"] = list(self.notes)
         return out

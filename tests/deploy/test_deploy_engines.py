@@ -15,13 +15,12 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from dataclasses import fields
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
-from stagelens.commands.flags import OutsideFlags, open_engine_source, parse_listen
+from stagelens.commands.flags import open_engine_source, outside_flags, parse_listen
 from stagelens.commands.serve import serve
 from tests.helpers.deploy_manifests import ALERTS_FILE, K8S, RECORDING_FILE, serve_args
 from tests.helpers.deploy_manifests import CONTAINER as BASE_CONTAINER
@@ -209,7 +208,7 @@ def options(args: list[str]) -> dict[str, str]:
 def agent_params(argv: list[str]) -> dict:
     """The parsed `stagelens serve` options, checked the way serve checks them before it starts anything."""
     params = serve.make_context("serve", serve_args(argv)).params
-    outside = OutsideFlags(**{f.name: params[f.name] for f in fields(OutsideFlags)})
+    outside = outside_flags(params)
     source = open_engine_source(params["engine_kind"], outside)   # builds, binds and connects nothing yet
     assert source is not None and source.kind == "vllm"
     return params
@@ -229,7 +228,7 @@ def check_agent_meets_vllm(params: dict, vllm_args: list[str], vllm_env: dict[st
     vllm = options(vllm_args)
     assert "--model" not in vllm and not vllm_args[0].startswith("--")   # `vllm serve MODEL`: positional
     api_port = int(vllm.get("--port", 8000))
-    engine = urlsplit(params["engine_url"])
+    engine = urlsplit(params["engine_urls"][0])
     assert (engine.hostname, engine.port or 80) == (vllm_host, api_port)
 
     # spans: vLLM exports over gRPC unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says http/protobuf

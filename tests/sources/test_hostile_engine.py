@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stagelens.commands.diagnose import engine_frames
+from stagelens.commands.engine_frames import engine_frames
 from stagelens.commands.flags import OutsideFlags, open_engine_source
 from stagelens.errors import CollectError
 from stagelens.frame import Frame

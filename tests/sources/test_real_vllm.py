@@ -280,3 +280,47 @@ def test_long_prompts_against_a_small_budget_fire_head_of_line_blocking_and_advi
     assert evidence(d, "head_of_line_blocking")["state"] in ("warn", "firing")
     said = advice(d, "scheduler")
     assert "--max-num-batched-tokens" in said and "--long-prefill-token-threshold" in said, said
+
+
+# --- every engine on the node at once ------------------------------------------------------------------------
+def test_three_engines_at_once_each_judged_and_found(batch_capped, tiny_kv, model_dir):
+    """The batch-capped vLLM and the 12-block vLLM, each under its own load, and the bundled engine idle behind
+    its vLLM face, diagnosed by one `diagnose` with three --engine-url: each engine's verdict, root and lever as
+    when it is diagnosed alone, the node's verdict the worst, named. `stagelens engines` finds both vLLM
+    processes with their ports."""
+    from stagelens.runtime import AgentRuntime, LabSettings
+
+    face_port = free_port()
+    face = {"host": "127.0.0.1", "port": face_port, "otlp_schedule_delay_s": 0.5}
+    flags = {"model": "tiny", "max_model_len": 128, "kv_cache_memory": "1MiB", "device": "cpu",
+             "model_dir": model_dir}
+    lab = AgentRuntime(interval=0.5, nvml_snapshot=None, lab=LabSettings(flags, None, face))
+    lab.start()
+    try:
+        found = subprocess.run([STAGELENS_BIN, "engines", "--json"], capture_output=True, text=True, timeout=60)
+        with Background(closed_loop, batch_capped.url, 8, 120, 64, 256, hold=True), \
+                Background(closed_loop, tiny_kv.url, 8, 120, 256, 256, hold=True):
+            time.sleep(3)
+            done = subprocess.run([STAGELENS_BIN, "diagnose", "--json", "--duration", "10",
+                                   "--engine-url", f"capped=vllm={batch_capped.url}",
+                                   "--engine-url", f"tiny-kv=vllm={tiny_kv.url}",
+                                   "--engine-url", f"bundled=vllm=http://127.0.0.1:{face_port}"],
+                                  capture_output=True, text=True, timeout=300)
+    finally:
+        lab.stop()
+    assert done.stdout, done.stderr[-2000:]
+    doc = json.loads(done.stdout)
+    by_name = {e["name"]: e for e in doc["engines"]}
+    capped, kv, bundled = by_name["capped"], by_name["tiny-kv"], by_name["bundled"]
+    assert (capped["verdict"], capped["root_stage"]) == ("firing", "scheduler"), json.dumps(capped)[:3000]
+    assert "--max-num-seqs 4" in advice(capped, "scheduler")
+    assert kv["root_stage"] == "kv_cache", json.dumps(kv)[:3000]
+    assert "--num-gpu-blocks-override 12" in advice(kv, "kv_cache")
+    assert bundled["verdict"] in ("ok", "warn") and bundled["root_stage"] in (None, "cold_path"), bundled
+    assert_ok_but_for_this_machine(0 if bundled["verdict"] == "ok" else 1, bundled)
+    assert doc["verdict"] == "firing" and doc["worst_engine"] in ("capped", "tiny-kv") and done.returncode == 2
+    assert found.returncode == 0, found.stderr
+    engines = json.loads(found.stdout)["engines"]
+    for server in (batch_capped, tiny_kv):
+        [seen] = [e for e in engines if e["pid"] == server.process.pid]
+        assert (seen["kind"], seen["url"]) == ("vllm", server.url) and f"127.0.0.1:{server.port}" in seen["how"]
