@@ -49,7 +49,7 @@ def message_classes() -> dict[str, Any]:
     """The request and response classes, from a FileDescriptorProto of package `v1`."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-    proto = descriptor_pb2.FileDescriptorProto(name="stagelens_podresources_v1.proto", package="v1",
+    proto = descriptor_pb2.FileDescriptorProto(name="kubelet_podresources_v1.proto", package="v1",
                                                syntax="proto3")
     for name, fields in _MESSAGES:
         message = proto.message_type.add(name=name)
