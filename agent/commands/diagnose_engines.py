@@ -135,26 +135,25 @@ def _diagnosed(engine: NamedEngine, nvml_snapshot: str | None, duration: float,
                config) -> EngineDiagnosis:
     """One engine's diagnosis, or its reason for none: what stops its reading stays with it."""
     from stagelens.commands.engine_frames import engine_frames
+    from stagelens.commands.flags import open_engine_source
     from stagelens.diagnosis.whole_run import judge_run
     from stagelens.node_sampling import sample_for
-    from stagelens.sources.scrape.engine_source import SCRAPE_TIMEOUT_S, VllmSource
-    from stagelens.sources.scrape.gauge_poll import POLL_S
 
-    shown = redact_url(engine.url)
-    found, gpus = engine.found, None if engine.gpus is None else list(engine.gpus)
+    def said(diagnosis, error: str | None) -> EngineDiagnosis:
+        return EngineDiagnosis(engine.name, engine.kind, redact_url(engine.url), diagnosis, error,
+                               None if engine.gpus is None else list(engine.gpus), engine.found)
+
     try:
-        source = VllmSource(engine.url, timeout_s=SCRAPE_TIMEOUT_S, kind=engine.kind, poll_s=POLL_S)
+        # the source `--engine KIND --engine-url URL` opens for one engine
+        source = open_engine_source(engine.kind, OutsideFlags(engine.url))
         frames = engine_frames(sample_for(nvml_snapshot, duration, engine_source=source), source)
         diagnosis = judge_run(frames, [], config).diagnosis
     except (CollectError, UserError) as exc:
-        return EngineDiagnosis(engine.name, engine.kind, shown, None, str(exc), gpus, found)
+        return said(None, str(exc))
     # one engine's failure is its own, said, never the node's
     except Exception as exc:   # noqa: BLE001
-        return EngineDiagnosis(engine.name, engine.kind, shown, None,
-                               f"internal error reading it: {type(exc).__name__}: {exc}"[:300],
-                               gpus, found)
-    error = diagnosis.unavailable if diagnosis.verdict == "unknown" else None
-    return EngineDiagnosis(engine.name, engine.kind, shown, diagnosis, error, gpus, found)
+        return said(None, f"internal error reading it: {type(exc).__name__}: {exc}"[:300])
+    return said(diagnosis, diagnosis.unavailable if diagnosis.verdict == "unknown" else None)
 
 
 def render_node(node: NodeDiagnosis) -> str:

@@ -62,9 +62,6 @@ class NodeDiagnosis:
     def exit_code(self) -> int:
         return exit_code(self.verdict)
 
-    def unjudged(self) -> list[EngineDiagnosis]:
-        return [e for e in self.engines if e.verdict == "unknown"]
-
     def to_dict(self) -> dict:
         worst = self.worst
         top = {} if worst is None or worst.diagnosis is None else worst.diagnosis.to_dict()
